@@ -1,0 +1,288 @@
+"""Drive nbgrader for a class: build the demo class, autograde with progress, print the gradebook.
+
+    python autograder/classroom.py demo [ASSIGNMENT ...]      release into build/demo, grade the demo class
+    python autograder/classroom.py autograde [ASSIGNMENT ...] grade autograder/submitted/ (a real class)
+    python autograder/classroom.py gradebook [ASSIGNMENT ...] print the gradebook of autograder/gradebook.db
+
+Run from the repository root (nbgrader reads nbgrader_config.py there). Submitted notebooks are never
+modified: nbgrader copies them to the autograded folder and grades the copies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DEMO_CLASS = ROOT / "autograder" / "demo_class"
+DEMO_DIR = ROOT / "build" / "demo"
+SECTION = re.compile(r"^# %% (\S+)\s*$", re.M)
+EXPECT = re.compile(r"^expect(?:\[(cpu|gpu)\])? (\S+): (\d+(?:\.\d+)?) / (.*)$", re.M)
+
+
+def assignments() -> list[str]:
+    return sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir() and any(p.glob("*.ipynb")))
+
+
+@dataclass
+class CourseDirs:
+    """The folders and gradebook of one nbgrader course (the real class or the demo)."""
+
+    submitted: str = "autograder/submitted"
+    autograded: str = "autograder/autograded"
+    feedback: str = "autograder/feedback"
+    release: str = "notebooks"
+    db: str = "autograder/gradebook.db"
+
+    def flags(self) -> list[str]:
+        return [
+            f"--CourseDirectory.submitted_directory={self.submitted}",
+            f"--CourseDirectory.autograded_directory={self.autograded}",
+            f"--CourseDirectory.feedback_directory={self.feedback}",
+            f"--CourseDirectory.release_directory={self.release}",
+            f"--CourseDirectory.db_url=sqlite:///{self.db}",
+        ]
+
+
+DEMO_DIRS = CourseDirs(
+    submitted="build/demo/submitted",
+    autograded="build/demo/autograded",
+    feedback="build/demo/feedback",
+    release="build/demo/release",
+    db="build/demo/gradebook.db",
+)
+
+
+def nbgrader(*args: str, dirs: CourseDirs, quiet: bool = True) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "nbgrader", *args, *dirs.flags()]
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=quiet, text=True)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The demo class: each student is a file of cell sources; cells it does not give come from the solution.
+
+
+@dataclass
+class DemoStudent:
+    name: str
+    assignment: str
+    doc: str
+    cells: dict = field(default_factory=dict)  # grade_id -> source
+    blank: bool = False  # submit the released notebook untouched
+    expects: list = field(default_factory=list)  # (where, grade_id, points, message substring)
+
+
+def load_demo_student(path: Path) -> DemoStudent:
+    text = path.read_text()
+    parts = SECTION.split(text)
+    doc = parts[0]
+    cells = {parts[i]: parts[i + 1].strip("\n") + "\n" for i in range(1, len(parts), 2)}
+    expects = [(w or "any", gid, float(pts), msg.strip()) for w, gid, pts, msg in EXPECT.findall(doc)]
+    return DemoStudent(path.stem, path.parent.name, doc, cells, "blank: true" in doc, expects)
+
+
+def demo_students(assignment: str) -> list[DemoStudent]:
+    return [load_demo_student(p) for p in sorted((DEMO_CLASS / assignment).glob("*.py"))]
+
+
+def _solution_cells(assignment: str) -> dict:
+    out = {}
+    for nb in (ROOT / "solutions" / assignment).glob("*.ipynb"):
+        for cell in json.loads(nb.read_text())["cells"]:
+            meta = cell.get("metadata", {}).get("nbgrader", {})
+            if meta.get("solution"):
+                src = "".join(cell["source"])
+                out[meta["grade_id"]] = "\n".join(ln for ln in src.splitlines() if "### " not in ln) + "\n"
+    return out
+
+
+def build_submission(student: DemoStudent, release: Path, dest: Path) -> None:
+    """Write the student's notebook: the released notebook with its solution cells filled in."""
+    solution = _solution_cells(student.assignment)
+    unknown = set(student.cells) - set(solution)
+    if unknown:
+        raise SystemExit(f"{student.name}: no solution cell named {sorted(unknown)} in {student.assignment}")
+    dest.mkdir(parents=True, exist_ok=True)
+    for nb_path in (release / student.assignment).glob("*.ipynb"):
+        nb = json.loads(nb_path.read_text())
+        if not student.blank:
+            for cell in nb["cells"]:
+                meta = cell.get("metadata", {}).get("nbgrader", {})
+                if meta.get("solution"):
+                    gid = meta["grade_id"]
+                    cell["source"] = student.cells.get(gid, solution[gid]).splitlines(keepends=True)
+        (dest / nb_path.name).write_text(json.dumps(nb, indent=1) + "\n")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Grading and the gradebook
+
+
+def autograde(assignment: str, students: list[str], dirs: CourseDirs) -> dict:
+    """Grade student by student with progress; a failure is reported and the class goes on."""
+    failures = {}
+    for i, student in enumerate(students, 1):
+        t0 = time.time()
+        print(f"[{i}/{len(students)}] {assignment} · {student} ...", end=" ", flush=True)
+        res = nbgrader("autograde", assignment, f"--student={student}", "--force", dirs=dirs)
+        seconds = time.time() - t0
+        if res.returncode != 0 or "ERROR" in res.stderr:
+            errors = [ln for ln in res.stderr.splitlines() if "ERROR" in ln or "Error" in ln]
+            failures[student] = errors[-1] if errors else f"nbgrader exited {res.returncode}"
+            print(f"FAILED ({seconds:.0f} s): {failures[student]}")
+        else:
+            print(f"done ({seconds:.0f} s)")
+    return failures
+
+
+def cell_messages(notebook: Path) -> dict:
+    """grade_id -> first line of the error each failing test cell raised."""
+    out = {}
+    if not notebook.exists():
+        return out
+    for cell in json.loads(notebook.read_text())["cells"]:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if not meta.get("grade") or cell["cell_type"] != "code":
+            continue
+        for o in cell.get("outputs", []):
+            if o.get("output_type") == "error":
+                text = (o.get("evalue") or "").strip().splitlines()
+                line = text[0] if text else ""
+                if not line and o.get("ename") == "CellTimeoutError":
+                    line = "the cell ran past the time limit and was interrupted"
+                out[meta["grade_id"]] = f"{o.get('ename')}: {line}"
+                for ln in text[1:]:
+                    if ln.startswith("This matches a known mistake"):
+                        out[meta["grade_id"]] += f" [{ln}]"
+    return out
+
+
+def gradebook(assignment: str, dirs: CourseDirs) -> list[dict]:
+    """One row per student: score per test cell, total, and the messages of failing cells."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    rows = []
+    with Gradebook(f"sqlite:///{ROOT / dirs.db}") as gb:
+        try:
+            assignment_row = gb.find_assignment(assignment)
+        except MissingEntry:
+            return rows
+        cells = [(nb.name, c.name, c.max_score) for nb in assignment_row.notebooks for c in nb.grade_cells]
+        for student in sorted(s.id for s in gb.students):
+            try:
+                sub = gb.find_submission(assignment, student)
+            except MissingEntry:
+                continue
+            row = {"student": student, "scores": {}, "messages": {}, "max": 0.0, "total": 0.0}
+            for nb_name, cell, max_score in cells:
+                grade = gb.find_grade(cell, nb_name, assignment, student)
+                score = grade.score if grade.score is not None else 0.0
+                row["scores"][cell] = (score, max_score)
+                row["total"] += score
+                row["max"] += max_score
+                nb_path = ROOT / dirs.autograded / student / assignment / f"{nb_name}.ipynb"
+                row["messages"].update(cell_messages(nb_path))
+            row["total"] = sub.score if sub.score is not None else row["total"]
+            rows.append(row)
+    return rows
+
+
+def print_gradebook(assignment: str, rows: list[dict], failures: dict | None = None) -> None:
+    if not rows:
+        print(f"{assignment}: nothing graded yet")
+        return
+    cells = list(rows[0]["scores"])
+    short = [c.removeprefix("test_") for c in cells]
+    width = max(len(r["student"]) for r in rows) + 2
+    print(f"\nGradebook · {assignment}")
+    print("student".ljust(width) + "".join(s.rjust(max(len(s), 5) + 2) for s in short) + "total".rjust(10))
+    for r in rows:
+        line = r["student"].ljust(width)
+        for c, s in zip(cells, short, strict=True):
+            got, mx = r["scores"][c]
+            line += f"{got:g}/{mx:g}".rjust(max(len(s), 5) + 2)
+        print(line + f"{r['total']:g}/{r['max']:g}".rjust(10))
+    print("\nWhy points were lost:")
+    unmeasured = set()
+    for r in rows:
+        for c, msg in r["messages"].items():
+            if msg.startswith("NotMeasured"):
+                unmeasured.add(c)
+                continue
+            print(f"  {r['student']} · {c.removeprefix('test_')}: {msg[:300]}")
+    for c in sorted(unmeasured):
+        print(f"  (everyone) · {c.removeprefix('test_')}: not measured on this machine (no CUDA GPU): no points")
+    for student, why in (failures or {}).items():
+        print(f"  {student}: grading failed: {why}")
+
+
+def students_in(dirs: CourseDirs, assignment: str) -> list[str]:
+    base = ROOT / dirs.submitted
+    return sorted(p.name for p in base.iterdir() if (p / assignment).is_dir()) if base.is_dir() else []
+
+
+# ----------------------------------------------------------------------------------------------------------
+
+
+def run_demo(selected: list[str]) -> int:
+    if DEMO_DIR.exists():
+        shutil.rmtree(DEMO_DIR)
+    DEMO_DIR.mkdir(parents=True)
+    status = 0
+    for assignment in selected:
+        students = demo_students(assignment)
+        if not students:
+            continue
+        print(f"Releasing {assignment} (nbgrader generate_assignment) ...", flush=True)
+        res = nbgrader("generate_assignment", assignment, "--force", dirs=DEMO_DIRS)
+        if res.returncode != 0:
+            print(res.stderr)
+            return 1
+        for st in students:
+            build_submission(st, ROOT / DEMO_DIRS.release, ROOT / DEMO_DIRS.submitted / st.name / assignment)
+        failures = autograde(assignment, [s.name for s in students], DEMO_DIRS)
+        rows = gradebook(assignment, DEMO_DIRS)
+        print_gradebook(assignment, rows, failures)
+        status |= 1 if failures else 0
+    for assignment in selected:
+        nbgrader("generate_feedback", assignment, "--force", dirs=DEMO_DIRS)
+    res = nbgrader("export", f"--to={DEMO_DIR / 'grades.csv'}", dirs=DEMO_DIRS)
+    if res.returncode == 0:
+        print(f"\nGrades exported to {DEMO_DIR.relative_to(ROOT)}/grades.csv; feedback in {DEMO_DIRS.feedback}/")
+    return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", choices=["demo", "autograde", "gradebook"])
+    parser.add_argument("assignments", nargs="*", help="default: every assignment under solutions/")
+    args = parser.parse_args(argv)
+    selected = args.assignments or assignments()
+    if args.command == "demo":
+        return run_demo(selected)
+    dirs = CourseDirs()
+    status = 0
+    for assignment in selected:
+        failures = {}
+        if args.command == "autograde":
+            students = students_in(dirs, assignment)
+            if not students:
+                print(f"{assignment}: no submissions under {dirs.submitted}/<student>/{assignment}/")
+                continue
+            failures = autograde(assignment, students, dirs)
+            status |= 1 if failures else 0
+        print_gradebook(assignment, gradebook(assignment, dirs), failures)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""Honest timing on a CUDA GPU: median time with the L2 flushed, bandwidth over the bytes that must move.
+
+Everything here needs a CUDA GPU; callers check `torch.cuda.is_available()` first (the interpreter's
+timings say nothing about a GPU, so nothing is timed there).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+
+
+def median_ms(fn, *, warmup_ms: int = 25, rep_ms: int = 100) -> float:
+    """Median time of fn() in ms. triton's do_bench times with CUDA events and clears the L2 between calls."""
+    from triton.testing import do_bench
+
+    return float(do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
+
+
+@functools.lru_cache(maxsize=4)
+def copy_bandwidth(device: str = "cuda", nbytes: int = 1 << 30) -> float:
+    """Device-to-device copy bandwidth in bytes/s, counting bytes read plus bytes written."""
+    free, _ = torch.cuda.mem_get_info()
+    nbytes = min(nbytes, free // 4)
+    src = torch.empty(nbytes // 2, dtype=torch.float16, device=device).normal_()
+    dst = torch.empty_like(src)
+    ms = median_ms(lambda: dst.copy_(src))
+    del src, dst
+    return 2 * nbytes / (ms * 1e-3)
+
+
+@functools.lru_cache(maxsize=4)
+def matmul_flops(device: str = "cuda", dtype: torch.dtype = torch.bfloat16, n: int = 8192) -> float:
+    """Dense matmul rate in FLOP/s through torch (cuBLAS), on random data."""
+    a = torch.randn(n, n, dtype=dtype, device=device)
+    b = torch.randn(n, n, dtype=dtype, device=device)
+    ms = median_ms(lambda: a @ b)
+    return 2 * n**3 / (ms * 1e-3)
+
+
+@dataclass
+class Timing:
+    label: str
+    ms: float
+    nbytes: int
+    flops: int = 0
+    copy_bw: float | None = None
+
+    @property
+    def bandwidth(self) -> float:
+        return self.nbytes / (self.ms * 1e-3)
+
+    @property
+    def fraction_of_copy(self) -> float | None:
+        return None if not self.copy_bw else self.bandwidth / self.copy_bw
+
+    def describe(self) -> str:
+        text = f"{self.label}: {self.ms * 1e3:.1f} µs, {self.bandwidth / 1e12:.3f} TB/s"
+        if self.copy_bw:
+            text += f" = {100 * self.fraction_of_copy:.0f} % of the copy bandwidth ({self.copy_bw / 1e12:.2f} TB/s)"
+        if self.flops:
+            text += f", {self.flops / (self.ms * 1e-3) / 1e12:.1f} TFLOP/s"
+        return text
+
+
+def time_it(label: str, fn, nbytes: int, flops: int = 0, with_copy_bw: bool = True) -> Timing:
+    fn()
+    torch.cuda.synchronize()
+    return Timing(label, median_ms(fn), nbytes, flops, copy_bandwidth() if with_copy_bw else None)

@@ -1,0 +1,279 @@
+"""Checks shared by every chapter: run a learner's function safely, compare with a reference, explain.
+
+A failed check raises `CheckFailed` (an AssertionError, so nbgrader marks the cell down) whose first line
+is a one-line verdict and whose following lines say what differs, where, by how much, and which known
+mistake the output matches, if any.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+
+class CheckFailed(AssertionError):
+    """A check found a wrong answer. str(exc) is the report shown to the learner."""
+
+
+class NotMeasured(CheckFailed):
+    """A performance check that cannot measure here (no CUDA GPU): it awards nothing, and says so."""
+
+
+def fresh_seed() -> int:
+    """A seed no learner can predict: hidden tests draw new inputs at every grading."""
+    return secrets.randbits(31)
+
+
+def generator(seed: int, device: str = "cpu") -> torch.Generator:
+    g = torch.Generator(device=device)
+    g.manual_seed(seed)
+    return g
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Running the learner's code
+
+
+def call_learner(fn: Callable, *args, what: str, **kwargs):
+    """Call fn; turn an exception into a CheckFailed whose first line says what happened, in words."""
+    try:
+        return fn(*args, **kwargs)
+    except CheckFailed:
+        raise
+    except (ValueError, TypeError) as exc:
+        if _is_unfilled(exc):
+            raise CheckFailed(_unfilled_message(what)) from exc
+        raise CheckFailed(f"{what} raised {type(exc).__name__}: {exc}{_where(exc)}") from exc
+    except Exception as exc:  # noqa: BLE001 - any failure of the learner's code is reported, not re-thrown
+        if _is_unfilled(exc):
+            raise CheckFailed(_unfilled_message(what)) from exc
+        name = type(exc).__name__
+        text = str(exc).strip().splitlines()
+        first = text[0] if text else ""
+        if "CompilationError" in name:
+            raise CheckFailed(f"{what}: the Triton kernel did not compile: {_compile_summary(exc)}") from exc
+        if "illegal memory access" in str(exc) or "unspecified launch failure" in str(exc):
+            raise CheckFailed(
+                f"{what} faulted on the GPU ({first}). Usually an unmasked load or store past the end of "
+                "a tensor. The CUDA context is now unusable: restart the kernel before running more cells."
+            ) from exc
+        raise CheckFailed(f"{what} raised {name}: {first}{_where(exc)}") from exc
+
+
+def _is_unfilled(exc: BaseException) -> bool:
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, NotImplementedError) or "NotImplementedError" in str(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def _unfilled_message(what: str) -> str:
+    return f"{what} is not implemented yet: fill in the cell marked `YOUR CODE HERE` and run it again."
+
+
+def _where(exc: BaseException) -> str:
+    """The last frame of the learner's own code (a notebook cell), if any."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "ipython-input" in f.filename]
+    frames = frames or [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith("/tmp/ipykernel")]
+    if not frames:
+        return ""
+    f = frames[-1]
+    return f" (at `{(f.line or '').strip()}`)"
+
+
+def _compile_summary(exc: BaseException) -> str:
+    lines = [ln for ln in str(exc).splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if "Error" in ln or "error" in ln:
+            return ln.strip()[:300]
+    return (lines[-1] if lines else type(exc).__name__)[:300]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Which torch operations did the learner's function run?
+
+MATMUL_OPS = {
+    "mm", "addmm", "bmm", "baddbmm", "addbmm", "matmul", "linear", "mv", "addmv", "dot", "vdot", "einsum",
+    "tensordot", "_scaled_mm", "_int_mm", "_addmm_activation", "_weight_int8pack_mm", "_weight_int4pack_mm",
+    "_weight_int4pack_mm_for_cpu", "convolution", "_convolution",
+}  # fmt: skip
+
+
+@dataclass
+class OpRecord:
+    name: str
+    shapes: list  # output shapes
+    dtypes: list  # output dtypes
+
+
+class _Recorder(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops: list[OpRecord] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        tensors = [o for o in outs if isinstance(o, torch.Tensor)]
+        self.ops.append(
+            OpRecord(func._overloadpacket.__name__, [tuple(t.shape) for t in tensors], [t.dtype for t in tensors])
+        )
+        return out
+
+
+def run_audited(fn: Callable, *args, what: str, **kwargs):
+    """Run fn(*args) while recording every aten operation it dispatches. Returns (result, ops)."""
+    recorder = _Recorder()
+    with recorder:
+        result = call_learner(fn, *args, what=what, **kwargs)
+    return result, recorder.ops
+
+
+def assert_fused(ops: Sequence[OpRecord], *, what: str, weight_shape: tuple[int, int]) -> None:
+    """Fail when the learner computed with a PyTorch matmul or built a full-precision copy of the weights."""
+    used = sorted({op.name for op in ops if op.name in MATMUL_OPS})
+    if used:
+        raise CheckFailed(
+            f"{what} computed the product with PyTorch ({', '.join('torch.' + u for u in used)}) instead of "
+            "your Triton kernel: the exercise is to fuse the dequantization into the kernel's tl.dot."
+        )
+    n, k = weight_shape
+    for op in ops:
+        for shape, dtype in zip(op.shapes, op.dtypes, strict=False):
+            if dtype.is_floating_point and math.prod(shape) >= n * k and sorted(shape[-2:]) == sorted((n, k)):
+                raise CheckFailed(
+                    f"{what} materialized a dequantized copy of the weights ({op.name} made a "
+                    f"{str(dtype).replace('torch.', '')} tensor of shape {list(shape)}): this is the naive "
+                    "dequantize-then-matmul path, which moves the weights through memory three times. "
+                    "Dequantize tiles in registers inside the kernel instead."
+                )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Comparing outputs
+
+
+def tolerance_for(dtype: torch.dtype) -> float:
+    """Relative tolerance for an output stored in `dtype` (two units in its last place)."""
+    return {torch.float16: 2.0**-9, torch.bfloat16: 2.0**-6, torch.float32: 2.0**-18}.get(dtype, 2.0**-6)
+
+
+@dataclass
+class Mistake:
+    """A known wrong answer: if the learner's output matches `output`, the report names it."""
+
+    name: str
+    explanation: str
+    output: torch.Tensor | None
+
+
+def _ranges(indices: Sequence[int], limit: int = 6) -> str:
+    spans, start, prev = [], None, None
+    for i in indices:
+        if start is None:
+            start = prev = i
+        elif i == prev + 1:
+            prev = i
+        else:
+            spans.append((start, prev))
+            start = prev = i
+    if start is not None:
+        spans.append((start, prev))
+    text = ", ".join(f"{a}" if a == b else f"{a}..{b}" for a, b in spans[:limit])
+    return text + (f" and {len(spans) - limit} more ranges" if len(spans) > limit else "")
+
+
+def _where_2d(bad: torch.Tensor, names=("rows", "columns")) -> str:
+    rows = torch.nonzero(bad.any(dim=1)).flatten().tolist()
+    cols = torch.nonzero(bad.any(dim=0)).flatten().tolist()
+    n_rows, n_cols = bad.shape
+    parts = []
+    if len(rows) < n_rows:
+        parts.append(f"{names[0]} {_ranges(rows)} of 0..{n_rows - 1}")
+    if len(cols) < n_cols:
+        parts.append(f"{names[1]} {_ranges(cols)} of 0..{n_cols - 1}")
+    if not parts:
+        return f"in every {names[0][:-1]} and every {names[1][:-1]}"
+    return "only in " + " and ".join(parts)
+
+
+def mismatch(got: torch.Tensor, expected: torch.Tensor, rtol: float) -> torch.Tensor:
+    """Boolean mask of elements outside atol + rtol·|expected|, with atol = rtol · rms(expected)."""
+    g, e = got.double(), expected.double()
+    atol = rtol * e.pow(2).mean().sqrt().clamp_min(1e-30)
+    return ~((g - e).abs() <= atol + rtol * e.abs()) | ~torch.isfinite(g)
+
+
+def compare(
+    got: torch.Tensor,
+    expected: torch.Tensor,
+    *,
+    what: str,
+    rtol: float,
+    mistakes: Sequence[Mistake] = (),
+    poisoned: bool = False,
+    context: str = "",
+) -> None:
+    """Raise CheckFailed with a report unless got ≈ expected elementwise (NaN never passes)."""
+    if not isinstance(got, torch.Tensor):
+        raise CheckFailed(f"{what} returned {type(got).__name__}, not a torch.Tensor")
+    if tuple(got.shape) != tuple(expected.shape):
+        raise CheckFailed(f"{what} returned shape {list(got.shape)}, expected {list(expected.shape)}{context}")
+    got_c, exp_c = got.detach().cpu(), expected.detach().cpu()
+    bad = mismatch(got_c, exp_c, rtol)
+    if not bad.any():
+        return
+    total, n_bad = bad.numel(), int(bad.sum())
+    nan = torch.isnan(got_c.float())
+    lines = []
+    if poisoned and bool(nan.all()):
+        headline = f"{what} wrote nothing into the output buffer (every element is still NaN){context}"
+    elif poisoned and bool(nan.any()):
+        headline = f"{what} left {int(nan.sum())} of {total} output elements unwritten{context}"
+        if got_c.dim() == 2:
+            lines.append(f"Unwritten (still the NaN the buffer was filled with): {_where_2d(nan)}.")
+        lines.append("Check the grid covers every tile and the store mask lets every valid element through.")
+    else:
+        headline = f"{what}: {n_bad} of {total} elements ({100 * n_bad / total:.2g} %) differ from the reference{context}"
+    if int(nan.sum()) < n_bad:
+        err = (got_c.double() - exp_c.double()).abs()
+        err[~torch.isfinite(err)] = 0
+        err = torch.where(bad & ~nan, err, torch.zeros_like(err))
+        idx = int(err.flatten().argmax())
+        loc = list(torch.unravel_index(torch.tensor(idx), got_c.shape))
+        loc = [int(i) for i in loc]
+        lines.append(
+            f"Largest error {float(err.flatten()[idx]):.4g} at {loc}: got {float(got_c.flatten()[idx]):.6g}, "
+            f"expected {float(exp_c.flatten()[idx]):.6g} (tolerance {rtol:.2g} relative)."
+        )
+        if got_c.dim() == 2:
+            lines.append(f"Wrong elements lie {_where_2d(bad & ~nan)}.")
+        inf = torch.isinf(got_c.float())
+        if inf.any():
+            lines.append(f"{int(inf.sum())} elements are infinite (overflow?).")
+    for m in mistakes:
+        if m.output is not None and tuple(m.output.shape) == tuple(exp_c.shape):
+            if not mismatch(got_c, m.output.cpu(), rtol).any():
+                lines.insert(0, f"This matches a known mistake: {m.name}. {m.explanation}")
+                break
+    raise CheckFailed("\n".join([headline, *lines]))
+
+
+def check_finite(t: torch.Tensor, *, what: str) -> None:
+    if t.is_floating_point() and not torch.isfinite(t).all():
+        n = int((~torch.isfinite(t)).sum())
+        raise CheckFailed(f"{what} contains {n} NaN or infinite values")
+
+
+def passed(message: str) -> None:
+    """Print a short success line (a check that passes says what it checked)."""
+    print(f"✓ {message}")

@@ -1,0 +1,523 @@
+"""Chapter W8A16: int8 weights with one scale per output channel, fp16/bf16 activations.
+
+Weights use nn.Linear's layout W[N, K] (out_features x in_features). Symmetric per-channel quantization:
+    s[n] = max_k |W[n, k]| / 127            (float32; a row of zeros gets s = 1)
+    q[n, k] = clamp(round(W[n, k] / s[n]), -127, 127)   (int8, round half to even, computed in float32)
+    y = x @ (q * s[:, None]).T              (x: [M, K] fp16/bf16, y: [M, N] in x's dtype)
+"""
+
+from __future__ import annotations
+
+import torch
+
+from qmatmul import checks
+from qmatmul.checks import CheckFailed, Mistake
+
+QMAX = 127
+ACT_DTYPES = (torch.float16, torch.bfloat16)
+# Decode grading: a weight of 28672 x 8192 int8 (235 MB) is about 4x the H200's L2 and 60x a T4's.
+BANDWIDTH_SHAPE = (28672, 8192)
+BANDWIDTH_MS = (1, 16)
+BANDWIDTH_THRESHOLD = 0.5  # fraction of the copy bandwidth measured in the same process
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The reference
+
+
+def quantize(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The reference quantizer: returns q (int8 [N, K]) and s (float32 [N])."""
+    w = w.float()
+    amax = w.abs().amax(dim=1)
+    s = torch.where(amax > 0, amax / QMAX, torch.ones_like(amax))
+    q = torch.round(w / s[:, None]).clamp(-QMAX, QMAX).to(torch.int8)
+    return q, s
+
+
+def dequantize(q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    return q.float() * s.float()[:, None]
+
+
+def reference(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """y = x @ (q·s).T in float32 (the grading reference)."""
+    return x.float() @ dequantize(q, s).T
+
+
+def naive(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """The naive path: dequantize the whole weight into memory, then a dense matmul."""
+    return x @ (q.to(x.dtype) * s.to(x.dtype)[:, None]).T
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The scaffolding the notebook's wrappers use: validation, allocation, launch configurations
+
+
+def prepare(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, out: torch.Tensor | None = None):
+    """Validate the inputs of a W8A16 matmul with clear messages; allocate out if needed.
+
+    Returns M, N, K, out.
+    """
+    for name, t in (("x", x), ("q", q), ("s", s)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if x.dim() != 2:
+        raise ValueError(f"x must be 2-D [M, K], got shape {list(x.shape)}")
+    if x.dtype not in ACT_DTYPES:
+        raise TypeError(f"x must be float16 or bfloat16, got {x.dtype}")
+    if q.dim() != 2 or q.dtype != torch.int8:
+        raise TypeError(f"q must be a 2-D int8 tensor [N, K], got {q.dtype} of shape {list(q.shape)}")
+    M, K = x.shape
+    N, Kq = q.shape
+    if Kq != K:
+        raise ValueError(f"x is [M, K] = {list(x.shape)} but q is [N, K] = {list(q.shape)}: the K's differ")
+    if s.dtype != torch.float32 or tuple(s.shape) != (N,):
+        raise ValueError(f"s must be float32 of shape [N] = [{N}], got {s.dtype} of shape {list(s.shape)}")
+    if not (x.device == q.device == s.device):
+        raise ValueError(f"x, q and s must be on one device, got {x.device}, {q.device}, {s.device}")
+    if not q.is_contiguous() or not s.is_contiguous():
+        raise ValueError("q and s must be contiguous (x and out may be strided)")
+    if out is None:
+        out = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    elif tuple(out.shape) != (M, N) or out.dtype != x.dtype or out.device != x.device:
+        raise ValueError(
+            f"out must be {x.dtype} of shape [{M}, {N}] on {x.device}, got {out.dtype} {list(out.shape)} "
+            f"on {out.device}"
+        )
+    return M, N, K, out
+
+
+def _on_gpu(t: torch.Tensor) -> bool:
+    return t.device.type == "cuda"
+
+
+def prefill_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
+    """Tile sizes for the tiled kernel. The interpreter prefers few, large programs."""
+    if device != "cuda":
+        return dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=64, num_warps=4, num_stages=1)
+    old = torch.cuda.get_device_capability() < (8, 0)
+    big = M > 64
+    return dict(
+        BLOCK_M=128 if big else 64,
+        BLOCK_N=128,
+        BLOCK_K=64 if big else 128,
+        num_warps=8 if big else 4,
+        num_stages=2 if old else (3 if big else 4),
+    )
+
+
+def decode_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
+    """Tile sizes for the decode kernel: all M rows (padded to 16) in one program, a strip of N."""
+    if device != "cuda":
+        return dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=1)
+    return dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, num_warps=4, num_stages=4)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Byte and FLOP counts
+
+
+def bytes_per_weight(K: int) -> float:
+    """int8 weight plus its share of one float32 scale per row of K weights."""
+    return 1 + 4 / K
+
+
+def bytes_moved(M: int, N: int, K: int, act_bytes: int = 2) -> int:
+    """The bytes a fused W8A16 matmul must move: int8 weights, scales, activations in, output out."""
+    return N * K + 4 * N + act_bytes * (M * K + M * N)
+
+
+def bytes_moved_naive(M: int, N: int, K: int, act_bytes: int = 2) -> int:
+    """The naive path: read int8, write the dequantized weight, read it back for the matmul."""
+    return N * K + 4 * N + 2 * act_bytes * N * K + act_bytes * (M * K + M * N)
+
+
+def bytes_moved_dense(M: int, N: int, K: int, act_bytes: int = 2) -> int:
+    return act_bytes * (N * K + M * K + M * N)
+
+
+def flops(M: int, N: int, K: int) -> int:
+    return 2 * M * N * K
+
+
+def explain_format(K: int = 8192) -> None:
+    """Print what the format stores and what that means for a decode step."""
+    rows = [
+        ("bf16/fp16 dense", 2.0),
+        ("W8A16 (int8 + fp32 scale per row)", bytes_per_weight(K)),
+    ]
+    print(f"Bytes per weight for a row of K = {K} weights:")
+    for name, b in rows:
+        print(f"  {name:<36} {b:.5f} B")
+    print(f"At decode the weights dominate the bytes, so W8A16 can be up to {2 / bytes_per_weight(K):.2f}x faster.")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Test inputs
+
+
+def random_weight(N: int, K: int, g: torch.Generator, dtype=torch.float32) -> torch.Tensor:
+    """Weights whose rows have distinct magnitudes (so every channel gets a distinct scale)."""
+    row_scale = torch.exp(torch.empty(N, 1).uniform_(-2.0, 2.0, generator=g)) * 0.02
+    return (torch.randn(N, K, generator=g) * row_scale).to(dtype)
+
+
+def random_problem(M: int, N: int, K: int, dtype, device: str, g: torch.Generator, strided: bool = False):
+    """x [M, K] (a strided view when `strided`), q, s from the reference quantizer."""
+    q, s = quantize(random_weight(N, K, g))
+    pad = 7 if strided else 0
+    x_full = torch.randn(M, K + pad, generator=g).to(dtype).to(device)
+    return x_full[:, :K], q.to(device), s.to(device)
+
+
+def _poisoned_out(M: int, N: int, dtype, device: str, strided: bool):
+    """A NaN-filled output (a view of a wider buffer when strided, so stray writes can be seen)."""
+    pad = 5 if strided else 0
+    full = torch.full((M, N + pad), float("nan"), dtype=dtype, device=device)
+    return full, full[:, :N]
+
+
+def _act_dtypes(device: str) -> list:
+    if device == "cuda" and torch.cuda.get_device_capability() >= (8, 0):
+        return [torch.float16, torch.bfloat16]
+    return [torch.float16]  # the interpreter's bf16 tl.dot is wrong; T4 has no bf16 tensor cores
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Checks for exercise 1: the quantizer
+
+
+def _quantizer_inputs(g: torch.Generator, hidden: bool):
+    if not hidden:
+        return [random_weight(8, 32, g), random_weight(16, 256, g)]
+    cases = []
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        N = int(torch.randint(5, 40, (1,), generator=g))
+        K = int(torch.randint(17, 300, (1,), generator=g))
+        w = random_weight(N, K, g)
+        w[0] = 0  # an all-zero row
+        w[1, int(torch.randint(0, K, (1,), generator=g))] = 3.0  # one outlier
+        w[2] = -w[2].abs()  # negative-dominated: max != max |w|
+        cases.append(w.to(dtype))
+    return cases
+
+
+def _quantizer_mistakes(w: torch.Tensor) -> list[Mistake]:
+    wf = w.float()
+    amax = wf.abs().amax(dim=1)
+    safe = torch.where(amax > 0, amax, torch.ones_like(amax))
+
+    def q_with(s):
+        return torch.round(wf / s[:, None]).clamp(-QMAX, QMAX).to(torch.int8)
+
+    s128 = safe / 128
+    s_max = torch.where(wf.amax(dim=1) > 0, wf.amax(dim=1) / QMAX, torch.ones_like(amax))
+    s_tensor = torch.full_like(amax, float(amax.max()) / QMAX)
+    return [
+        Mistake("127 replaced by 128", "The symmetric int8 range is -127..127: s = max|w| / 127.", q_with(s128)),
+        Mistake(
+            "truncation instead of rounding",
+            "Converting with .to(torch.int8) truncates toward zero; round first (torch.round).",
+            torch.trunc(wf / (safe / QMAX)[:, None]).clamp(-QMAX, QMAX).to(torch.int8),
+        ),
+        Mistake(
+            "max instead of max |w|",
+            "The scale must cover the largest magnitude, negative values included: use w.abs().amax(dim=1).",
+            q_with(s_max),
+        ),
+        Mistake(
+            "one scale for the whole tensor",
+            "Each output channel (row n of W) gets its own scale: reduce over K only (dim=1).",
+            q_with(s_tensor),
+        ),
+    ]
+
+
+def check_quantizer(fn, *, hidden: bool = False, seed: int | None = None) -> None:
+    """Exercise 1: q and s must equal the reference bit for bit (zero rows: any positive finite scale)."""
+    seed = checks.fresh_seed() if seed is None else seed
+    g = checks.generator(seed)
+    what = "quantize_int8_per_channel"
+    for w in _quantizer_inputs(g, hidden):
+        N, K = w.shape
+        ctx = f" (w: {str(w.dtype).replace('torch.', '')} [{N}, {K}])"
+        w_before = w.clone()
+        result = checks.call_learner(fn, w.clone(), what=what)
+        if not (isinstance(result, (tuple, list)) and len(result) == 2):
+            raise CheckFailed(f"{what} must return a pair (q, s), got {type(result).__name__}")
+        q, s = result
+        if not isinstance(q, torch.Tensor) or not isinstance(s, torch.Tensor):
+            raise CheckFailed(f"{what} must return two tensors (q, s)")
+        if q.dtype != torch.int8 or tuple(q.shape) != (N, K):
+            raise CheckFailed(f"q must be int8 of shape [{N}, {K}], got {q.dtype} {list(q.shape)}{ctx}")
+        if tuple(s.shape) == (K,) and K != N:
+            raise CheckFailed(
+                f"s has shape [K] = [{K}]: you reduced over the output channels (dim=0). "
+                f"One scale per output channel (row of W): reduce over K, dim=1, for shape [{N}].{ctx}"
+            )
+        if tuple(s.shape) in ((N, 1), (1, N)):
+            raise CheckFailed(f"s has shape {list(s.shape)}: return a 1-D tensor of {N} scales (squeeze it).{ctx}")
+        if tuple(s.shape) != (N,):
+            raise CheckFailed(f"s must have shape [{N}] (one scale per output channel), got {list(s.shape)}{ctx}")
+        if s.dtype != torch.float32:
+            raise CheckFailed(f"s must be float32, got {s.dtype}: compute in float32 (w.float()).{ctx}")
+        checks.check_finite(s, what=f"s{ctx}")
+        q_ref, s_ref = quantize(w)
+        zero_rows = w.float().abs().amax(dim=1) == 0
+        if bool((s[zero_rows] <= 0).any()):
+            raise CheckFailed(f"an all-zero row got scale {s[zero_rows].min().item()}: it must be positive{ctx}")
+        s_cmp = torch.where(zero_rows, s_ref, s)
+        if not torch.equal(s_cmp, s_ref):
+            bad = (s_cmp != s_ref).nonzero().flatten().tolist()
+            i = bad[0]
+            ratio = float(s_cmp[i] / s_ref[i])
+            hint = ""
+            if abs(ratio - 127 / 128) < 1e-6:
+                hint = " Your scales are max|w|/128: the symmetric int8 range is -127..127."
+            elif abs(ratio - 1) < 1e-2:
+                hint = " They differ in the last bits: compute max|w| / 127 in float32, from w.float()."
+            raise CheckFailed(
+                f"s differs from the reference in {len(bad)} of {N} channels, first at n = {i}: "
+                f"got {float(s_cmp[i]):.8g}, expected {float(s_ref[i]):.8g}.{hint}{ctx}"
+            )
+        if not torch.equal(q, q_ref):
+            diff = (q.int() - q_ref.int())
+            n_bad = int((diff != 0).sum())
+            where = checks._where_2d(diff != 0, ("rows", "columns"))
+            lines = [f"q differs from the reference in {n_bad} of {q.numel()} elements{ctx}"]
+            for m in _quantizer_mistakes(w):
+                if torch.equal(q, m.output):
+                    lines.insert(0, f"This matches a known mistake: {m.name}. {m.explanation}")
+                    break
+            else:
+                if int(diff.abs().max()) == 1:
+                    lines.append("Every difference is ±1: check the rounding (round half to even, torch.round).")
+            lines.append(f"Differences lie {where}.")
+            raise CheckFailed("\n".join(lines))
+        if not torch.equal(w, w_before):
+            raise CheckFailed(f"{what} modified its input w in place; leave the weights untouched.{ctx}")
+    checks.passed(f"{what}: bit-exact on {'hidden' if hidden else 'visible'} inputs (seed {seed})")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Checks for exercises 2 and 3: the kernels
+
+
+def kernel_mistakes(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> list[Mistake]:
+    xf, qf, sf = x.float().cpu(), q.float().cpu(), s.float().cpu()
+    M, K = xf.shape
+    N = qf.shape[0]
+    raw = xf @ qf.T
+    out = [
+        Mistake("scale missing", "The per-channel scale s[n] was never applied: multiply in the epilogue.", raw),
+        Mistake(
+            "scale applied twice",
+            "Apply s once: either to the weight tile or to the accumulator, not both.",
+            raw * sf[None, :] ** 2,
+        ),
+        Mistake(
+            "weights read as unsigned",
+            "q holds signed int8 (-127..127); a uint8 view or pointer turns -1 into 255.",
+            xf @ (q.cpu().view(torch.uint8).float() * sf[:, None]).T,
+        ),
+    ]
+    if M <= N:
+        out.append(
+            Mistake(
+                "scale on the wrong axis",
+                "s has one entry per output channel n (a column of y): broadcast it as s[None, :] along the "
+                "N offsets, not along the rows (M) of the output.",
+                raw * sf[:M, None],
+            )
+        )
+    w = qf * sf[:, None]
+    for bk in (16, 32, 64, 128, 256, 512):
+        kt = (K // bk) * bk
+        if 0 < kt < K:
+            out.append(
+                Mistake(
+                    f"last partial K block dropped (BLOCK_K = {bk})",
+                    "The loop or the K mask skips the final, partial block of K: loop over "
+                    "range(0, K, BLOCK_K) and mask k < K.",
+                    xf[:, :kt] @ w[:, :kt].T,
+                )
+            )
+    return out
+
+
+def _check_kernel(fn, what: str, shapes, device: str, dtypes, g, strided_cases=(False, True)) -> int:
+    n = 0
+    for M, N, K in shapes:
+        for dtype in dtypes:
+            for strided in strided_cases:
+                x, q, s = random_problem(M, N, K, dtype, device, g, strided=strided)
+                full, out = _poisoned_out(M, N, dtype, device, strided)
+                inputs_before = [t.clone() for t in (x, q, s)]
+                ctx = f" (M={M}, N={N}, K={K}, {str(dtype).replace('torch.', '')}{', strided x and out' if strided else ''})"
+                y, ops = checks.run_audited(fn, x, q, s, out=out, what=what)
+                checks.assert_fused(ops, what=what, weight_shape=(N, K))
+                if not isinstance(y, torch.Tensor):
+                    raise CheckFailed(f"{what} must return the output tensor, got {type(y).__name__}{ctx}")
+                if y.data_ptr() != out.data_ptr():
+                    raise CheckFailed(f"{what} must write into and return the `out` it was given{ctx}")
+                if y.dtype != dtype:
+                    raise CheckFailed(f"{what} returned {y.dtype}; y must have x's dtype {dtype}{ctx}")
+                ref = reference(x, q, s)
+                checks.compare(
+                    y, ref, what=what, rtol=checks.tolerance_for(dtype), poisoned=True, context=ctx,
+                    mistakes=kernel_mistakes(x, q, s),
+                )
+                if strided and not torch.isnan(full[:, N:].float()).all():
+                    raise CheckFailed(f"{what} wrote past column N of the output (into its neighbour's memory){ctx}")
+                for t, before, name in zip((x, q, s), inputs_before, "xqs", strict=True):
+                    if not torch.equal(t, before):
+                        raise CheckFailed(f"{what} modified its input {name} in place{ctx}")
+                n += 1
+    return n
+
+
+def _device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def check_prefill(fn, *, hidden: bool = False, seed: int | None = None) -> None:
+    """Exercise 2: the tiled kernel on ragged shapes, poisoned output, strided views, fused (no torch matmul)."""
+    seed = checks.fresh_seed() if seed is None else seed
+    g = checks.generator(seed)
+    device = _device()
+    if not hidden:
+        shapes = [(32, 64, 64), (50, 70, 90)]
+    else:
+        big = device == "cuda"
+        shapes = []
+        for _ in range(2):  # N >= M, so a scale broadcast along M still reads inside s and can be named
+            M = int(torch.randint(17, 300 if big else 130, (1,), generator=g))
+            N = int(torch.randint(M, 700 if big else 200, (1,), generator=g))
+            shapes.append((M, N, int(torch.randint(40, 1000 if big else 260, (1,), generator=g))))
+        shapes.append((1, 129, 77))
+    n = _check_kernel(fn, "w8a16_matmul", shapes, device, _act_dtypes(device), g)
+    checks.passed(f"w8a16_matmul: {n} {'hidden' if hidden else 'visible'} cases match the reference (seed {seed})")
+
+
+def check_decode(fn, *, hidden: bool = False, seed: int | None = None) -> None:
+    """Exercise 3 (correctness): M = 1..16, ragged N and K."""
+    seed = checks.fresh_seed() if seed is None else seed
+    g = checks.generator(seed)
+    device = _device()
+    if not hidden:
+        shapes = [(1, 64, 128), (16, 96, 200)]
+    else:
+        big = device == "cuda"
+        shapes = [
+            (M, int(torch.randint(33, 2000 if big else 200, (1,), generator=g)),
+             int(torch.randint(40, 3000 if big else 300, (1,), generator=g)))
+            for M in (1, int(torch.randint(2, 16, (1,), generator=g)), 16)
+        ]  # fmt: skip
+    n = _check_kernel(fn, "w8a16_decode", shapes, device, _act_dtypes(device), g)
+    checks.passed(f"w8a16_decode: {n} {'hidden' if hidden else 'visible'} cases match the reference (seed {seed})")
+
+
+def check_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: int | None = None) -> list:
+    """Exercise 3 (performance): bandwidth over the bytes that must move, against the copy bandwidth.
+
+    Awards nothing without a CUDA GPU. After timing, correctness is checked again on fresh inputs.
+    """
+    if not torch.cuda.is_available():
+        raise checks.NotMeasured(
+            "Performance not measured: no CUDA GPU here (the interpreter's timings say nothing about a GPU). "
+            f"This cell awards its points only on a GPU, where the decode kernel must reach "
+            f"{threshold:.0%} of the copy bandwidth."
+        )
+    from qmatmul import bench
+
+    seed = checks.fresh_seed() if seed is None else seed
+    g = checks.generator(seed, "cuda")
+    dtype = _act_dtypes("cuda")[-1]
+    N, K = BANDWIDTH_SHAPE
+    q = torch.randint(-QMAX, QMAX + 1, (N, K), dtype=torch.int8, device="cuda", generator=g)
+    s = torch.rand(N, device="cuda", generator=g) * 1e-3 + 1e-4
+    results = []
+    for M in BANDWIDTH_MS:
+        x = torch.randn(M, K, device="cuda", generator=g).to(dtype)
+        out = torch.empty(M, N, dtype=dtype, device="cuda")
+        checks.call_learner(fn, x, q, s, out=out, what="w8a16_decode")
+        t = bench.time_it(f"w8a16_decode M={M}, N={N}, K={K}", lambda x=x, out=out: fn(x, q, s, out=out),
+                          bytes_moved(M, N, K, x.element_size()))  # fmt: skip
+        results.append(t)
+        print(t.describe())
+    # Correctness on fresh inputs after timing: a kernel must not special-case the timed call.
+    for M in BANDWIDTH_MS:
+        x = torch.randn(M, K, device="cuda", generator=g).to(dtype)
+        out = torch.full((M, N), float("nan"), dtype=dtype, device="cuda")
+        y = checks.call_learner(fn, x, q, s, out=out, what="w8a16_decode")
+        checks.compare(y, reference(x, q, s), what="w8a16_decode (after timing)", rtol=checks.tolerance_for(dtype),
+                       poisoned=True, context=f" (M={M}, N={N}, K={K})")  # fmt: skip
+    worst = min(results, key=lambda t: t.fraction_of_copy)
+    if worst.fraction_of_copy < threshold:
+        raise CheckFailed(
+            f"w8a16_decode reaches {worst.fraction_of_copy:.0%} of the copy bandwidth at "
+            f"{worst.label.split(':')[0]}; it must reach {threshold:.0%}. The naive dequantize-then-matmul "
+            "path moves each weight about five times: load each int8 tile once and keep it in registers."
+        )
+    checks.passed(f"w8a16_decode: at least {worst.fraction_of_copy:.0%} of the copy bandwidth (threshold {threshold:.0%})")
+    return results
+
+
+# ----------------------------------------------------------------------------------------------------------
+# What the roofline predicts, and what the paths measure
+
+# Measured on the course's H200 (docs/benchmarks.md) at M = 1, N x K = 28672 x 8192, bf16 activations.
+H200_RECORDED_US = {"dense bf16 (cuBLAS)": 122.0, "naive: dequantize, then matmul": 1292.0}
+
+
+def predictions(env) -> None:
+    """Print the floor time of a decode and a prefill step on this GPU (the H200's figures on a CPU)."""
+    from qmatmul import roofline
+
+    ceil = roofline.ceilings(env)
+    N, K = BANDWIDTH_SHAPE
+    rows = []
+    for M in (1, 16, 2048):
+        rows.append((f"dense bf16, M={M}", bytes_moved_dense(M, N, K), flops(M, N, K)))
+        rows.append((f"W8A16 fused, M={M}", bytes_moved(M, N, K), flops(M, N, K)))
+    rows.append(("W8A16 naive path, M=1", bytes_moved_naive(1, N, K), flops(1, N, K)))
+    print(f"A Linear layer with N x K = {N} x {K} weights:")
+    roofline.print_predictions(ceil, rows)
+
+
+def compare_paths(env, prefill_fn, decode_fn, M: int = 1):
+    """Time the dense matmul, the naive path and the learner's kernels at decode; plot bytes and time."""
+    from qmatmul import plots
+
+    N, K = BANDWIDTH_SHAPE
+    rows = [
+        ("dense bf16 (cuBLAS)", bytes_moved_dense(M, N, K)),
+        ("naive: dequantize, then matmul", bytes_moved_naive(M, N, K)),
+        ("your w8a16_matmul (tiled)", bytes_moved(M, N, K)),
+        ("your w8a16_decode", bytes_moved(M, N, K)),
+    ]
+    if not env.has_gpu:
+        times = [H200_RECORDED_US.get(label) for label, _ in rows]
+        note = f"bytes: the model; times: recorded on an H200 ({env.versions['triton']} here has no GPU)"
+    else:
+        from qmatmul import bench
+
+        g = checks.generator(0, "cuda")
+        dtype = env.act_dtype
+        q = torch.randint(-QMAX, QMAX + 1, (N, K), dtype=torch.int8, device="cuda", generator=g)
+        s = torch.rand(N, device="cuda", generator=g) * 1e-3
+        w = torch.randn(N, K, device="cuda", generator=g).to(dtype)
+        x = torch.randn(M, K, device="cuda", generator=g).to(dtype)
+        fns = [lambda: x @ w.T, lambda: naive(x, q, s), lambda: prefill_fn(x, q, s), lambda: decode_fn(x, q, s)]
+        times = []
+        for fn in fns:
+            try:
+                fn()
+                times.append(bench.median_ms(fn) * 1e3)
+            except Exception as exc:  # noqa: BLE001 - an unfinished exercise shows as "not measured"
+                print(f"not measured: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+                times.append(None)
+        note = f"measured on {env.gpu_name}, L2 flushed, median"
+    table = [(label, nbytes / 1e6, t) for (label, nbytes), t in zip(rows, times, strict=True)]
+    for label, mb, t in table:
+        print(f"{label:<34}{mb:>9.1f} MB  " + ("not measured" if t is None else f"{t:>8.1f} µs"))
+    return plots.paths(table, f"M={M}, N x K = {N} x {K}: {note}")
