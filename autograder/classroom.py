@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DEMO_CLASS = ROOT / "autograder" / "demo_class"
 DEMO_DIR = ROOT / "build" / "demo"
 SECTION = re.compile(r"^# %% (\S+)\s*$", re.M)
-EXPECT = re.compile(r"^expect(?:\[(cpu|gpu)\])? (\S+): (\d+(?:\.\d+)?) / (.*)$", re.M)
+EXPECT = re.compile(r"^expect(?:\[(cpu|gpu)\])? (\S+): (\d+(?:\.\d+)?) /(.*)$", re.M)
 
 
 def assignments() -> list[str]:
@@ -220,7 +220,9 @@ def print_gradebook(assignment: str, rows: list[dict], failures: dict | None = N
                 continue
             print(f"  {r['student']} · {c.removeprefix('test_')}: {msg[:300]}")
     for c in sorted(unmeasured):
-        print(f"  (everyone) · {c.removeprefix('test_')}: not measured on this machine (no CUDA GPU): no points")
+        print(
+            f"  (everyone) · {c.removeprefix('test_')}: not measured on this machine (no CUDA GPU): no points"
+        )
     for student, why in (failures or {}).items():
         print(f"  {student}: grading failed: {why}")
 
@@ -257,12 +259,16 @@ def run_demo(selected: list[str]) -> int:
         nbgrader("generate_feedback", assignment, "--force", dirs=DEMO_DIRS)
     res = nbgrader("export", f"--to={DEMO_DIR / 'grades.csv'}", dirs=DEMO_DIRS)
     if res.returncode == 0:
-        print(f"\nGrades exported to {DEMO_DIR.relative_to(ROOT)}/grades.csv; feedback in {DEMO_DIRS.feedback}/")
+        print(
+            f"\nGrades exported to {DEMO_DIR.relative_to(ROOT)}/grades.csv; feedback in {DEMO_DIRS.feedback}/"
+        )
     return status
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("command", choices=["demo", "autograde", "gradebook"])
     parser.add_argument("assignments", nargs="*", help="default: every assignment under solutions/")
     args = parser.parse_args(argv)

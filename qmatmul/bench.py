@@ -27,7 +27,6 @@ def copy_bandwidth(device: str = "cuda", nbytes: int = 1 << 30) -> float:
     src = torch.empty(nbytes // 2, dtype=torch.float16, device=device).normal_()
     dst = torch.empty_like(src)
     ms = median_ms(lambda: dst.copy_(src))
-    del src, dst
     return 2 * nbytes / (ms * 1e-3)
 
 

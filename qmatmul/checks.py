@@ -83,7 +83,9 @@ def _unfilled_message(what: str) -> str:
 def _where(exc: BaseException) -> str:
     """The last frame of the learner's own code (a notebook cell), if any."""
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if "ipython-input" in f.filename]
-    frames = frames or [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith("/tmp/ipykernel")]
+    frames = frames or [
+        f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith("/tmp/ipykernel")
+    ]
     if not frames:
         return ""
     f = frames[-1]
@@ -125,7 +127,9 @@ class _Recorder(TorchDispatchMode):
         outs = out if isinstance(out, (tuple, list)) else (out,)
         tensors = [o for o in outs if isinstance(o, torch.Tensor)]
         self.ops.append(
-            OpRecord(func._overloadpacket.__name__, [tuple(t.shape) for t in tensors], [t.dtype for t in tensors])
+            OpRecord(
+                func._overloadpacket.__name__, [tuple(t.shape) for t in tensors], [t.dtype for t in tensors]
+            )
         )
         return out
 
@@ -227,7 +231,9 @@ def compare(
     if not isinstance(got, torch.Tensor):
         raise CheckFailed(f"{what} returned {type(got).__name__}, not a torch.Tensor")
     if tuple(got.shape) != tuple(expected.shape):
-        raise CheckFailed(f"{what} returned shape {list(got.shape)}, expected {list(expected.shape)}{context}")
+        raise CheckFailed(
+            f"{what} returned shape {list(got.shape)}, expected {list(expected.shape)}{context}"
+        )
     got_c, exp_c = got.detach().cpu(), expected.detach().cpu()
     bad = mismatch(got_c, exp_c, rtol)
     if not bad.any():

@@ -44,3 +44,40 @@ def show_solution(cell_id: str) -> None:
     """Print a solution, markers removed. For self-study: try the hints first."""
     lines = [ln for ln in solution_source(cell_id).splitlines() if "### BEGIN SOLUTION" not in ln]
     print("\n".join(ln for ln in lines if "### END SOLUTION" not in ln))
+
+
+def _strip_markers(src: str) -> str:
+    return "\n".join(
+        ln for ln in src.splitlines() if "### BEGIN SOLUTION" not in ln and "### END SOLUTION" not in ln
+    )
+
+
+def notebook_code(assignment: str, overrides: dict | None = None, root: Path | None = None) -> str:
+    """The code a learner's notebook defines: the 'imports' cell and every solution cell, in order.
+
+    overrides maps a solution cell's grade_id to other source (a demo student's cell, say).
+    """
+    root = root or repo_root()
+    overrides = overrides or {}
+    parts = ["from qmatmul import environment\nenv = environment.start(quiet=True)"]
+    for nb in sorted((root / "solutions" / assignment).glob("*.ipynb")):
+        for cell in cells(nb):
+            meta = cell.get("metadata", {}).get("nbgrader", {})
+            gid = meta.get("grade_id")
+            if gid == "imports" or meta.get("solution"):
+                parts.append(overrides.get(gid, _strip_markers("".join(cell["source"]))))
+    return "\n\n".join(parts) + "\n"
+
+
+def load_notebook_code(assignment: str, overrides: dict | None = None, name: str | None = None):
+    """Import notebook_code() as a module (Triton reads kernel source from files, so it goes to one)."""
+    import importlib.util
+    import tempfile
+
+    name = name or f"qmatmul_nb_{assignment}"
+    path = Path(tempfile.mkdtemp(prefix="qmatmul-")) / f"{name}.py"
+    path.write_text(notebook_code(assignment, overrides))
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

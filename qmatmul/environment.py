@@ -7,6 +7,7 @@ that kernels run in Triton's interpreter (numpy on the CPU).
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -21,10 +22,12 @@ INTERPRETER_NUMPY_FIX = (3, 9)
 def _version_tuple(text: str) -> tuple[int, ...]:
     parts = []
     for piece in text.split("+")[0].split("."):
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        if not digits:
+        match = re.match(r"\d+", piece)
+        if not match:
             break
-        parts.append(int(digits))
+        parts.append(int(match.group()))
+        if match.end() < len(piece):  # "0rc1": a pre-release tail ends the release number
+            break
     return tuple(parts)
 
 
@@ -66,7 +69,9 @@ class Env:
         ]
         if self.has_gpu:
             cap = ".".join(map(str, self.capability))
-            lines.append(f"device: {self.gpu_name} (sm_{cap.replace('.', '')}): kernels are compiled for the GPU")
+            lines.append(
+                f"device: {self.gpu_name} (sm_{cap.replace('.', '')}): kernels are compiled for the GPU"
+            )
         else:
             lines.append(
                 "device: CPU only -> Triton interpreter (TRITON_INTERPRET=1). Kernels run as numpy: "
@@ -96,7 +101,9 @@ def start(chapter: str | None = None, *, force_cpu: bool | None = None, quiet: b
         import numpy
         import torch
     except ImportError as exc:  # pragma: no cover - depends on the learner's machine
-        raise SetupError(f"{exc.name} is missing: run `pip install torch numpy` and restart the kernel.") from exc
+        raise SetupError(
+            f"{exc.name} is missing: run `pip install torch numpy` and restart the kernel."
+        ) from exc
 
     device, interpret = _pick_device(force_cpu)
     triton_loaded = "triton" in sys.modules

@@ -23,7 +23,11 @@ class Ceilings:
     measured: bool  # False: recorded figures of another GPU
 
     def describe(self) -> str:
-        how = "measured now" if self.measured else f"recorded on {H200['date']} ({H200['versions']}); no GPU here"
+        how = (
+            "measured now"
+            if self.measured
+            else f"recorded on {H200['date']} ({H200['versions']}); no GPU here"
+        )
         return (
             f"{self.name}: copy {self.copy_bandwidth / 1e12:.2f} TB/s, dense matmul "
             f"{self.matmul_flops / 1e12:.0f} TFLOP/s ({how})"

@@ -148,7 +148,9 @@ def explain_format(K: int = 8192) -> None:
     print(f"Bytes per weight for a row of K = {K} weights:")
     for name, b in rows:
         print(f"  {name:<36} {b:.5f} B")
-    print(f"At decode the weights dominate the bytes, so W8A16 can be up to {2 / bytes_per_weight(K):.2f}x faster.")
+    print(
+        f"At decode the weights dominate the bytes, so W8A16 can be up to {2 / bytes_per_weight(K):.2f}x faster."
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -201,35 +203,36 @@ def _quantizer_inputs(g: torch.Generator, hidden: bool):
     return cases
 
 
-def _quantizer_mistakes(w: torch.Tensor) -> list[Mistake]:
+def _quantizer_mistakes(w: torch.Tensor) -> list[tuple[str, str, torch.Tensor, torch.Tensor]]:
+    """(name, explanation, q, s) of the known wrong quantizers."""
     wf = w.float()
     amax = wf.abs().amax(dim=1)
-    safe = torch.where(amax > 0, amax, torch.ones_like(amax))
 
-    def q_with(s):
-        return torch.round(wf / s[:, None]).clamp(-QMAX, QMAX).to(torch.int8)
+    def guarded(a):
+        return torch.where(a > 0, a, torch.ones_like(a))
 
-    s128 = safe / 128
-    s_max = torch.where(wf.amax(dim=1) > 0, wf.amax(dim=1) / QMAX, torch.ones_like(amax))
-    s_tensor = torch.full_like(amax, float(amax.max()) / QMAX)
+    def with_scale(s):
+        return torch.round(wf / s[:, None]).clamp(-QMAX, QMAX).to(torch.int8), s
+
+    s_ref = torch.where(amax > 0, amax / QMAX, torch.ones_like(amax))
     return [
-        Mistake("127 replaced by 128", "The symmetric int8 range is -127..127: s = max|w| / 127.", q_with(s128)),
-        Mistake(
-            "truncation instead of rounding",
-            "Converting with .to(torch.int8) truncates toward zero; round first (torch.round).",
-            torch.trunc(wf / (safe / QMAX)[:, None]).clamp(-QMAX, QMAX).to(torch.int8),
-        ),
-        Mistake(
-            "max instead of max |w|",
-            "The scale must cover the largest magnitude, negative values included: use w.abs().amax(dim=1).",
-            q_with(s_max),
-        ),
-        Mistake(
-            "one scale for the whole tensor",
-            "Each output channel (row n of W) gets its own scale: reduce over K only (dim=1).",
-            q_with(s_tensor),
-        ),
-    ]
+        ("127 replaced by 128", "The symmetric int8 range is -127..127: s = max|w| / 127.",
+         *with_scale(torch.where(amax > 0, amax / 128, torch.ones_like(amax)))),
+        ("truncation instead of rounding", "Converting with .to(torch.int8) truncates toward zero; round first "
+         "(torch.round).", torch.trunc(wf / s_ref[:, None]).clamp(-QMAX, QMAX).to(torch.int8), s_ref),
+        ("max instead of max |w|", "The scale must cover the largest magnitude, negative values included: "
+         "use w.abs().amax(dim=1).", *with_scale(torch.where(wf.amax(dim=1) > 0, wf.amax(dim=1) / QMAX, 1.0))),
+        ("one scale for the whole tensor", "Each output channel (row n of W) gets its own scale: reduce over K "
+         "only (dim=1).", *with_scale(torch.full_like(amax, float(guarded(amax).max()) / QMAX))),
+    ]  # fmt: skip
+
+
+def _named_quantizer_mistake(w, q, s, zero_rows) -> str | None:
+    for name, explanation, mq, ms in _quantizer_mistakes(w):
+        same_s = torch.equal(torch.where(zero_rows, ms, s), ms)
+        if torch.equal(q, mq) or same_s:
+            return f"This matches a known mistake: {name}. {explanation}"
+    return None
 
 
 def check_quantizer(fn, *, hidden: bool = False, seed: int | None = None) -> None:
@@ -255,42 +258,47 @@ def check_quantizer(fn, *, hidden: bool = False, seed: int | None = None) -> Non
                 f"One scale per output channel (row of W): reduce over K, dim=1, for shape [{N}].{ctx}"
             )
         if tuple(s.shape) in ((N, 1), (1, N)):
-            raise CheckFailed(f"s has shape {list(s.shape)}: return a 1-D tensor of {N} scales (squeeze it).{ctx}")
+            raise CheckFailed(
+                f"s has shape {list(s.shape)}: return a 1-D tensor of {N} scales (squeeze it).{ctx}"
+            )
         if tuple(s.shape) != (N,):
-            raise CheckFailed(f"s must have shape [{N}] (one scale per output channel), got {list(s.shape)}{ctx}")
+            raise CheckFailed(
+                f"s must have shape [{N}] (one scale per output channel), got {list(s.shape)}{ctx}"
+            )
         if s.dtype != torch.float32:
             raise CheckFailed(f"s must be float32, got {s.dtype}: compute in float32 (w.float()).{ctx}")
         checks.check_finite(s, what=f"s{ctx}")
         q_ref, s_ref = quantize(w)
         zero_rows = w.float().abs().amax(dim=1) == 0
         if bool((s[zero_rows] <= 0).any()):
-            raise CheckFailed(f"an all-zero row got scale {s[zero_rows].min().item()}: it must be positive{ctx}")
+            raise CheckFailed(
+                f"an all-zero row got scale {s[zero_rows].min().item()}: it must be positive{ctx}"
+            )
         s_cmp = torch.where(zero_rows, s_ref, s)
+        named = None
+        if not (torch.equal(s_cmp, s_ref) and torch.equal(q, q_ref)):
+            named = _named_quantizer_mistake(w, q, s, zero_rows)
         if not torch.equal(s_cmp, s_ref):
             bad = (s_cmp != s_ref).nonzero().flatten().tolist()
             i = bad[0]
             ratio = float(s_cmp[i] / s_ref[i])
             hint = ""
-            if abs(ratio - 127 / 128) < 1e-6:
-                hint = " Your scales are max|w|/128: the symmetric int8 range is -127..127."
-            elif abs(ratio - 1) < 1e-2:
+            if abs(ratio - 1) < 1e-2:
                 hint = " They differ in the last bits: compute max|w| / 127 in float32, from w.float()."
-            raise CheckFailed(
+            text = (
                 f"s differs from the reference in {len(bad)} of {N} channels, first at n = {i}: "
                 f"got {float(s_cmp[i]):.8g}, expected {float(s_ref[i]):.8g}.{hint}{ctx}"
             )
+            raise CheckFailed(f"{named}\n{text}" if named else text)
         if not torch.equal(q, q_ref):
-            diff = (q.int() - q_ref.int())
+            diff = q.int() - q_ref.int()
             n_bad = int((diff != 0).sum())
             where = checks._where_2d(diff != 0, ("rows", "columns"))
             lines = [f"q differs from the reference in {n_bad} of {q.numel()} elements{ctx}"]
-            for m in _quantizer_mistakes(w):
-                if torch.equal(q, m.output):
-                    lines.insert(0, f"This matches a known mistake: {m.name}. {m.explanation}")
-                    break
-            else:
-                if int(diff.abs().max()) == 1:
-                    lines.append("Every difference is ±1: check the rounding (round half to even, torch.round).")
+            if named:
+                lines.insert(0, named)
+            elif int(diff.abs().max()) == 1:
+                lines.append("Every difference is ±1: check the rounding (round half to even, torch.round).")
             lines.append(f"Differences lie {where}.")
             raise CheckFailed("\n".join(lines))
         if not torch.equal(w, w_before):
@@ -308,7 +316,9 @@ def kernel_mistakes(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> list[M
     N = qf.shape[0]
     raw = xf @ qf.T
     out = [
-        Mistake("scale missing", "The per-channel scale s[n] was never applied: multiply in the epilogue.", raw),
+        Mistake(
+            "scale missing", "The per-channel scale s[n] was never applied: multiply in the epilogue.", raw
+        ),
         Mistake(
             "scale applied twice",
             "Apply s once: either to the weight tile or to the accumulator, not both.",
@@ -363,11 +373,18 @@ def _check_kernel(fn, what: str, shapes, device: str, dtypes, g, strided_cases=(
                     raise CheckFailed(f"{what} returned {y.dtype}; y must have x's dtype {dtype}{ctx}")
                 ref = reference(x, q, s)
                 checks.compare(
-                    y, ref, what=what, rtol=checks.tolerance_for(dtype), poisoned=True, context=ctx,
+                    y,
+                    ref,
+                    what=what,
+                    rtol=checks.tolerance_for(dtype),
+                    poisoned=True,
+                    context=ctx,
                     mistakes=kernel_mistakes(x, q, s),
                 )
                 if strided and not torch.isnan(full[:, N:].float()).all():
-                    raise CheckFailed(f"{what} wrote past column N of the output (into its neighbour's memory){ctx}")
+                    raise CheckFailed(
+                        f"{what} wrote past column N of the output (into its neighbour's memory){ctx}"
+                    )
                 for t, before, name in zip((x, q, s), inputs_before, "xqs", strict=True):
                     if not torch.equal(t, before):
                         raise CheckFailed(f"{what} modified its input {name} in place{ctx}")
@@ -395,7 +412,9 @@ def check_prefill(fn, *, hidden: bool = False, seed: int | None = None) -> None:
             shapes.append((M, N, int(torch.randint(40, 1000 if big else 260, (1,), generator=g))))
         shapes.append((1, 129, 77))
     n = _check_kernel(fn, "w8a16_matmul", shapes, device, _act_dtypes(device), g)
-    checks.passed(f"w8a16_matmul: {n} {'hidden' if hidden else 'visible'} cases match the reference (seed {seed})")
+    checks.passed(
+        f"w8a16_matmul: {n} {'hidden' if hidden else 'visible'} cases match the reference (seed {seed})"
+    )
 
 
 def check_decode(fn, *, hidden: bool = False, seed: int | None = None) -> None:
@@ -413,7 +432,9 @@ def check_decode(fn, *, hidden: bool = False, seed: int | None = None) -> None:
             for M in (1, int(torch.randint(2, 16, (1,), generator=g)), 16)
         ]  # fmt: skip
     n = _check_kernel(fn, "w8a16_decode", shapes, device, _act_dtypes(device), g)
-    checks.passed(f"w8a16_decode: {n} {'hidden' if hidden else 'visible'} cases match the reference (seed {seed})")
+    checks.passed(
+        f"w8a16_decode: {n} {'hidden' if hidden else 'visible'} cases match the reference (seed {seed})"
+    )
 
 
 def check_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: int | None = None) -> list:
@@ -458,7 +479,9 @@ def check_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: 
             f"{worst.label.split(':')[0]}; it must reach {threshold:.0%}. The naive dequantize-then-matmul "
             "path moves each weight about five times: load each int8 tile once and keep it in registers."
         )
-    checks.passed(f"w8a16_decode: at least {worst.fraction_of_copy:.0%} of the copy bandwidth (threshold {threshold:.0%})")
+    checks.passed(
+        f"w8a16_decode: at least {worst.fraction_of_copy:.0%} of the copy bandwidth (threshold {threshold:.0%})"
+    )
     return results
 
 
@@ -507,7 +530,12 @@ def compare_paths(env, prefill_fn, decode_fn, M: int = 1):
         s = torch.rand(N, device="cuda", generator=g) * 1e-3
         w = torch.randn(N, K, device="cuda", generator=g).to(dtype)
         x = torch.randn(M, K, device="cuda", generator=g).to(dtype)
-        fns = [lambda: x @ w.T, lambda: naive(x, q, s), lambda: prefill_fn(x, q, s), lambda: decode_fn(x, q, s)]
+        fns = [
+            lambda: x @ w.T,
+            lambda: naive(x, q, s),
+            lambda: prefill_fn(x, q, s),
+            lambda: decode_fn(x, q, s),
+        ]
         times = []
         for fn in fns:
             try:

@@ -42,7 +42,9 @@ def int8_explorer():
         )
 
     w = W.FloatSlider(value=0.0123, min=-0.1, max=0.1, step=0.0001, readout_format=".4f", description="w")
-    amax = W.FloatSlider(value=0.05, min=0.001, max=0.1, step=0.0005, readout_format=".4f", description="max |w|")
+    amax = W.FloatSlider(
+        value=0.05, min=0.001, max=0.1, step=0.0005, readout_format=".4f", description="max |w|"
+    )
     W.interactive_output(show, {"w": w, "amax": amax})
     show(w.value, amax.value)
     return W.VBox([w, amax, out])

@@ -1,0 +1,61 @@
+# The course's commands. `make demo` and `make test` work on a fresh machine with python3 (3.10+).
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(abspath $(VENV))/bin
+# nbgrader runs helper commands (alembic, jupyter) that must come from the course's environment.
+export PATH := $(BIN):$(PATH)
+ASSIGNMENTS := $(notdir $(wildcard solutions/*))
+
+.PHONY: help setup release demo autograde gradebook feedback test lint format gpu-check bench clean
+
+help:
+	@echo "make demo       set up, release every assignment, autograde the embedded demo class, print the gradebook"
+	@echo "make test       lint, unit tests, notebooks in sync, solution notebook and demo class under the interpreter"
+	@echo "make release    regenerate notebooks/ (student versions) from solutions/ with nbgrader"
+	@echo "make autograde  grade autograder/submitted/<student>/<assignment>/ and print the gradebook"
+	@echo "make feedback   write feedback HTML and export grades to autograder/grades.csv"
+	@echo "make format     ruff format + fixes, and strip outputs from every notebook"
+	@echo "make gpu-check  on a CUDA GPU: grade the solution and the demo class's code with the checks directly"
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: requirements-dev.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps -e .
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
+	touch $@
+
+release: setup
+	for a in $(ASSIGNMENTS); do $(BIN)/nbgrader generate_assignment $$a --force || exit 1; done
+
+demo: setup
+	$(BIN)/python autograder/classroom.py demo
+
+autograde: setup
+	$(BIN)/python autograder/classroom.py autograde
+
+gradebook: setup
+	$(BIN)/python autograder/classroom.py gradebook
+
+feedback: setup
+	for a in $(ASSIGNMENTS); do $(BIN)/nbgrader generate_feedback $$a --force || exit 1; done
+	$(BIN)/nbgrader export --to=autograder/grades.csv
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+test: lint
+	$(BIN)/python -m pytest -q
+
+format: setup
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+	$(BIN)/python tools/notebook_format.py solutions notebooks
+
+gpu-check:
+	$(PYTHON) autograder/gpu_check.py
+
+clean:
+	rm -rf build .pytest_cache .ruff_cache

@@ -1,0 +1,29 @@
+"""Test setup: without a CUDA GPU, Triton's interpreter must be chosen before triton is imported."""
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+if not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"
+sys.path.insert(0, str(ROOT / "autograder"))
+
+HAS_GPU = torch.cuda.is_available()
+
+
+@pytest.fixture(scope="session")
+def env():
+    from qmatmul import environment
+
+    return environment.start(quiet=True)
+
+
+@pytest.fixture(scope="session")
+def w8a16_solution(env):
+    from qmatmul import course
+
+    return course.load_notebook_code("w8a16")

@@ -1,0 +1,88 @@
+"""The shared checks: each is shown to fail on a wrong answer, with a message that says why."""
+
+import pytest
+import torch
+
+from qmatmul import checks
+from qmatmul.checks import CheckFailed
+
+
+def test_call_learner_names_unfilled_exercises():
+    def stub(*a):
+        raise NotImplementedError()
+
+    with pytest.raises(CheckFailed, match="is not implemented yet"):
+        checks.call_learner(stub, what="f")
+
+
+def test_call_learner_reports_other_errors_in_one_line():
+    def broken(x):
+        return x[10]
+
+    with pytest.raises(CheckFailed, match="f raised IndexError"):
+        checks.call_learner(broken, torch.zeros(3), what="f")
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda a, b: a @ b.T,
+        lambda a, b: torch.nn.functional.linear(a, b),
+        lambda a, b: torch.einsum("mk,nk->mn", a, b),
+        lambda a, b: torch.addmm(torch.zeros(a.shape[0], b.shape[0]), a, b.T),
+        lambda a, b: torch.bmm(a[None], b.T[None])[0],
+    ],
+)
+def test_audit_catches_torch_matmul(op):
+    a, b = torch.randn(4, 8), torch.randn(6, 8)
+    _, ops = checks.run_audited(op, a, b, what="f")
+    with pytest.raises(CheckFailed, match="computed the product with PyTorch"):
+        checks.assert_fused(ops, what="f", weight_shape=(6, 8))
+
+
+def test_audit_catches_a_materialized_weight():
+    q = torch.randint(-127, 127, (6, 8), dtype=torch.int8)
+    _, ops = checks.run_audited(lambda: q.to(torch.float16) * 2, what="f")
+    with pytest.raises(CheckFailed, match="naive dequantize-then-matmul"):
+        checks.assert_fused(ops, what="f", weight_shape=(6, 8))
+
+
+def test_audit_lets_small_tensors_through():
+    q = torch.randint(-127, 127, (6, 8), dtype=torch.int8)
+    _, ops = checks.run_audited(lambda: (q[:2].float().sum(), torch.empty(4, 6)), what="f")
+    checks.assert_fused(ops, what="f", weight_shape=(6, 8))
+
+
+def test_compare_passes_within_tolerance_and_rejects_nan():
+    ref = torch.randn(8, 8)
+    checks.compare(ref.half(), ref, what="y", rtol=checks.tolerance_for(torch.float16))
+    bad = ref.half().clone()
+    bad[3, 4] = float("nan")
+    with pytest.raises(CheckFailed, match="1 of 64 elements"):
+        checks.compare(bad, ref, what="y", rtol=checks.tolerance_for(torch.float16))
+
+
+def test_compare_reports_location_and_size():
+    ref = torch.ones(4, 5)
+    got = ref.clone()
+    got[2, 3] = 3.0
+    with pytest.raises(CheckFailed) as info:
+        checks.compare(got, ref, what="y", rtol=1e-3)
+    text = str(info.value)
+    assert "Largest error 2 at [2, 3]: got 3, expected 1" in text
+    assert "rows 2 of 0..3 and columns 3 of 0..4" in text
+
+
+def test_compare_rejects_wrong_shape():
+    with pytest.raises(CheckFailed, match=r"shape \[4, 4\], expected \[4, 5\]"):
+        checks.compare(torch.zeros(4, 4), torch.zeros(4, 5), what="y", rtol=1e-3)
+
+
+def test_compare_says_nothing_was_written():
+    with pytest.raises(CheckFailed, match="wrote nothing into the output buffer"):
+        checks.compare(torch.full((3, 3), float("nan")), torch.ones(3, 3), what="y", rtol=1e-3, poisoned=True)
+
+
+def test_ranges():
+    assert checks._ranges([0, 1, 2, 5, 7, 8]) == "0..2, 5, 7..8"
+    assert "more ranges" in checks._ranges(list(range(0, 40, 2)))

@@ -1,0 +1,78 @@
+"""The setup cell's machinery, and the platform facts the course relies on (seen here, not promised)."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import HAS_GPU
+
+
+def test_start_picks_interpreter_and_fp16_without_gpu(env):
+    if HAS_GPU:
+        pytest.skip("this machine has a GPU")
+    assert env.interpret and env.device == "cpu"
+    assert env.act_dtype == torch.float16
+    text = env.describe()
+    assert "Triton interpreter" in text and "no points" in text
+
+
+def test_importing_torch_or_qmatmul_does_not_import_triton():
+    code = "import sys, torch, qmatmul, qmatmul.environment; print('triton' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+def test_start_refuses_when_triton_was_imported_first():
+    code = (
+        "import os; os.environ.pop('TRITON_INTERPRET', None); os.environ['CUDA_VISIBLE_DEVICES'] = ''\n"
+        "import triton\nfrom qmatmul import environment\n"
+        "try:\n    environment.start(quiet=True)\nexcept environment.SetupError as e:\n    print('refused:', e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "refused: triton was imported before" in out
+
+
+def test_smoke_kernel_catches_a_wrong_answer(env, monkeypatch):
+    from qmatmul import environment, smoke
+
+    class Broken:
+        def __getitem__(self, grid):
+            return lambda x, w, y, K, BLOCK: y.fill_(1.0)
+
+    monkeypatch.setattr(smoke, "dot_kernel", Broken())
+    with pytest.raises(environment.SetupError, match="wrong answer"):
+        environment.smoke_test(env)
+
+
+def test_version_parsing():
+    from qmatmul.environment import _version_tuple
+
+    assert _version_tuple("2.13.0+cpu") == (2, 13, 0)
+    assert _version_tuple("3.6.0rc1") == (3, 6, 0)
+
+
+@pytest.mark.skipif(HAS_GPU, reason="interpreter facts")
+def test_fact_interpreter_fp16_dot_is_right_and_bf16_dot_is_not(env):
+    """Why the chapters use fp16 on the CPU. If bf16 becomes right, the workaround can go."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def dot(a_ptr, b_ptr, c_ptr, B: tl.constexpr):
+        r = tl.arange(0, B)
+        a = tl.load(a_ptr + r[:, None] * B + r[None, :])
+        b = tl.load(b_ptr + r[:, None] * B + r[None, :])
+        tl.store(c_ptr + r[:, None] * B + r[None, :], tl.dot(a, b))
+
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(32, 32, generator=g), torch.randn(32, 32, generator=g)
+    errors = {}
+    for dtype in (torch.float16, torch.bfloat16):
+        c = torch.empty(32, 32)
+        dot[(1,)](a.to(dtype), b.to(dtype), c, B=32)
+        ref = a.to(dtype).float() @ b.to(dtype).float()
+        errors[dtype] = float((c - ref).norm() / ref.norm())
+    assert errors[torch.float16] < 1e-3
+    if errors[torch.bfloat16] < 1e-2:
+        pytest.fail(f"the interpreter's bf16 tl.dot is right now ({errors}): bf16 could be used on the CPU")

@@ -1,0 +1,143 @@
+"""The notebooks end to end: in sync, clean, runnable, and graded by the real nbgrader as expected."""
+
+import hashlib
+import json
+import subprocess
+import sys
+
+import classroom
+import nbformat
+import pytest
+from conftest import HAS_GPU, ROOT
+from nbclient import NotebookClient
+
+ASSIGNMENTS = classroom.assignments()
+pytestmark = pytest.mark.slow
+
+
+def test_every_assignment_has_a_student_notebook_and_a_demo_class():
+    assert ASSIGNMENTS, "no solution notebooks found"
+    for a in ASSIGNMENTS:
+        assert list((ROOT / "notebooks" / a).glob("*.ipynb")), f"notebooks/{a} is missing: run `make release`"
+        names = {s.name for s in classroom.demo_students(a)}
+        assert {"correct", "blank"} <= names, f"demo class of {a} lacks a correct or a blank submission"
+
+
+def test_notebooks_are_committed_without_outputs():
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "notebook_format.py"), "--check", "solutions", "notebooks"],
+        cwd=ROOT, capture_output=True, text=True,
+    )  # fmt: skip
+    assert res.returncode == 0, f"run `make format`:\n{res.stdout}"
+
+
+@pytest.fixture(scope="module")
+def released(tmp_path_factory):
+    """A fresh `nbgrader generate_assignment` of every assignment, into a scratch course."""
+    base = tmp_path_factory.mktemp("course")
+    dirs = classroom.CourseDirs(
+        submitted=str(base / "submitted"), autograded=str(base / "autograded"), feedback=str(base / "feedback"),
+        release=str(base / "release"), db=str(base / "gradebook.db"),
+    )  # fmt: skip
+    for a in ASSIGNMENTS:
+        res = classroom.nbgrader("generate_assignment", a, "--force", dirs=dirs)
+        assert res.returncode == 0, res.stderr
+    return dirs
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_student_notebook_is_generated_from_the_solution(released, assignment):
+    for committed in (ROOT / "notebooks" / assignment).glob("*.ipynb"):
+        fresh = (ROOT / released.release / assignment / committed.name).read_text()
+        assert committed.read_text() == fresh, (
+            f"{committed.relative_to(ROOT)} differs from a fresh generation of solutions/{assignment}: "
+            "run `make release` and commit the result"
+        )
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_solution_notebook_runs_top_to_bottom(assignment, tmp_path):
+    for path in (ROOT / "solutions" / assignment).glob("*.ipynb"):
+        nb = nbformat.read(path, as_version=4)
+        NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=True,
+                       resources={"metadata": {"path": str(tmp_path)}}).execute()  # fmt: skip
+        for cell in nb.cells:
+            errors = [o for o in cell.get("outputs", []) if o.output_type == "error"]
+            gid = cell.metadata.get("nbgrader", {}).get("grade_id", "?")
+            if errors and not HAS_GPU and errors[0].ename == "NotMeasured":
+                continue  # performance cells award nothing without a GPU, and say so
+            assert not errors, f"{path.name} cell {gid}: {errors[0].ename}: {errors[0].evalue[:500]}"
+
+
+def _digest(folder):
+    return {
+        p.relative_to(folder): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in folder.rglob("*")
+        if p.is_file()
+    }
+
+
+@pytest.fixture(scope="module")
+def demo_gradebook(released):
+    """The demo class, graded by the real `nbgrader autograde`: rows, and the students' expectations."""
+    results = {}
+    for a in ASSIGNMENTS:
+        students = classroom.demo_students(a)
+        for st in students:
+            classroom.build_submission(st, ROOT / released.release, ROOT / released.submitted / st.name / a)
+        before = _digest(ROOT / released.submitted)
+        failures = classroom.autograde(a, [s.name for s in students], released)
+        after = _digest(ROOT / released.submitted)
+        rows = {r["student"]: r for r in classroom.gradebook(a, released)}
+        classroom.print_gradebook(a, list(rows.values()), failures)
+        results[a] = dict(students=students, rows=rows, failures=failures, unchanged=before == after)
+    return results
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_demo_class_grades_as_its_files_expect(demo_gradebook, assignment):
+    res = demo_gradebook[assignment]
+    assert not res["failures"], res["failures"]
+    where = "gpu" if HAS_GPU else "cpu"
+    checked = 0
+    for st in res["students"]:
+        row = res["rows"][st.name]
+        for scope, cell, points, message in st.expects:
+            if scope not in ("any", where):
+                continue
+            got = row["scores"][cell][0]
+            assert got == points, (
+                f"{st.name} · {cell}: {got} points, expected {points} ({row['messages'].get(cell)})"
+            )
+            if message:
+                assert message in row["messages"].get(cell, ""), (
+                    f"{st.name} · {cell}: {row['messages'].get(cell)}"
+                )
+            checked += 1
+    assert checked >= 3 * len(res["students"])
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_correct_submission_ranks_above_every_wrong_one(demo_gradebook, assignment):
+    rows = demo_gradebook[assignment]["rows"]
+    correct = rows["correct"]["total"]
+    unmeasured = {c for c, m in rows["correct"]["messages"].items() if m.startswith("NotMeasured")}
+    assert HAS_GPU or unmeasured, "without a GPU the performance cells must say they measured nothing"
+    best = sum(mx for c, (_, mx) in rows["correct"]["scores"].items() if c not in unmeasured)
+    assert correct == best, rows["correct"]["messages"]
+    for name, row in rows.items():
+        if name != "correct":
+            assert row["total"] < correct, f"{name} scored {row['total']}, the correct submission {correct}"
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_submitted_notebooks_are_never_modified(demo_gradebook, assignment):
+    assert demo_gradebook[assignment]["unchanged"]
+
+
+def test_autograded_copy_keeps_hidden_tests(demo_gradebook, released):
+    """nbgrader restores the hidden tests from the gradebook, whatever the student's copy holds."""
+    for a in ASSIGNMENTS:
+        for nb in (ROOT / released.autograded / "correct" / a).glob("*.ipynb"):
+            text = json.loads(nb.read_text())
+            assert any("hidden=True" in "".join(c["source"]) for c in text["cells"])
