@@ -16,6 +16,7 @@ help:
 	@echo "make feedback   write feedback HTML and export grades to autograder/grades.csv"
 	@echo "make format     ruff format + fixes, and strip outputs from every notebook"
 	@echo "make gpu-check  on a CUDA GPU: grade the solution and the demo class's code with the checks directly"
+	@echo "make bench      on a CUDA GPU: solution kernels beside PyTorch's paths; table in build/bench/bench.md"
 
 setup: $(VENV)/.installed
 
@@ -54,8 +55,12 @@ format: setup
 	$(BIN)/ruff check --fix .
 	$(BIN)/python tools/notebook_format.py solutions notebooks
 
+# The GPU targets use the machine's own python (its CUDA torch), not the CPU venv.
 gpu-check:
 	$(PYTHON) autograder/gpu_check.py
+
+bench:
+	$(PYTHON) tools/bench.py --out build/bench
 
 clean:
 	rm -rf build .pytest_cache .ruff_cache

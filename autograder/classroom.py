@@ -155,15 +155,18 @@ def cell_messages(notebook: Path) -> dict:
             continue
         for o in cell.get("outputs", []):
             if o.get("output_type") == "error":
-                text = (o.get("evalue") or "").strip().splitlines()
-                line = text[0] if text else ""
-                if not line and o.get("ename") == "CellTimeoutError":
-                    line = "the cell ran past the time limit and was interrupted"
-                out[meta["grade_id"]] = f"{o.get('ename')}: {line}"
-                for ln in text[1:]:
-                    if ln.startswith("This matches a known mistake"):
-                        out[meta["grade_id"]] += f" [{ln}]"
+                out[meta["grade_id"]] = summary(o.get("ename"), o.get("evalue") or "")
     return out
+
+
+def summary(ename: str, evalue: str) -> str:
+    """One line for the gradebook: the check's verdict, and the known mistake it names, if any."""
+    text = evalue.strip().splitlines()
+    line = text[0] if text else ""
+    if not line and ename == "CellTimeoutError":
+        line = "the cell ran past the time limit and was interrupted"
+    named = [ln for ln in text[1:] if ln.startswith("This matches a known mistake")]
+    return f"{ename}: {line}" + (f" [{named[0]}]" if named else "")
 
 
 def gradebook(assignment: str, dirs: CourseDirs) -> list[dict]:

@@ -1,0 +1,135 @@
+"""Grade the solution and the demo class's code through the checks directly, on a machine without nbgrader.
+
+    python autograder/gpu_check.py [ASSIGNMENT ...] [--seeds N] [--json PATH]
+
+For the lent GPU (no jupyter or nbgrader there): each demo student's cells are imported as a module,
+every graded cell's check runs in order, and the points are compared with the student's expectations.
+It also runs the solution's checks on N fresh seeds. Exit status 1 when any expectation fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "autograder"))
+
+import classroom  # noqa: E402
+
+
+def graded_cells(assignment: str) -> list[tuple[str, float, list[str]]]:
+    """(grade_id, points, statements) of each test cell, hidden tests included, in notebook order."""
+    out = []
+    for nb in sorted((ROOT / "solutions" / assignment).glob("*.ipynb")):
+        for cell in json.loads(nb.read_text())["cells"]:
+            meta = cell.get("metadata", {}).get("nbgrader", {})
+            if meta.get("grade") and cell["cell_type"] == "code":
+                src = "".join(cell["source"])
+                lines = [ln for ln in src.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+                out.append((meta["grade_id"], float(meta.get("points", 0)), lines))
+    return out
+
+
+def grade(module, assignment: str) -> dict:
+    """grade_id -> (points, message). Each cell's statements run with the module's names in scope."""
+    from qmatmul import checks
+
+    results = {}
+    for gid, points, lines in graded_cells(assignment):
+        scope = dict(vars(module))
+        t0 = time.time()
+        try:
+            for line in lines:
+                exec(line, scope)  # noqa: S102 - the course's own test cells
+            results[gid] = (points, "", time.time() - t0)
+        except checks.CheckFailed as exc:
+            results[gid] = (0.0, classroom.summary(type(exc).__name__, str(exc)), time.time() - t0)
+        except Exception as exc:  # noqa: BLE001
+            tb = traceback.format_exception_only(type(exc), exc)[-1].strip()
+            results[gid] = (0.0, f"{type(exc).__name__}: {tb[:300]}", time.time() - t0)
+    return results
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("assignments", nargs="*")
+    parser.add_argument("--seeds", type=int, default=3, help="fresh-seed reruns of the solution's checks")
+    parser.add_argument("--json", help="write the results here")
+    args = parser.parse_args(argv)
+
+    from qmatmul import course, environment
+
+    env = environment.start()
+    where = "gpu" if env.has_gpu else "cpu"
+    report, failed = {"env": env.describe(), "assignments": {}}, []
+    for assignment in args.assignments or classroom.assignments():
+        rows = {}
+        for student in classroom.demo_students(assignment):
+            if student.blank:
+                overrides = _blank_overrides(assignment)
+            else:
+                overrides = student.cells
+            module = course.load_notebook_code(
+                assignment, overrides, name=f"demo_{assignment}_{student.name}"
+            )
+            rows[student.name] = grade(module, assignment)
+            for scope, cell, points, message in student.expects:
+                if scope not in ("any", where):
+                    continue
+                got, msg, _ = rows[student.name][cell]
+                if got != points or (message.strip() and message.strip() not in msg):
+                    failed.append(
+                        f"{assignment} · {student.name} · {cell}: {got} points ({msg!r}); expected {points}"
+                    )
+        solution = course.load_notebook_code(assignment, name=f"solution_{assignment}")
+        seeds = [grade(solution, assignment) for _ in range(args.seeds)]
+        stable = {gid: sum(1 for s in seeds if s[gid][0] > 0) for gid in seeds[0]} if seeds else {}
+        report["assignments"][assignment] = {"students": rows, "solution_passes": stable, "seeds": args.seeds}
+        print(f"\n{assignment}: points per graded cell ({where})")
+        cells = [gid for gid, _, _ in graded_cells(assignment)]
+        print("student".ljust(16) + "".join(c.removeprefix("test_").rjust(18) for c in cells))
+        for name, res in rows.items():
+            print(name.ljust(16) + "".join(f"{res[c][0]:g} ({res[c][2]:.0f}s)".rjust(18) for c in cells))
+        print(
+            "solution, fresh seeds passed: " + ", ".join(f"{c}: {n}/{args.seeds}" for c, n in stable.items())
+        )
+        for name, res in rows.items():
+            for c in cells:
+                if res[c][1]:
+                    print(f"  {name} · {c}: {res[c][1][:240]}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1, default=str))
+    for line in failed:
+        print("UNEXPECTED:", line)
+    print("all expectations met" if not failed else f"{len(failed)} expectations failed")
+    return 1 if failed else 0
+
+
+def _blank_overrides(assignment: str) -> dict:
+    """The released stubs: each solution region replaced by `raise NotImplementedError()`, as nbgrader does."""
+    out = {}
+    for nb in sorted((ROOT / "solutions" / assignment).glob("*.ipynb")):
+        for cell in json.loads(nb.read_text())["cells"]:
+            meta = cell.get("metadata", {}).get("nbgrader", {})
+            if meta.get("solution"):
+                src = "".join(cell["source"])
+                out[meta["grade_id"]] = re.sub(
+                    r"^( *)### BEGIN SOLUTION\n.*?^ *### END SOLUTION\n?",
+                    lambda m: f"{m.group(1)}# YOUR CODE HERE\n{m.group(1)}raise NotImplementedError()\n",
+                    src + "\n",
+                    flags=re.S | re.M,
+                )
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())

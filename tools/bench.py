@@ -1,0 +1,221 @@
+"""The course's benchmark on a CUDA GPU: solution kernels beside PyTorch's paths, in one process.
+
+    python tools/bench.py [--quick] [--sweep] [--out DIR]
+
+Decode (M = 1, 4, 16) and prefill (M = 2048, 4096) on Llama-sized weights. Bandwidth counts the bytes that
+must move; the copy bandwidth and the cuBLAS rate are measured in the same run. Every timed solution kernel
+is checked again on fresh inputs after timing. Writes bench.json and bench.md to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="one decode shape, one prefill M")
+    parser.add_argument("--sweep", action="store_true", help="also sweep the decode kernel's tile sizes")
+    parser.add_argument("--out", default="build/bench")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    from qmatmul import bench, checks, course, environment, w8a16
+
+    env = environment.start()
+    if not env.has_gpu:
+        print("make bench needs a CUDA GPU: nothing measured.")
+        return 1
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    sol = course.load_notebook_code("w8a16", name="bench_w8a16")
+    dtype = env.act_dtype
+    copy_bw = bench.copy_bandwidth()
+    cublas = bench.matmul_flops(dtype=dtype)
+    meta = {
+        "gpu": env.gpu_name,
+        "capability": env.capability,
+        "date": datetime.date.today().isoformat(),
+        "torch": torch.__version__,
+        "versions": env.versions,
+        "python": platform.python_version(),
+        "copy_TBps": copy_bw / 1e12,
+        "cublas_TFLOPs_8192": cublas / 1e12,
+    }
+    print(f"copy {copy_bw / 1e12:.2f} TB/s · cuBLAS {str(dtype)[6:]} 8192^3 {cublas / 1e12:.0f} TFLOP/s")
+    rows = []
+    g = checks.generator(0, "cuda")
+
+    def record(kind, label, M, N, K, fn, nbytes, check=None):
+        try:
+            fn()
+            torch.cuda.synchronize()
+            ms = bench.median_ms(fn)
+        except Exception as exc:  # noqa: BLE001 - a path PyTorch lacks on this GPU is reported, not fatal
+            rows.append(
+                dict(kind=kind, label=label, M=M, N=N, K=K, error=f"{type(exc).__name__}: {exc}"[:160])
+            )
+            print(f"{kind:8}{label:<34}{M:>6}{N:>7}{K:>7}  unavailable: {type(exc).__name__}")
+            return
+        ok = None
+        if check is not None:
+            ok = check()
+        tb = nbytes / (ms * 1e-3) / 1e12
+        tf = 2 * M * N * K / (ms * 1e-3) / 1e12
+        row = dict(kind=kind, label=label, M=M, N=N, K=K, us=ms * 1e3, TBps=tb, copy_frac=tb * 1e12 / copy_bw)
+        row.update(TFLOPs=tf, cublas_frac=tf * 1e12 / cublas, recheck=ok)
+        rows.append(row)
+        flag = "" if ok in (None, True) else "  WRONG AFTER TIMING"
+        print(
+            f"{kind:8}{label:<34}{M:>6}{N:>7}{K:>7}{ms * 1e3:>10.1f} µs{tb:>7.2f} TB/s {100 * row['copy_frac']:>4.0f} %"
+            f"{tf:>8.1f} TFLOP/s {100 * row['cublas_frac']:>4.0f} %{flag}"
+        )
+
+    def recheck(fn, M, N, K):
+        def run():
+            x, q, s = w8a16.random_problem(M, N, K, dtype, "cuda", checks.generator(1))
+            try:
+                checks.compare(
+                    fn(x, q, s), w8a16.reference(x, q, s), what="recheck", rtol=checks.tolerance_for(dtype)
+                )
+                return True
+            except checks.CheckFailed as exc:
+                print(exc)
+                return False
+
+        return run
+
+    shapes = [(28672, 8192)] if args.quick else [(8192, 8192), (28672, 8192), (8192, 28672)]
+    print(f"{'':8}{'':<34}{'M':>6}{'N':>7}{'K':>7}")
+    for N, K in shapes:
+        q = torch.randint(-127, 128, (N, K), dtype=torch.int8, device="cuda", generator=g)
+        s = torch.rand(N, device="cuda", generator=g) * 1e-3 + 1e-4
+        w = torch.randn(N, K, device="cuda", generator=g).to(dtype)
+        for M in (1, 4, 16):
+            x = torch.randn(M, K, device="cuda", generator=g).to(dtype)
+            fused = w8a16.bytes_moved(M, N, K)
+            record(
+                "decode",
+                "dense (cuBLAS)",
+                M,
+                N,
+                K,
+                lambda x=x, w=w: x @ w.T,
+                w8a16.bytes_moved_dense(M, N, K),
+            )
+            record(
+                "decode",
+                "naive: dequantize, matmul",
+                M,
+                N,
+                K,
+                lambda x=x, q=q, s=s: w8a16.naive(x, q, s),
+                fused,
+            )
+            record("decode", "torch._weight_int8pack_mm", M, N, K,
+                   lambda x=x, q=q, s=s: torch._weight_int8pack_mm(x, q, s.to(dtype)), fused)  # fmt: skip
+            record("decode", "solution w8a16_decode", M, N, K, lambda x=x, q=q, s=s: sol.w8a16_decode(x, q, s), fused,
+                   recheck(sol.w8a16_decode, M, N, K))  # fmt: skip
+            record(
+                "decode",
+                "solution w8a16_matmul (tiled)",
+                M,
+                N,
+                K,
+                lambda x=x, q=q, s=s: sol.w8a16_matmul(x, q, s),
+                fused,
+            )
+    for M in (2048,) if args.quick else (2048, 4096):
+        N = K = 8192
+        q = torch.randint(-127, 128, (N, K), dtype=torch.int8, device="cuda", generator=g)
+        s = torch.rand(N, device="cuda", generator=g) * 1e-3 + 1e-4
+        w = torch.randn(N, K, device="cuda", generator=g).to(dtype)
+        x = torch.randn(M, K, device="cuda", generator=g).to(dtype)
+        fused = w8a16.bytes_moved(M, N, K)
+        record(
+            "prefill", "dense (cuBLAS)", M, N, K, lambda x=x, w=w: x @ w.T, w8a16.bytes_moved_dense(M, N, K)
+        )
+        record(
+            "prefill", "naive: dequantize, matmul", M, N, K, lambda x=x, q=q, s=s: w8a16.naive(x, q, s), fused
+        )
+        record("prefill", "solution w8a16_matmul", M, N, K, lambda x=x, q=q, s=s: sol.w8a16_matmul(x, q, s), fused,
+               recheck(sol.w8a16_matmul, 300, 1000, 777))  # fmt: skip
+
+    sweep = []
+    if args.sweep:
+        sweep = decode_sweep(sol, w8a16, bench, dtype, copy_bw, g)
+    (out_dir / "bench.json").write_text(
+        json.dumps({"meta": meta, "rows": rows, "sweep": sweep}, indent=1, default=str)
+    )
+    (out_dir / "bench.md").write_text(markdown(meta, rows))
+    print(f"\nwrote {out_dir}/bench.json and bench.md")
+    return 0
+
+
+def decode_sweep(sol, w8a16, bench, dtype, copy_bw, g):
+    """Time the readable decode kernel over tile sizes, to choose w8a16.decode_config."""
+    import itertools
+
+    import torch
+
+    results = []
+    original = w8a16.decode_config
+    for N, K in [(28672, 8192), (8192, 28672), (8192, 8192)]:
+        q = torch.randint(-127, 128, (N, K), dtype=torch.int8, device="cuda", generator=g)
+        s = torch.rand(N, device="cuda", generator=g) * 1e-3
+        for M in (1, 16):
+            x = torch.randn(M, K, device="cuda", generator=g).to(dtype)
+            for bn, bk, nw, ns in itertools.product((32, 64, 128), (128, 256, 512), (4, 8), (3, 4, 5)):
+                cfg = dict(BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, num_warps=nw, num_stages=ns)
+                w8a16.decode_config = lambda *a, cfg=cfg, **k: cfg
+                try:
+                    ms = bench.median_ms(lambda x=x, q=q, s=s: sol.w8a16_decode(x, q, s), rep_ms=40)
+                except Exception as exc:  # noqa: BLE001
+                    results.append(dict(N=N, K=K, M=M, cfg=cfg, error=str(exc)[:80]))
+                    continue
+                frac = w8a16.bytes_moved(M, N, K) / (ms * 1e-3) / copy_bw
+                results.append(dict(N=N, K=K, M=M, cfg=cfg, us=ms * 1e3, copy_frac=frac))
+            best = max((r for r in results if r.get("N") == N and r.get("M") == M and "us" in r),
+                       key=lambda r: r["copy_frac"])  # fmt: skip
+            print(f"sweep N={N} K={K} M={M}: best {best['cfg']} -> {100 * best['copy_frac']:.0f} % of copy")
+    w8a16.decode_config = original
+    return results
+
+
+def markdown(meta, rows) -> str:
+    lines = [
+        f"# Benchmark: {meta['gpu']}",
+        "",
+        f"{meta['date']} · torch {meta['torch']} · triton {meta['versions']['triton']} · "
+        f"copy {meta['copy_TBps']:.2f} TB/s · cuBLAS 8192³ {meta['cublas_TFLOPs_8192']:.0f} TFLOP/s (same run)",
+        "",
+        "| kind | path | M | N | K | µs | TB/s | % copy | TFLOP/s | % cuBLAS | rechecked |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if "error" in r:
+            lines.append(
+                f"| {r['kind']} | {r['label']} | {r['M']} | {r['N']} | {r['K']} | {r['error']} |||||||"
+            )
+            continue
+        ok = {None: "", True: "yes", False: "**WRONG**"}[r["recheck"]]
+        lines.append(
+            f"| {r['kind']} | {r['label']} | {r['M']} | {r['N']} | {r['K']} | {r['us']:.1f} | {r['TBps']:.2f} | "
+            f"{100 * r['copy_frac']:.0f} | {r['TFLOPs']:.1f} | {100 * r['cublas_frac']:.0f} | {ok} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
