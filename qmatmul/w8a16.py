@@ -553,3 +553,60 @@ def compare_paths(env, prefill_fn, decode_fn, M: int = 1):
     for label, mb, t in table:
         print(f"{label:<34}{mb:>9.1f} MB  " + ("not measured" if t is None else f"{t:>8.1f} µs"))
     return plots.paths(table, f"M={M}, N x K = {N} x {K}: {note}")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The benchmark (tools/bench.py calls this on a CUDA GPU)
+
+
+def benchmark(sol, record, env, quick: bool = False) -> None:
+    """Time the solution beside the dense matmul, the naive path and PyTorch's int8 kernel.
+
+    record(kind, label, M, N, K, fn, nbytes, check=None) times fn and, after timing, runs check().
+    """
+    dtype = env.act_dtype
+    g = checks.generator(0, "cuda")
+
+    def recheck(fn, M, N, K):
+        def run():
+            x, q, s = random_problem(M, N, K, dtype, "cuda", checks.generator(1))
+            try:
+                checks.compare(
+                    fn(x, q, s), reference(x, q, s), what="recheck", rtol=checks.tolerance_for(dtype)
+                )
+                return True
+            except CheckFailed as exc:
+                print(exc)
+                return False
+
+        return run
+
+    shapes = [BANDWIDTH_SHAPE] if quick else [(8192, 8192), (28672, 8192), (8192, 28672)]
+    for N, K in shapes:
+        q = torch.randint(-QMAX, QMAX + 1, (N, K), dtype=torch.int8, device="cuda", generator=g)
+        s = torch.rand(N, device="cuda", generator=g) * 1e-3 + 1e-4
+        w = torch.randn(N, K, device="cuda", generator=g).to(dtype)
+        for M in (1, 4, 16):
+            x = torch.randn(M, K, device="cuda", generator=g).to(dtype)
+            fused = bytes_moved(M, N, K)
+            record("decode", "dense (cuBLAS)", M, N, K, lambda x=x, w=w: x @ w.T, bytes_moved_dense(M, N, K))
+            record(
+                "decode", "naive: dequantize, matmul", M, N, K, lambda x=x, q=q, s=s: naive(x, q, s), fused
+            )
+            record("decode", "torch._weight_int8pack_mm", M, N, K,
+                   lambda x=x, q=q, s=s: torch._weight_int8pack_mm(x, q, s.to(dtype)), fused)  # fmt: skip
+            record("decode", "solution w8a16_decode", M, N, K, lambda x=x, q=q, s=s: sol.w8a16_decode(x, q, s),
+                   fused, recheck(sol.w8a16_decode, M, N, K))  # fmt: skip
+            record("decode", "solution w8a16_matmul (tiled)", M, N, K,
+                   lambda x=x, q=q, s=s: sol.w8a16_matmul(x, q, s), fused)  # fmt: skip
+    N = K = 8192
+    q = torch.randint(-QMAX, QMAX + 1, (N, K), dtype=torch.int8, device="cuda", generator=g)
+    s = torch.rand(N, device="cuda", generator=g) * 1e-3 + 1e-4
+    w = torch.randn(N, K, device="cuda", generator=g).to(dtype)
+    for M in (2048,) if quick else (2048, 4096):
+        x = torch.randn(M, K, device="cuda", generator=g).to(dtype)
+        fused = bytes_moved(M, N, K)
+        record("prefill", "dense (cuBLAS)", M, N, K, lambda x=x: x @ w.T, bytes_moved_dense(M, N, K))
+        record("prefill", "naive: dequantize, matmul", M, N, K, lambda x=x: naive(x, q, s), fused)
+        record("prefill", "solution w8a16_matmul", M, N, K, lambda x=x: sol.w8a16_matmul(x, q, s), fused,
+               recheck(sol.w8a16_matmul, 300, 1000, 777))  # fmt: skip

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib
 import json
 import platform
 import sys
@@ -27,6 +28,7 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="one decode shape, one prefill M")
     parser.add_argument("--sweep", action="store_true", help="also sweep the decode kernel's tile sizes")
     parser.add_argument("--out", default="build/bench")
+    parser.add_argument("chapters", nargs="*", help="default: every chapter whose module has benchmark()")
     args = parser.parse_args(argv)
 
     import torch
@@ -39,7 +41,6 @@ def main(argv=None) -> int:
         return 1
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    sol = course.load_notebook_code("w8a16", name="bench_w8a16")
     dtype = env.act_dtype
     copy_bw = bench.copy_bandwidth()
     cublas = bench.matmul_flops(dtype=dtype)
@@ -66,7 +67,7 @@ def main(argv=None) -> int:
             rows.append(
                 dict(kind=kind, label=label, M=M, N=N, K=K, error=f"{type(exc).__name__}: {exc}"[:160])
             )
-            print(f"{kind:8}{label:<34}{M:>6}{N:>7}{K:>7}  unavailable: {type(exc).__name__}")
+            print(f"{kind:14}{label:<34}{M:>6}{N:>7}{K:>7}  unavailable: {type(exc).__name__}")
             return
         ok = None
         if check is not None:
@@ -78,89 +79,38 @@ def main(argv=None) -> int:
         rows.append(row)
         flag = "" if ok in (None, True) else "  WRONG AFTER TIMING"
         print(
-            f"{kind:8}{label:<34}{M:>6}{N:>7}{K:>7}{ms * 1e3:>10.1f} µs{tb:>7.2f} TB/s {100 * row['copy_frac']:>4.0f} %"
+            f"{kind:14}{label:<34}{M:>6}{N:>7}{K:>7}{ms * 1e3:>10.1f} µs{tb:>7.2f} TB/s {100 * row['copy_frac']:>4.0f} %"
             f"{tf:>8.1f} TFLOP/s {100 * row['cublas_frac']:>4.0f} %{flag}"
         )
 
-    def recheck(fn, M, N, K):
-        def run():
-            x, q, s = w8a16.random_problem(M, N, K, dtype, "cuda", checks.generator(1))
-            try:
-                checks.compare(
-                    fn(x, q, s), w8a16.reference(x, q, s), what="recheck", rtol=checks.tolerance_for(dtype)
-                )
-                return True
-            except checks.CheckFailed as exc:
-                print(exc)
-                return False
+    chapters = args.chapters or [
+        a for a in course_assignments() if hasattr(importlib.import_module(f"qmatmul.{a}"), "benchmark")
+    ]
+    for chapter in chapters:
+        module = importlib.import_module(f"qmatmul.{chapter}")
+        sol = course.load_notebook_code(chapter, name=f"bench_{chapter}")
+        print(f"\n{chapter}\n{'':8}{'':<34}{'M':>6}{'N':>7}{'K':>7}")
 
-        return run
+        def chapter_record(kind, label, M, N, K, fn, nbytes, check=None, chapter=chapter):
+            record(f"{chapter} {kind}", label, M, N, K, fn, nbytes, check)
 
-    shapes = [(28672, 8192)] if args.quick else [(8192, 8192), (28672, 8192), (8192, 28672)]
-    print(f"{'':8}{'':<34}{'M':>6}{'N':>7}{'K':>7}")
-    for N, K in shapes:
-        q = torch.randint(-127, 128, (N, K), dtype=torch.int8, device="cuda", generator=g)
-        s = torch.rand(N, device="cuda", generator=g) * 1e-3 + 1e-4
-        w = torch.randn(N, K, device="cuda", generator=g).to(dtype)
-        for M in (1, 4, 16):
-            x = torch.randn(M, K, device="cuda", generator=g).to(dtype)
-            fused = w8a16.bytes_moved(M, N, K)
-            record(
-                "decode",
-                "dense (cuBLAS)",
-                M,
-                N,
-                K,
-                lambda x=x, w=w: x @ w.T,
-                w8a16.bytes_moved_dense(M, N, K),
-            )
-            record(
-                "decode",
-                "naive: dequantize, matmul",
-                M,
-                N,
-                K,
-                lambda x=x, q=q, s=s: w8a16.naive(x, q, s),
-                fused,
-            )
-            record("decode", "torch._weight_int8pack_mm", M, N, K,
-                   lambda x=x, q=q, s=s: torch._weight_int8pack_mm(x, q, s.to(dtype)), fused)  # fmt: skip
-            record("decode", "solution w8a16_decode", M, N, K, lambda x=x, q=q, s=s: sol.w8a16_decode(x, q, s), fused,
-                   recheck(sol.w8a16_decode, M, N, K))  # fmt: skip
-            record(
-                "decode",
-                "solution w8a16_matmul (tiled)",
-                M,
-                N,
-                K,
-                lambda x=x, q=q, s=s: sol.w8a16_matmul(x, q, s),
-                fused,
-            )
-    for M in (2048,) if args.quick else (2048, 4096):
-        N = K = 8192
-        q = torch.randint(-127, 128, (N, K), dtype=torch.int8, device="cuda", generator=g)
-        s = torch.rand(N, device="cuda", generator=g) * 1e-3 + 1e-4
-        w = torch.randn(N, K, device="cuda", generator=g).to(dtype)
-        x = torch.randn(M, K, device="cuda", generator=g).to(dtype)
-        fused = w8a16.bytes_moved(M, N, K)
-        record(
-            "prefill", "dense (cuBLAS)", M, N, K, lambda x=x, w=w: x @ w.T, w8a16.bytes_moved_dense(M, N, K)
-        )
-        record(
-            "prefill", "naive: dequantize, matmul", M, N, K, lambda x=x, q=q, s=s: w8a16.naive(x, q, s), fused
-        )
-        record("prefill", "solution w8a16_matmul", M, N, K, lambda x=x, q=q, s=s: sol.w8a16_matmul(x, q, s), fused,
-               recheck(sol.w8a16_matmul, 300, 1000, 777))  # fmt: skip
+        module.benchmark(sol, chapter_record, env, quick=args.quick)
 
     sweep = []
     if args.sweep:
-        sweep = decode_sweep(sol, w8a16, bench, dtype, copy_bw, g)
+        sweep = decode_sweep(
+            course.load_notebook_code("w8a16", name="sweep_w8a16"), w8a16, bench, dtype, copy_bw, g
+        )
     (out_dir / "bench.json").write_text(
         json.dumps({"meta": meta, "rows": rows, "sweep": sweep}, indent=1, default=str)
     )
     (out_dir / "bench.md").write_text(markdown(meta, rows))
     print(f"\nwrote {out_dir}/bench.json and bench.md")
     return 0
+
+
+def course_assignments() -> list[str]:
+    return sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir())
 
 
 def decode_sweep(sol, w8a16, bench, dtype, copy_bw, g):
