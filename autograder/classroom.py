@@ -64,6 +64,7 @@ DEMO_DIRS = CourseDirs(
 def nbgrader(*args: str, dirs: CourseDirs, quiet: bool = True) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "nbgrader", *args, *dirs.flags()]
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    env["QMATMUL_GRADING"] = "1"  # kernel checks run in a process of their own (qmatmul.checks.isolatable)
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=quiet, text=True)
 
 

@@ -7,7 +7,10 @@ mistake the output matches, if any.
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import re
 import secrets
 import traceback
 from collections.abc import Callable, Sequence
@@ -283,3 +286,130 @@ def check_finite(t: torch.Tensor, *, what: str) -> None:
 def passed(message: str) -> None:
     """Print a short success line (a check that passes says what it checked)."""
     print(f"✓ {message}")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Isolation: under the autograder, run each kernel check in a fresh process, so that a kernel that faults
+# (an illegal memory access poisons the CUDA context), crashes the interpreter or hangs costs only its own
+# cell's points. The child rebuilds the learner's definitions from the notebook's executed cells.
+
+GRADING_ENV = "QMATMUL_GRADING"  # set by autograder/classroom.py for nbgrader runs
+CHILD_ENV = "QMATMUL_ISOLATED_CHILD"
+TIMEOUT_ENV = "QMATMUL_CHECK_TIMEOUT"  # seconds a check may take in its process (default 240)
+_KEEP = ("Import", "ImportFrom", "FunctionDef", "AsyncFunctionDef", "ClassDef", "Assign", "AnnAssign", "If")
+
+
+def _history() -> list[str] | None:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    shell = get_ipython()
+    return None if shell is None else list(shell.user_ns.get("In", []))
+
+
+def isolation_enabled() -> bool:
+    return os.environ.get(GRADING_ENV) == "1" and os.environ.get(CHILD_ENV) != "1" and bool(_history())
+
+
+def notebook_definitions(cells: Sequence[str]) -> str:
+    """The definitions the executed cells made: imports, functions, classes, assignments and if-blocks.
+
+    Bare expressions (figures, widgets, checks) are left out, so the child only rebuilds what it needs.
+    """
+    import ast
+
+    out = []
+    for src in cells:
+        try:
+            tree = ast.parse(src)
+        except SyntaxError:  # IPython magics, or a cell that never ran
+            continue
+        if any(type(n).__name__ == "Expr" and "check_" in ast.unparse(n) for n in tree.body):
+            continue  # a test cell
+        kept = [n for n in tree.body if type(n).__name__ in _KEEP]
+        if kept:
+            out.append(ast.unparse(ast.Module(body=kept, type_ignores=[])))
+    return "\n\n".join(out) + "\n"
+
+
+_CHILD = """
+import contextlib, io, importlib, importlib.util, json, os, sys, traceback
+os.environ[{child!r}] = "1"
+spec = importlib.util.spec_from_file_location("learner_notebook", {path!r})
+learner = importlib.util.module_from_spec(spec)
+with contextlib.redirect_stdout(io.StringIO()):
+    spec.loader.exec_module(learner)
+from qmatmul import checks
+check = getattr(importlib.import_module({module!r}), {check!r})
+try:
+    check(*[getattr(learner, name) for name in {names!r}], **{kwargs!r})
+except checks.CheckFailed as exc:
+    print({marker!r} + json.dumps([type(exc).__name__, str(exc)]))
+    sys.exit(3)
+"""
+_MARKER = "@@qmatmul-check-failed@@"
+
+
+def isolatable(check):
+    """Decorator for checks that run learner kernels: under the autograder, run them in a fresh process."""
+    import functools
+
+    @functools.wraps(check)
+    def wrapper(*fns, **kwargs):
+        if not isolation_enabled():
+            return check(*fns, **kwargs)
+        code = notebook_definitions(_history())
+        names = [getattr(f, "__name__", "") for f in fns]
+        if not all(n.isidentifier() and re.search(rf"^(def {n}\b|{n} =)", code, re.M) for n in names):
+            return check(*fns, **kwargs)  # not a notebook definition the child could rebuild
+        return run_isolated(check, fns, kwargs, code)
+
+    return wrapper
+
+
+def run_isolated(check, fns, kwargs, code: str) -> None:
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="qmatmul-check-")
+    path = os.path.join(folder, "learner_notebook.py")
+    with open(path, "w") as f:
+        f.write(code)
+    driver = _CHILD.format(child=CHILD_ENV, path=path, module=check.__module__, check=check.__name__,
+                         names=[f.__name__ for f in fns], kwargs=kwargs, marker=_MARKER)  # fmt: skip
+    timeout = float(os.environ.get(TIMEOUT_ENV, "240"))
+    what = check.__name__.removeprefix("check_")
+    try:
+        res = subprocess.run([sys.executable, "-c", driver], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise CheckFailed(
+            f"{what}: your code did not finish within {timeout:.0f} s and was stopped (a loop that never ends? "
+            "a grid far larger than the output?). The other exercises keep their points."
+        ) from None
+    failure = None
+    for line in res.stdout.splitlines():
+        if line.startswith(_MARKER):
+            failure = json.loads(line[len(_MARKER) :])
+        else:
+            print(line)
+    if res.returncode == 0:
+        return
+    if failure is not None:
+        cls = NotMeasured if failure[0] == "NotMeasured" else CheckFailed
+        raise cls(failure[1])
+    if res.returncode < 0:
+        name = signal.Signals(-res.returncode).name
+        raise CheckFailed(
+            f"{what}: your code crashed the process that ran it ({name}), e.g. a load or store far outside a "
+            "tensor. The grader ran it in a process of its own: the other exercises keep their points."
+        )
+    tail = [ln for ln in res.stderr.strip().splitlines() if ln.strip()][-3:]
+    if any("illegal memory access" in ln or "launch failure" in ln for ln in tail):
+        raise CheckFailed(
+            f"{what}: the kernel faulted on the GPU ({tail[-1][:200]}): usually an unmasked load or store past "
+            "the end of a tensor. It ran in a process of its own: the other exercises keep their points."
+        )
+    raise CheckFailed(f"{what}: the process running your code failed: {' | '.join(tail)[:400]}")

@@ -400,6 +400,7 @@ def _device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+@checks.isolatable
 def check_prefill(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 2: the tiled kernel on ragged shapes, poisoned output, strided views, fused (no torch matmul)."""
     seed = checks.fresh_seed() if seed is None else seed
@@ -421,6 +422,7 @@ def check_prefill(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     )
 
 
+@checks.isolatable
 def check_decode(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 3 (correctness): M = 1..16, ragged N and K."""
     seed = checks.fresh_seed() if seed is None else seed
@@ -441,7 +443,7 @@ def check_decode(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     )
 
 
-def check_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: int | None = None) -> list:
+def check_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: int | None = None) -> None:
     """Exercise 3 (performance): bandwidth over the bytes that must move, against the copy bandwidth.
 
     Awards nothing without a CUDA GPU. After timing, correctness is checked again on fresh inputs.
@@ -452,6 +454,11 @@ def check_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: 
             f"This cell awards its points only on a GPU, where the decode kernel must reach "
             f"{threshold:.0%} of the copy bandwidth."
         )
+    measure_decode_bandwidth(fn, threshold=threshold, seed=seed)
+
+
+@checks.isolatable
+def measure_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: int | None = None) -> None:
     from qmatmul import bench
 
     seed = checks.fresh_seed() if seed is None else seed
@@ -486,7 +493,6 @@ def check_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: 
     checks.passed(
         f"w8a16_decode: at least {worst.fraction_of_copy:.0%} of the copy bandwidth (threshold {threshold:.0%})"
     )
-    return results
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -86,3 +86,71 @@ def test_compare_says_nothing_was_written():
 def test_ranges():
     assert checks._ranges([0, 1, 2, 5, 7, 8]) == "0..2, 5, 7..8"
     assert "more ranges" in checks._ranges(list(range(0, 40, 2)))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Isolation: kernel checks under the autograder run in a process of their own
+
+NOTEBOOK = [
+    "import os\nfrom qmatmul import checks",
+    "def learner(mode):\n    return mode",
+    "class Learner:\n    pass",
+    "learner('visible')\nprint('a bare expression is left out')",
+    "checks.passed('a test cell is left out')\nlearner_check(learner)",
+]
+
+
+def learner_check(fn, mode="ok"):
+    """A check for the isolation tests (imported by the child process from this file)."""
+    if mode == "fail":
+        raise CheckFailed("wrong answer\nsecond line")
+    if mode == "crash":
+        import ctypes
+
+        ctypes.string_at(0)
+    if mode == "hang":
+        import time
+
+        time.sleep(60)
+    print("child says hello")
+
+
+@pytest.fixture
+def grading(monkeypatch):
+    import os
+    from pathlib import Path
+
+    tests = Path(__file__).parent
+    monkeypatch.setenv(checks.GRADING_ENV, "1")
+    monkeypatch.setenv(
+        "PYTHONPATH", f"{tests}{os.pathsep}{tests.parent}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
+    )
+    monkeypatch.setattr(checks, "_history", lambda: NOTEBOOK)
+    return checks.isolatable(learner_check)
+
+
+def test_notebook_definitions_keep_definitions_only():
+    code = checks.notebook_definitions(NOTEBOOK)
+    assert "def learner" in code and "import os" in code
+    assert "bare expression" not in code and "a test cell" not in code
+
+
+def test_isolated_check_passes_and_forwards_output(grading, capsys):
+    grading(lambda mode: mode)  # a lambda has no name the child could find: it runs in this process
+    assert "child says hello" in capsys.readouterr().out
+    learner = type("F", (), {"__name__": "learner", "__call__": lambda self, m: m})()
+    with pytest.raises(CheckFailed, match="wrong answer"):
+        grading(learner, mode="fail")
+
+
+@pytest.mark.parametrize(
+    "mode,message",
+    [("fail", "wrong answer\nsecond line"), ("crash", "crashed the process that ran it (SIGSEGV)"),
+     ("hang", "did not finish within 5 s")],
+)  # fmt: skip
+def test_isolated_check_reports_failure_crash_and_hang(grading, monkeypatch, mode, message):
+    monkeypatch.setenv(checks.TIMEOUT_ENV, "5")
+    learner = type("F", (), {"__name__": "learner", "__call__": lambda self, m: m})()
+    with pytest.raises(CheckFailed) as info:
+        grading(learner, mode=mode)
+    assert message in str(info.value)

@@ -31,31 +31,40 @@ def test_notebooks_are_committed_without_outputs():
     assert res.returncode == 0, f"run `make format`:\n{res.stdout}"
 
 
-@pytest.fixture(scope="module")
-def released(tmp_path_factory):
-    """A fresh `nbgrader generate_assignment` of every assignment, into a scratch course."""
-    base = tmp_path_factory.mktemp("course")
-    dirs = classroom.CourseDirs(
-        submitted=str(base / "submitted"), autograded=str(base / "autograded"), feedback=str(base / "feedback"),
-        release=str(base / "release"), db=str(base / "gradebook.db"),
-    )  # fmt: skip
-    for a in ASSIGNMENTS:
-        res = classroom.nbgrader("generate_assignment", a, "--force", dirs=dirs)
+_CACHE: dict = {}
+
+
+def released(assignment: str, tmp_path_factory) -> classroom.CourseDirs:
+    """A fresh `nbgrader generate_assignment` of one assignment into a scratch course (once per worker)."""
+    key = ("release", assignment)
+    if key not in _CACHE:
+        base = tmp_path_factory.mktemp(f"course-{assignment}")
+        dirs = classroom.CourseDirs(
+            submitted=str(base / "submitted"), autograded=str(base / "autograded"), feedback=str(base / "feedback"),
+            release=str(base / "release"), db=str(base / "gradebook.db"),
+        )  # fmt: skip
+        res = classroom.nbgrader("generate_assignment", assignment, "--force", dirs=dirs)
         assert res.returncode == 0, res.stderr
-    return dirs
+        _CACHE[key] = dirs
+    return _CACHE[key]
 
 
-@pytest.mark.parametrize("assignment", ASSIGNMENTS)
-def test_student_notebook_is_generated_from_the_solution(released, assignment):
+# Each assignment's tests share one release and one grading: keep them on one xdist worker.
+PER_ASSIGNMENT = [pytest.param(a, marks=pytest.mark.xdist_group(a)) for a in ASSIGNMENTS]
+
+
+@pytest.mark.parametrize("assignment", PER_ASSIGNMENT)
+def test_student_notebook_is_generated_from_the_solution(assignment, tmp_path_factory):
+    dirs = released(assignment, tmp_path_factory)
     for committed in (ROOT / "notebooks" / assignment).glob("*.ipynb"):
-        fresh = (ROOT / released.release / assignment / committed.name).read_text()
+        fresh = (ROOT / dirs.release / assignment / committed.name).read_text()
         assert committed.read_text() == fresh, (
             f"{committed.relative_to(ROOT)} differs from a fresh generation of solutions/{assignment}: "
             "run `make release` and commit the result"
         )
 
 
-@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+@pytest.mark.parametrize("assignment", PER_ASSIGNMENT)
 def test_solution_notebook_runs_top_to_bottom(assignment, tmp_path):
     for path in (ROOT / "solutions" / assignment).glob("*.ipynb"):
         nb = nbformat.read(path, as_version=4)
@@ -77,26 +86,28 @@ def _digest(folder):
     }
 
 
-@pytest.fixture(scope="module")
-def demo_gradebook(released):
-    """The demo class, graded by the real `nbgrader autograde`: rows, and the students' expectations."""
-    results = {}
-    for a in ASSIGNMENTS:
-        students = classroom.demo_students(a)
+def demo_gradebook(assignment: str, tmp_path_factory) -> dict:
+    """The demo class of one assignment, graded by the real `nbgrader autograde` (once per worker)."""
+    key = ("demo", assignment)
+    if key not in _CACHE:
+        dirs = released(assignment, tmp_path_factory)
+        students = classroom.demo_students(assignment)
         for st in students:
-            classroom.build_submission(st, ROOT / released.release, ROOT / released.submitted / st.name / a)
-        before = _digest(ROOT / released.submitted)
-        failures = classroom.autograde(a, [s.name for s in students], released)
-        after = _digest(ROOT / released.submitted)
-        rows = {r["student"]: r for r in classroom.gradebook(a, released)}
-        classroom.print_gradebook(a, list(rows.values()), failures)
-        results[a] = dict(students=students, rows=rows, failures=failures, unchanged=before == after)
-    return results
+            classroom.build_submission(st, ROOT / dirs.release, ROOT / dirs.submitted / st.name / assignment)
+        before = _digest(ROOT / dirs.submitted)
+        failures = classroom.autograde(assignment, [s.name for s in students], dirs)
+        after = _digest(ROOT / dirs.submitted)
+        rows = {r["student"]: r for r in classroom.gradebook(assignment, dirs)}
+        classroom.print_gradebook(assignment, list(rows.values()), failures)
+        _CACHE[key] = dict(
+            students=students, rows=rows, failures=failures, unchanged=before == after, dirs=dirs
+        )
+    return _CACHE[key]
 
 
-@pytest.mark.parametrize("assignment", ASSIGNMENTS)
-def test_demo_class_grades_as_its_files_expect(demo_gradebook, assignment):
-    res = demo_gradebook[assignment]
+@pytest.mark.parametrize("assignment", PER_ASSIGNMENT)
+def test_demo_class_grades_as_its_files_expect(assignment, tmp_path_factory):
+    res = demo_gradebook(assignment, tmp_path_factory)
     assert not res["failures"], res["failures"]
     where = "gpu" if HAS_GPU else "cpu"
     checked = 0
@@ -117,9 +128,9 @@ def test_demo_class_grades_as_its_files_expect(demo_gradebook, assignment):
     assert checked >= 3 * len(res["students"])
 
 
-@pytest.mark.parametrize("assignment", ASSIGNMENTS)
-def test_correct_submission_ranks_above_every_wrong_one(demo_gradebook, assignment):
-    rows = demo_gradebook[assignment]["rows"]
+@pytest.mark.parametrize("assignment", PER_ASSIGNMENT)
+def test_correct_submission_ranks_above_every_wrong_one(assignment, tmp_path_factory):
+    rows = demo_gradebook(assignment, tmp_path_factory)["rows"]
     correct = rows["correct"]["total"]
     unmeasured = {c for c, m in rows["correct"]["messages"].items() if m.startswith("NotMeasured")}
     assert HAS_GPU or unmeasured, "without a GPU the performance cells must say they measured nothing"
@@ -130,14 +141,15 @@ def test_correct_submission_ranks_above_every_wrong_one(demo_gradebook, assignme
             assert row["total"] < correct, f"{name} scored {row['total']}, the correct submission {correct}"
 
 
-@pytest.mark.parametrize("assignment", ASSIGNMENTS)
-def test_submitted_notebooks_are_never_modified(demo_gradebook, assignment):
-    assert demo_gradebook[assignment]["unchanged"]
+@pytest.mark.parametrize("assignment", PER_ASSIGNMENT)
+def test_submitted_notebooks_are_never_modified(assignment, tmp_path_factory):
+    assert demo_gradebook(assignment, tmp_path_factory)["unchanged"]
 
 
-def test_autograded_copy_keeps_hidden_tests(demo_gradebook, released):
+@pytest.mark.parametrize("assignment", PER_ASSIGNMENT)
+def test_autograded_copy_keeps_hidden_tests(assignment, tmp_path_factory):
     """nbgrader restores the hidden tests from the gradebook, whatever the student's copy holds."""
-    for a in ASSIGNMENTS:
-        for nb in (ROOT / released.autograded / "correct" / a).glob("*.ipynb"):
-            text = json.loads(nb.read_text())
-            assert any("hidden=True" in "".join(c["source"]) for c in text["cells"])
+    res = demo_gradebook(assignment, tmp_path_factory)
+    for nb in (ROOT / res["dirs"].autograded / "correct" / assignment).glob("*.ipynb"):
+        text = json.loads(nb.read_text())
+        assert any("hidden=True" in "".join(c["source"]) for c in text["cells"])
