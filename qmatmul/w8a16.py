@@ -449,12 +449,35 @@ def check_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: 
     Awards nothing without a CUDA GPU. After timing, correctness is checked again on fresh inputs.
     """
     if not torch.cuda.is_available():
+        traffic_feedback(fn)
         raise checks.NotMeasured(
             "Performance not measured: no CUDA GPU here (the interpreter's timings say nothing about a GPU). "
             f"This cell awards its points only on a GPU, where the decode kernel must reach "
             f"{threshold:.0%} of the copy bandwidth."
         )
     measure_decode_bandwidth(fn, threshold=threshold, seed=seed)
+
+
+def traffic_feedback(fn, M: int = 16, N: int = 256, K: int = 512) -> None:
+    """In the interpreter: how often the decode kernel reads each tensor (feedback only, no points)."""
+    from qmatmul import traffic
+
+    if not traffic.available():
+        return
+    x, q, s = random_problem(M, N, K, torch.float16, "cpu", checks.generator(0))
+    out = torch.empty(M, N, dtype=torch.float16)
+    try:
+        t = traffic.audit(fn, dict(x=x, q=q, s=s), out)
+    except Exception as exc:  # noqa: BLE001 - feedback only: a failing kernel is graded by the other cells
+        print(f"Memory-traffic audit skipped: {type(exc).__name__}")
+        return
+    reads = t.times_read("q")
+    verdict = "each weight byte once: what a fused decode kernel should do" if reads <= 1.01 else (
+        f"each weight byte {reads:.1f} times: every extra pass over the weights costs a full pass of memory "
+        "time at decode (does each program reload the same weight tiles?)"
+    )  # fmt: skip
+    print(f"Memory-traffic audit in the interpreter (M={M}, N={N}, K={K}; feedback, no points): your kernel "
+          f"read {verdict}.\n  {t.describe()}")  # fmt: skip
 
 
 @checks.isolatable

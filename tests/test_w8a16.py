@@ -201,11 +201,27 @@ def test_decode_refuses_large_m(w8a16_solution):
         w8a16_solution.w8a16_decode(x, q, s)
 
 
-def test_bandwidth_cell_awards_nothing_without_gpu(w8a16_solution):
+def test_bandwidth_cell_awards_nothing_without_gpu_but_audits_traffic(w8a16_solution, capsys):
     if torch.cuda.is_available():
         pytest.skip("measures on a GPU")
     with pytest.raises(checks.NotMeasured, match="no CUDA GPU"):
         w8a16.check_decode_bandwidth(w8a16_solution.w8a16_decode)
+    assert "read each weight byte once" in capsys.readouterr().out
+
+
+def test_traffic_audit_sees_repeated_weight_reads(w8a16_solution, capsys):
+    """The tiled kernel at M=128 with BLOCK_M=32 reads every weight tile once per M tile: 4 times."""
+    if torch.cuda.is_available():
+        pytest.skip("an interpreter feature")
+    from qmatmul import traffic
+
+    x, q, s = w8a16.random_problem(128, 256, 512, torch.float16, "cpu", checks.generator(0))
+    out = torch.empty(128, 256, dtype=torch.float16)
+    t = traffic.audit(w8a16_solution.w8a16_matmul, dict(x=x, q=q, s=s), out)
+    assert t.times_read("q") == 4.0 and t.stored["out"] == out.numel() * 2
+    twice = w8a16_solution.w8a16_decode
+    w8a16.traffic_feedback(lambda x, q, s, out: (twice(x, q, s, out=out), twice(x, q, s, out=out))[1])
+    assert "read each weight byte 2.0 times" in capsys.readouterr().out
 
 
 def test_predictions_and_comparison_run_on_cpu(env, w8a16_solution, capsys):

@@ -1,0 +1,85 @@
+"""Memory-traffic audit under Triton's interpreter: how many bytes did a kernel load from each tensor?
+
+A fused kernel reads each weight byte once. Counting what the interpreter loads gives CPU-only learners
+feedback on performance: "your kernel read the weights 8 times". It carries no points (course.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+
+def available() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@dataclass
+class Traffic:
+    tensors: dict  # name -> torch.Tensor
+    loaded: dict = field(default_factory=dict)  # name -> bytes loaded
+    stored: dict = field(default_factory=dict)  # name -> bytes stored
+
+    def times_read(self, name: str) -> float:
+        t = self.tensors[name]
+        return self.loaded.get(name, 0) / max(1, t.numel() * t.element_size())
+
+    def describe(self) -> str:
+        parts = []
+        for name, t in self.tensors.items():
+            nbytes = t.numel() * t.element_size()
+            parts.append(
+                f"{name}: read {self.loaded.get(name, 0) / nbytes:.2f}x, written {self.stored.get(name, 0) / nbytes:.2f}x "
+                f"of its {nbytes} bytes"
+            )
+        return "; ".join(parts)
+
+
+def _account(counts: dict, ranges, ptrs, mask) -> None:
+    addrs = np.asarray(ptrs.data).astype(np.uint64)
+    active = np.broadcast_to(np.asarray(mask.data, dtype=bool), addrs.shape)
+    addrs = addrs[active]
+    size = ptrs.get_element_ty().primitive_bitwidth // 8
+    for name, lo, hi in ranges:
+        counts[name] = counts.get(name, 0) + int(np.count_nonzero((addrs >= lo) & (addrs < hi))) * size
+
+
+@contextlib.contextmanager
+def count(tensors: dict):
+    """Count the bytes the interpreter loads from and stores to each named tensor inside the block."""
+    from triton.runtime import interpreter
+
+    builder = interpreter.interpreter_builder
+    traffic = Traffic(dict(tensors))
+    ranges = []
+    for name, t in tensors.items():
+        if t.device.type != "cpu":
+            raise ValueError("the traffic audit runs in the interpreter, on CPU tensors")
+        lo = t.data_ptr()
+        ranges.append((name, lo, lo + t.numel() * t.element_size()))
+    load, store = builder.create_masked_load, builder.create_masked_store
+
+    def counted_load(ptrs, mask, other, *args):
+        _account(traffic.loaded, ranges, ptrs, mask)
+        return load(ptrs, mask, other, *args)
+
+    def counted_store(ptrs, value, mask, *args):
+        _account(traffic.stored, ranges, ptrs, mask)
+        return store(ptrs, value, mask, *args)
+
+    builder.create_masked_load, builder.create_masked_store = counted_load, counted_store
+    try:
+        yield traffic
+    finally:
+        del builder.create_masked_load, builder.create_masked_store  # back to the class's methods
+
+
+def audit(fn, inputs: dict, out: torch.Tensor) -> Traffic:
+    """Run fn(*inputs.values(), out=out) under the interpreter and count its traffic per tensor."""
+    with count({**inputs, "out": out}) as traffic:
+        fn(*inputs.values(), out=out)
+    return traffic
