@@ -24,6 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_CLASS = ROOT / "autograder" / "demo_class"
 DEMO_DIR = ROOT / "build" / "demo"
+DELETED_CELL = "# (this cell was deleted)"
 SECTION = re.compile(r"^# %% (\S+)\s*$", re.M)
 EXPECT = re.compile(r"^expect(?:\[(cpu|gpu)\])? (\S+): (\d+(?:\.\d+)?) /(.*)$", re.M)
 
@@ -121,6 +122,8 @@ def build_submission(student: DemoStudent, release: Path, dest: Path) -> None:
                 if meta.get("solution"):
                     gid = meta["grade_id"]
                     cell["source"] = student.cells.get(gid, solution[gid]).splitlines(keepends=True)
+            # A section holding only DELETED_CELL stands for a learner who deleted that cell.
+            nb["cells"] = [c for c in nb["cells"] if "".join(c["source"]).strip() != DELETED_CELL]
         (dest / nb_path.name).write_text(json.dumps(nb, indent=1) + "\n")
 
 

@@ -7,6 +7,7 @@ mistake the output matches, if any.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -138,10 +139,28 @@ class _Recorder(TorchDispatchMode):
 
 
 def run_audited(fn: Callable, *args, what: str, **kwargs):
-    """Run fn(*args) while recording every aten operation it dispatches. Returns (result, ops)."""
+    """Run fn(*args) while recording every aten operation it dispatches. Returns (result, ops).
+
+    In the interpreter it also fails when the kernel loads or stores outside every tensor argument: a mask
+    that lets an edge through can go unseen in the output (the other operand is masked to 0) and still
+    fault on a GPU.
+    """
+    from qmatmul import traffic
+
     recorder = _Recorder()
-    with recorder:
+    tensors = {
+        f"argument {i}": a for i, a in enumerate([*args, *kwargs.values()]) if isinstance(a, torch.Tensor)
+    }
+    watch = traffic.available() and all(t.device.type == "cpu" for t in tensors.values())
+    with recorder, traffic.count(tensors) if watch else contextlib.nullcontext() as seen:
         result = call_learner(fn, *args, what=what, **kwargs)
+    if watch and any(seen.outside):
+        loads, stores = seen.outside
+        raise CheckFailed(
+            f"{what} accessed memory outside its tensors ({loads} loads, {stores} stores): a mask lets through "
+            "elements past an edge (k >= K, n >= N or m >= M). The output may still look right, because the "
+            "other operand is masked to 0, but on a GPU such an access can fault. Mask every load and store."
+        )
     return result, recorder.ops
 
 

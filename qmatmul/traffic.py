@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+OUTSIDE = "outside every tensor"  # key of the count of elements accessed outside all the named tensors
+
 
 def available() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
@@ -27,6 +29,11 @@ class Traffic:
     def times_read(self, name: str) -> float:
         t = self.tensors[name]
         return self.loaded.get(name, 0) / max(1, t.numel() * t.element_size())
+
+    @property
+    def outside(self) -> tuple[int, int]:
+        """Elements loaded and stored outside every named tensor (a mask that lets too much through)."""
+        return self.loaded.get(OUTSIDE, 0), self.stored.get(OUTSIDE, 0)
 
     def describe(self) -> str:
         parts = []
@@ -44,8 +51,18 @@ def _account(counts: dict, ranges, ptrs, mask) -> None:
     active = np.broadcast_to(np.asarray(mask.data, dtype=bool), addrs.shape)
     addrs = addrs[active]
     size = ptrs.get_element_ty().primitive_bitwidth // 8
+    inside = np.zeros(addrs.shape, dtype=bool)
     for name, lo, hi in ranges:
-        counts[name] = counts.get(name, 0) + int(np.count_nonzero((addrs >= lo) & (addrs < hi))) * size
+        hit = (addrs >= lo) & (addrs < hi)
+        inside |= hit
+        counts[name] = counts.get(name, 0) + int(np.count_nonzero(hit)) * size
+    counts[OUTSIDE] = counts.get(OUTSIDE, 0) + int(np.count_nonzero(~inside))
+
+
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    """The bytes a (possibly strided) view can reach: from its first element to its last."""
+    last = sum((n - 1) * st for n, st in zip(t.shape, t.stride(), strict=True)) if t.numel() else -1
+    return t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size()
 
 
 @contextlib.contextmanager
@@ -59,8 +76,7 @@ def count(tensors: dict):
     for name, t in tensors.items():
         if t.device.type != "cpu":
             raise ValueError("the traffic audit runs in the interpreter, on CPU tensors")
-        lo = t.data_ptr()
-        ranges.append((name, lo, lo + t.numel() * t.element_size()))
+        ranges.append((name, *_span(t)))
     load, store = builder.create_masked_load, builder.create_masked_store
 
     def counted_load(ptrs, mask, other, *args):
