@@ -499,6 +499,12 @@ def measure_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed
                           bytes_moved(M, N, K, x.element_size()))  # fmt: skip
         results.append(t)
         print(t.describe())
+        if bench.escaped_stream(t):
+            raise CheckFailed(
+                f"w8a16_decode: the CUDA events saw {t.ms * 1e3:.0f} µs per call but the synchronized wall clock "
+                f"{t.wall_ms * 1e3:.0f} µs: the work runs outside the current stream, where it cannot be timed. "
+                "Launch on the current stream."
+            )
     # Correctness on fresh inputs after timing: a kernel must not special-case the timed call.
     for M in BANDWIDTH_MS:
         x = torch.randn(M, K, device="cuda", generator=g).to(dtype)

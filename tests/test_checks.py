@@ -108,6 +108,16 @@ def learner_check(fn, mode="ok"):
         import ctypes
 
         ctypes.string_at(0)
+    if mode == "gpu_fault":
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def wild_store(p):
+            tl.store(p + (1 << 40), 1.0)
+
+        wild_store[(1,)](torch.zeros(1, device="cuda"))
+        torch.cuda.synchronize()
     if mode == "hang":
         import time
 
@@ -154,3 +164,12 @@ def test_isolated_check_reports_failure_crash_and_hang(grading, monkeypatch, mod
     with pytest.raises(CheckFailed) as info:
         grading(learner, mode=mode)
     assert message in str(info.value)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_isolated_check_reports_a_gpu_fault(grading, monkeypatch):
+    monkeypatch.setenv(checks.TIMEOUT_ENV, "120")
+    learner = type("F", (), {"__name__": "learner", "__call__": lambda self, m: m})()
+    with pytest.raises(CheckFailed, match="faulted on the GPU|crashed the process"):
+        grading(learner, mode="gpu_fault")
+    assert torch.zeros(1, device="cuda").item() == 0  # this process's CUDA context is intact
