@@ -548,7 +548,7 @@ def predictions(env) -> None:
 
 def compare_paths(env, prefill_fn, decode_fn, M: int = 1):
     """Time the dense matmul, the naive path and the learner's kernels at decode; plot bytes and time."""
-    from qmatmul import plots
+    from qmatmul import plots, roofline
 
     N, K = BANDWIDTH_SHAPE
     rows = [
@@ -559,7 +559,7 @@ def compare_paths(env, prefill_fn, decode_fn, M: int = 1):
     ]
     if not env.has_gpu:
         times = [H200_RECORDED_US.get(label) for label, _ in rows]
-        note = f"bytes: the model; times: recorded on an H200 ({env.versions['triton']} here has no GPU)"
+        note = f"bytes: the model; times: recorded on an H200 on {roofline.H200['date']} (no GPU here)"
     else:
         from qmatmul import bench
 
