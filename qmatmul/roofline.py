@@ -26,7 +26,7 @@ class Ceilings:
         how = (
             "measured now"
             if self.measured
-            else f"recorded on {H200['date']} ({H200['versions']}); no GPU here"
+            else f"recorded on {H200['date']} with {H200['versions']}; no GPU here"
         )
         return (
             f"{self.name}: copy {self.copy_bandwidth / 1e12:.2f} TB/s, dense matmul "
