@@ -11,6 +11,7 @@ modified: nbgrader copies them to the autograded folder and grades the copies.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -42,6 +43,7 @@ class CourseDirs:
     feedback: str = "autograder/feedback"
     release: str = "notebooks"
     db: str = "autograder/gradebook.db"
+    sandbox: bool = False  # run each student's kernel in bubblewrap (sandbox_kernel.sh)
 
     def flags(self) -> list[str]:
         return [
@@ -66,7 +68,54 @@ def nbgrader(*args: str, dirs: CourseDirs, quiet: bool = True) -> subprocess.Com
     cmd = [sys.executable, "-m", "nbgrader", *args, *dirs.flags()]
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     env["QMATMUL_GRADING"] = "1"  # kernel checks run in a process of their own (qmatmul.checks.isolatable)
+    if dirs.sandbox and args and args[0] == "autograde":
+        flags, sandbox_env = sandbox_setup(dirs)
+        cmd += flags
+        env.update(sandbox_env)
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=quiet, text=True)
+
+
+SANDBOX_KERNEL = "qmatmul-sandbox"
+
+
+def sandbox_available() -> bool:
+    if shutil.which("bwrap") is None:
+        return False
+    probe = subprocess.run(["bwrap", "--ro-bind", "/", "/", "--unshare-net", "true"], capture_output=True)
+    return probe.returncode == 0
+
+
+def sandbox_setup(dirs: CourseDirs) -> tuple[list[str], dict]:
+    """nbgrader flags and environment that start every kernel through sandbox_kernel.sh."""
+    import tempfile
+
+    if not sandbox_available():
+        raise SystemExit("the sandbox needs bubblewrap with user namespaces: apt-get install bubblewrap")
+    base = ROOT / "build" / "sandbox"
+    spec = base / "kernels" / SANDBOX_KERNEL
+    spec.mkdir(parents=True, exist_ok=True)
+    argv = [str(ROOT / "autograder" / "sandbox_kernel.sh"), sys.executable, "-m", "ipykernel_launcher", "-f",
+            "{connection_file}"]  # fmt: skip
+    kernel = {"argv": argv, "display_name": "Python 3 (qmatmul sandbox)", "language": "python"}
+    (spec / "kernel.json").write_text(json.dumps(kernel))
+    runtime = tempfile.mkdtemp(prefix="qms-")  # short: unix socket paths are limited to ~100 characters
+    private = [
+        dirs.submitted,
+        dirs.autograded,
+        dirs.feedback,
+        dirs.db,
+        "solutions",
+        "build/source_with_tests",
+    ]
+    flags = [f"--Execute.kernel_name={SANDBOX_KERNEL}", "--KernelManager.transport=ipc",
+             f"--KernelManager.ip={runtime}/kernel"]  # fmt: skip
+    env = {
+        "JUPYTER_PATH": str(base),
+        "JUPYTER_RUNTIME_DIR": runtime,
+        "QMATMUL_SANDBOX_RUNTIME": runtime,
+        "QMATMUL_SANDBOX_HIDE": ":".join(str(ROOT / p) for p in private),
+    }
+    return flags, env
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -140,12 +189,21 @@ def autograde(assignment: str, students: list[str], dirs: CourseDirs) -> dict:
         res = nbgrader("autograde", assignment, f"--student={student}", "--force", dirs=dirs)
         seconds = time.time() - t0
         if res.returncode != 0 or "ERROR" in res.stderr:
-            errors = [ln for ln in res.stderr.splitlines() if "ERROR" in ln or "Error" in ln]
-            failures[student] = errors[-1] if errors else f"nbgrader exited {res.returncode}"
+            failures[student] = nbgrader_error(res)
             print(f"FAILED ({seconds:.0f} s): {failures[student]}")
         else:
             print(f"done ({seconds:.0f} s)")
     return failures
+
+
+def nbgrader_error(res: subprocess.CompletedProcess) -> str:
+    """The most telling line of a failed nbgrader run: the exception, not 'see the above traceback'."""
+    lines = [ln.strip() for ln in res.stderr.splitlines()]
+    exceptions = [ln for ln in lines if re.match(r"^[A-Za-z_.]*(Error|Exception)\b.*:", ln)]
+    if exceptions:
+        return exceptions[-1][:300]
+    errors = [ln for ln in lines if "ERROR" in ln and "see the the above traceback" not in ln]
+    return (errors[-1] if errors else f"nbgrader exited {res.returncode}")[:300]
 
 
 def cell_messages(notebook: Path) -> dict:
@@ -242,7 +300,8 @@ def students_in(dirs: CourseDirs, assignment: str) -> list[str]:
 # ----------------------------------------------------------------------------------------------------------
 
 
-def run_demo(selected: list[str]) -> int:
+def run_demo(selected: list[str], sandbox: bool = False) -> int:
+    dirs = dataclasses.replace(DEMO_DIRS, sandbox=sandbox)
     if DEMO_DIR.exists():
         shutil.rmtree(DEMO_DIR)
     DEMO_DIR.mkdir(parents=True)
@@ -252,23 +311,21 @@ def run_demo(selected: list[str]) -> int:
         if not students:
             continue
         print(f"Releasing {assignment} (nbgrader generate_assignment) ...", flush=True)
-        res = nbgrader("generate_assignment", assignment, "--force", dirs=DEMO_DIRS)
+        res = nbgrader("generate_assignment", assignment, "--force", dirs=dirs)
         if res.returncode != 0:
             print(res.stderr)
             return 1
         for st in students:
-            build_submission(st, ROOT / DEMO_DIRS.release, ROOT / DEMO_DIRS.submitted / st.name / assignment)
-        failures = autograde(assignment, [s.name for s in students], DEMO_DIRS)
-        rows = gradebook(assignment, DEMO_DIRS)
+            build_submission(st, ROOT / dirs.release, ROOT / dirs.submitted / st.name / assignment)
+        failures = autograde(assignment, [s.name for s in students], dirs)
+        rows = gradebook(assignment, dirs)
         print_gradebook(assignment, rows, failures)
         status |= 1 if failures else 0
     for assignment in selected:
-        nbgrader("generate_feedback", assignment, "--force", dirs=DEMO_DIRS)
-    res = nbgrader("export", f"--to={DEMO_DIR / 'grades.csv'}", dirs=DEMO_DIRS)
+        nbgrader("generate_feedback", assignment, "--force", dirs=dirs)
+    res = nbgrader("export", f"--to={DEMO_DIR / 'grades.csv'}", dirs=dirs)
     if res.returncode == 0:
-        print(
-            f"\nGrades exported to {DEMO_DIR.relative_to(ROOT)}/grades.csv; feedback in {DEMO_DIRS.feedback}/"
-        )
+        print(f"\nGrades exported to {DEMO_DIR.relative_to(ROOT)}/grades.csv; feedback in {dirs.feedback}/")
     return status
 
 
@@ -278,11 +335,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("command", choices=["demo", "autograde", "gradebook"])
     parser.add_argument("assignments", nargs="*", help="default: every assignment under solutions/")
+    parser.add_argument("--sandbox", action="store_true", help="run each submission's kernel in bubblewrap")
     args = parser.parse_args(argv)
     selected = args.assignments or assignments()
     if args.command == "demo":
-        return run_demo(selected)
-    dirs = CourseDirs()
+        return run_demo(selected, args.sandbox)
+    dirs = CourseDirs(sandbox=args.sandbox)
     status = 0
     for assignment in selected:
         failures = {}

@@ -66,7 +66,9 @@ def solution_cells(assignment: str) -> dict[str, str]:
 
 
 def _strip(src: str) -> str:
-    return "\n".join(ln for ln in src.splitlines() if "### BEGIN SOLUTION" not in ln and "### END SOLUTION" not in ln)
+    return "\n".join(
+        ln for ln in src.splitlines() if "### BEGIN SOLUTION" not in ln and "### END SOLUTION" not in ln
+    )
 
 
 def mutants(assignment: str) -> list[dict]:
@@ -88,7 +90,15 @@ def mutants(assignment: str) -> list[dict]:
 
             def emit(kind, new, lines=lines, i=i, gid=gid, line=line):
                 mutated = lines[:i] + [new] + lines[i + 1 :]
-                out.append(dict(cell=gid, line=line.strip(), kind=kind, new=new.strip(), source=_strip("\n".join(mutated))))
+                out.append(
+                    dict(
+                        cell=gid,
+                        line=line.strip(),
+                        kind=kind,
+                        new=new.strip(),
+                        source=_strip("\n".join(mutated)),
+                    )
+                )
 
             for kind, pattern, repl in OPERATORS:
                 for m in re.finditer(pattern, code):
@@ -98,7 +108,9 @@ def mutants(assignment: str) -> list[dict]:
                             emit(kind, line[: m.start()] + str(v) + line[m.end() :])
                     else:
                         emit(kind, line[: m.start()] + m.expand(repl) + line[m.end() :])
-            if not code.rstrip().endswith((":", ",", "(")) and not code.strip().startswith(("return", ")", "]")):
+            if not code.rstrip().endswith((":", ",", "(")) and not code.strip().startswith(
+                ("return", ")", "]")
+            ):
                 indent = line[: len(line) - len(line.lstrip())]
                 emit("drop line", f"{indent}pass")
     return out
@@ -128,7 +140,9 @@ def worker(timeout: float) -> None:
         signal.alarm(int(timeout))
         try:
             with contextlib.redirect_stdout(io.StringIO()):
-                module = course.load_notebook_code(job["assignment"], job.get("overrides"), name=f"m{job['id']}")
+                module = course.load_notebook_code(
+                    job["assignment"], job.get("overrides"), name=f"m{job['id']}"
+                )
                 res = gpu_check.grade(module, job["assignment"])
             points = sum(p for p, _, _ in res.values())
             why = "; ".join(m for _, m, _ in res.values() if m and not m.startswith("NotMeasured"))[:300]
@@ -174,8 +188,14 @@ def run(assignments, sample, seed, timeout, target) -> int:
         for assignment in assignments:
             baseline = pool.grade(dict(id="solution", assignment=assignment))
             all_mutants = mutants(assignment)
-            chosen = random.Random(seed).sample(all_mutants, min(sample, len(all_mutants))) if sample else all_mutants
-            print(f"{assignment}: solution scores {baseline['points']:g}; grading {len(chosen)} of {len(all_mutants)} mutants")
+            chosen = (
+                random.Random(seed).sample(all_mutants, min(sample, len(all_mutants)))
+                if sample
+                else all_mutants
+            )
+            print(
+                f"{assignment}: solution scores {baseline['points']:g}; grading {len(chosen)} of {len(all_mutants)} mutants"
+            )
             killed, survivors, eq = 0, [], 0
             for i, m in enumerate(chosen, 1):
                 res = pool.grade(dict(id=i, assignment=assignment, overrides={m["cell"]: m["source"]}))
@@ -192,7 +212,9 @@ def run(assignments, sample, seed, timeout, target) -> int:
                     print(f"  SURVIVED    {m['cell']} [{m['kind']}]: {m['line']!r} -> {m['new']!r}")
             counted = len(chosen) - eq
             rate = killed / counted if counted else 1.0
-            print(f"{assignment}: killed {killed} of {counted} non-equivalent mutants ({rate:.0%}); {eq} equivalent")
+            print(
+                f"{assignment}: killed {killed} of {counted} non-equivalent mutants ({rate:.0%}); {eq} equivalent"
+            )
             if rate < target:
                 status = 1
     finally:
@@ -201,9 +223,13 @@ def run(assignments, sample, seed, timeout, target) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("assignments", nargs="*")
-    parser.add_argument("--sample", type=int, default=0, help="grade a random sample of N mutants per chapter")
+    parser.add_argument(
+        "--sample", type=int, default=0, help="grade a random sample of N mutants per chapter"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=120, help="seconds per mutant")
     parser.add_argument("--target", type=float, default=0.9)

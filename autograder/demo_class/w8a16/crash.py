@@ -7,6 +7,8 @@ expect test_prefill: 3 /
 expect test_decode: 0 / crashed the process that ran it (SIGSEGV)
 expect[gpu] test_decode_bandwidth: 0 / crashed the process
 """
+
+
 # %% ex3_decode
 def w8a16_decode(x, q, s, out=None):
     import ctypes
