@@ -6,15 +6,18 @@ BIN    := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 ASSIGNMENTS := $(notdir $(wildcard solutions/*))
 
-.PHONY: help setup release demo autograde gradebook feedback test lint format gpu-check bench clean
+.PHONY: help setup release demo autograde gradebook feedback test lint format mutate gpu-check bench clean
+# SANDBOX=1: grade untrusted submissions in bubblewrap (no network, no other students' files, no gradebook).
+SANDBOX_FLAG := $(if $(filter 1,$(SANDBOX)),--sandbox,)
 
 help:
 	@echo "make demo       set up, release every assignment, autograde the embedded demo class, print the gradebook"
 	@echo "make test       lint, unit tests, notebooks in sync, solution notebook and demo class under the interpreter"
 	@echo "make release    regenerate notebooks/ (student versions) from solutions/ with nbgrader"
-	@echo "make autograde  grade autograder/submitted/<student>/<assignment>/ and print the gradebook"
+	@echo "make autograde  grade autograder/submitted/<student>/<assignment>/ and print the gradebook (SANDBOX=1: in bubblewrap)"
 	@echo "make feedback   write feedback HTML and export grades to autograder/grades.csv"
 	@echo "make format     ruff format + fixes, and strip outputs from every notebook"
+	@echo "make mutate     mutation-test the grader on every solution (kill rate per chapter)"
 	@echo "make gpu-check  on a CUDA GPU: grade the solution and the demo class's code with the checks directly"
 	@echo "make bench      on a CUDA GPU: solution kernels beside PyTorch's paths; table in build/bench/bench.md"
 
@@ -31,10 +34,10 @@ release: setup
 	for a in $(ASSIGNMENTS); do $(BIN)/nbgrader generate_assignment $$a --force || exit 1; done
 
 demo: setup
-	$(BIN)/python autograder/classroom.py demo
+	$(BIN)/python autograder/classroom.py demo $(SANDBOX_FLAG)
 
 autograde: setup
-	$(BIN)/python autograder/classroom.py autograde
+	$(BIN)/python autograder/classroom.py autograde $(SANDBOX_FLAG)
 
 gradebook: setup
 	$(BIN)/python autograder/classroom.py gradebook
@@ -54,6 +57,9 @@ format: setup
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 	$(BIN)/python tools/notebook_format.py solutions notebooks
+
+mutate: setup
+	$(BIN)/python autograder/mutate.py
 
 # The GPU targets use the machine's own python (its CUDA torch), not the CPU venv.
 gpu-check:

@@ -1,0 +1,28 @@
+"""Mutation testing of the grader, on a small sample (the full run: `make mutate`)."""
+
+import mutate
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def test_mutants_cover_every_operator_kind():
+    kinds = {m["kind"] for m in mutate.mutants("w8a16")}
+    assert {"constant", "comparison", "operator", "mask", "axis", "offset", "drop line"} <= kinds
+
+
+def test_equivalent_mutants_still_exist():
+    """Each listed equivalent mutant must match a mutant the tool makes (else the list has gone stale)."""
+    import json
+
+    made = {(m["cell"], m["line"], m["new"]) for m in mutate.mutants("w8a16")}
+    for e in json.loads(mutate.EQUIVALENT.read_text()):
+        assert (e["cell"], e["line"], e["new"]) in made, e
+        assert e["reason"]
+
+
+def test_a_sample_of_mutants_loses_points(capsys):
+    status = mutate.run(["w8a16"], sample=6, seed=1, timeout=120, target=1.0)
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "killed 6 of 6" in out or "equivalent" in out, out
