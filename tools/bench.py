@@ -26,7 +26,12 @@ def main(argv=None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="one decode shape, one prefill M")
-    parser.add_argument("--sweep", action="store_true", help="also sweep the decode kernel's tile sizes")
+    parser.add_argument(
+        "--sweep", action="store_true", help="also sweep the W8A16 decode kernel's tile sizes"
+    )
+    parser.add_argument(
+        "--sweep-prefill", action="store_true", help="also sweep the W8A16 tiled kernel's tiles"
+    )
     parser.add_argument("--out", default="build/bench")
     parser.add_argument("chapters", nargs="*", help="default: every chapter whose module has benchmark()")
     args = parser.parse_args(argv)
@@ -101,6 +106,10 @@ def main(argv=None) -> int:
         sweep = decode_sweep(
             course.load_notebook_code("w8a16", name="sweep_w8a16"), w8a16, bench, dtype, copy_bw, g
         )
+    if args.sweep_prefill:
+        sweep += prefill_sweep(
+            course.load_notebook_code("w8a16", name="sweep_w8a16p"), w8a16, bench, dtype, cublas, g
+        )
     (out_dir / "bench.json").write_text(
         json.dumps({"meta": meta, "rows": rows, "sweep": sweep}, indent=1, default=str)
     )
@@ -140,6 +149,35 @@ def decode_sweep(sol, w8a16, bench, dtype, copy_bw, g):
                        key=lambda r: r["copy_frac"])  # fmt: skip
             print(f"sweep N={N} K={K} M={M}: best {best['cfg']} -> {100 * best['copy_frac']:.0f} % of copy")
     w8a16.decode_config = original
+    return results
+
+
+def prefill_sweep(sol, w8a16, bench, dtype, cublas, g):
+    """Time the readable tiled kernel over tile sizes at prefill, to choose w8a16.prefill_config."""
+    import itertools
+
+    import torch
+
+    results = []
+    original = w8a16.prefill_config
+    N = K = 8192
+    q = torch.randint(-127, 128, (N, K), dtype=torch.int8, device="cuda", generator=g)
+    s = torch.rand(N, device="cuda", generator=g) * 1e-3
+    for M in (2048, 4096):
+        x = torch.randn(M, K, device="cuda", generator=g).to(dtype)
+        for bm, bn, bk, nw, ns in itertools.product((128,), (128, 256), (64, 128), (4, 8), (3, 4, 5)):
+            cfg = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=nw, num_stages=ns)
+            w8a16.prefill_config = lambda *a, cfg=cfg, **k: cfg
+            try:
+                ms = bench.median_ms(lambda x=x: sol.w8a16_matmul(x, q, s), rep_ms=50)
+            except Exception as exc:  # noqa: BLE001 - too much shared memory, say
+                results.append(dict(kind="prefill", M=M, N=N, K=K, cfg=cfg, error=str(exc)[:80]))
+                continue
+            frac = 2 * M * N * K / (ms * 1e-3) / cublas
+            results.append(dict(kind="prefill", M=M, N=N, K=K, cfg=cfg, us=ms * 1e3, cublas_frac=frac))
+        best = max((r for r in results if r["M"] == M and "us" in r), key=lambda r: r["cublas_frac"])
+        print(f"prefill sweep M={M}: best {best['cfg']} -> {100 * best['cublas_frac']:.0f} % of cuBLAS")
+    w8a16.prefill_config = original
     return results
 
 
