@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import signal
 import sys
 import time
 import traceback
@@ -37,8 +38,9 @@ def graded_cells(assignment: str) -> list[tuple[str, float, list[str]]]:
     return out
 
 
-def grade(module, assignment: str) -> dict:
-    """grade_id -> (points, message). Each cell's statements run with the module's names in scope."""
+def grade(module, assignment: str, report=None) -> dict:
+    """grade_id -> (points, message, seconds). Each cell's statements run with the module's names in scope;
+    report(grade_id, result), if given, hears of each cell as soon as it is graded."""
     from qmatmul import checks
 
     results = {}
@@ -54,7 +56,47 @@ def grade(module, assignment: str) -> dict:
         except Exception as exc:  # noqa: BLE001
             tb = traceback.format_exception_only(type(exc), exc)[-1].strip()
             results[gid] = (0.0, f"{type(exc).__name__}: {tb[:300]}", time.time() - t0)
+        if report:
+            report(gid, results[gid])
     return results
+
+
+def grade_in_child(assignment: str, overrides: dict, name: str) -> dict:
+    """grade() in a process of its own: a submission that crashes the process loses the cells left."""
+    import subprocess
+    import tempfile
+
+    spec = Path(tempfile.mkdtemp()) / "job.json"
+    spec.write_text(json.dumps(dict(assignment=assignment, overrides=overrides, name=name)))
+    proc = subprocess.run([sys.executable, __file__, "--child", str(spec)], capture_output=True, text=True)
+    results = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith(CHILD_MARK):
+            gid, res = json.loads(line[len(CHILD_MARK) :])
+            results[gid] = tuple(res)
+        else:
+            print(line)
+    for gid, _, _ in graded_cells(assignment):
+        if gid not in results:
+            why = signal.Signals(-proc.returncode).name if proc.returncode < 0 else f"exit {proc.returncode}"
+            results[gid] = (
+                0.0,
+                f"CheckFailed: {gid}: your code crashed the process that ran it ({why})",
+                0.0,
+            )
+    return results
+
+
+CHILD_MARK = "@@cell@@"
+
+
+def child(spec_path: str) -> int:
+    from qmatmul import course
+
+    job = json.loads(Path(spec_path).read_text())
+    module = course.load_notebook_code(job["assignment"], job["overrides"], name=job["name"])
+    grade(module, job["assignment"], lambda gid, res: print(CHILD_MARK + json.dumps([gid, res]), flush=True))
+    return 0
 
 
 def main(argv=None) -> int:
@@ -64,7 +106,10 @@ def main(argv=None) -> int:
     parser.add_argument("assignments", nargs="*")
     parser.add_argument("--seeds", type=int, default=3, help="fresh-seed reruns of the solution's checks")
     parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.child:
+        return child(args.child)
 
     from qmatmul import course, environment
 
@@ -78,10 +123,7 @@ def main(argv=None) -> int:
                 overrides = _blank_overrides(assignment)
             else:
                 overrides = student.cells
-            module = course.load_notebook_code(
-                assignment, overrides, name=f"demo_{assignment}_{student.name}"
-            )
-            rows[student.name] = grade(module, assignment)
+            rows[student.name] = grade_in_child(assignment, overrides, f"demo_{assignment}_{student.name}")
             for scope, cell, points, message in student.expects:
                 if scope not in ("any", where):
                     continue

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-OUTSIDE = "outside every tensor"  # key of the count of elements accessed outside all the named tensors
+OUTSIDE = "outside every tensor"  # elements accessed outside every tensor argument of their kernel launch
 
 
 def available() -> bool:
@@ -46,16 +46,18 @@ class Traffic:
         return "; ".join(parts)
 
 
-def _account(counts: dict, ranges, ptrs, mask) -> None:
+def _account(counts: dict, ranges, launch, ptrs, mask) -> None:
+    """Add the active elements of one load or store to counts: bytes per named tensor, and elements that
+    fall outside every tensor argument of the kernel launch doing the access."""
     addrs = np.asarray(ptrs.data).astype(np.uint64)
     active = np.broadcast_to(np.asarray(mask.data, dtype=bool), addrs.shape)
     addrs = addrs[active]
     size = ptrs.get_element_ty().primitive_bitwidth // 8
-    inside = np.zeros(addrs.shape, dtype=bool)
     for name, lo, hi in ranges:
-        hit = (addrs >= lo) & (addrs < hi)
-        inside |= hit
-        counts[name] = counts.get(name, 0) + int(np.count_nonzero(hit)) * size
+        counts[name] = counts.get(name, 0) + int(np.count_nonzero((addrs >= lo) & (addrs < hi))) * size
+    inside = np.zeros(addrs.shape, dtype=bool)
+    for lo, hi in launch:
+        inside |= (addrs >= lo) & (addrs < hi)
     counts[OUTSIDE] = counts.get(OUTSIDE, 0) + int(np.count_nonzero(~inside))
 
 
@@ -78,20 +80,32 @@ def count(tensors: dict):
             raise ValueError("the traffic audit runs in the interpreter, on CPU tensors")
         ranges.append((name, *_span(t)))
     load, store = builder.create_masked_load, builder.create_masked_store
+    launches = []  # the tensor arguments of the kernel launch in progress (a stack)
+    executor = interpreter.GridExecutor
+    run = executor.__call__
+
+    def counted_run(self, *args, **kwargs):
+        launches.append([_span(a) for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)])
+        try:
+            return run(self, *args, **kwargs)
+        finally:
+            launches.pop()
 
     def counted_load(ptrs, mask, other, *args):
-        _account(traffic.loaded, ranges, ptrs, mask)
+        _account(traffic.loaded, ranges, launches[-1] if launches else [r[1:] for r in ranges], ptrs, mask)
         return load(ptrs, mask, other, *args)
 
     def counted_store(ptrs, value, mask, *args):
-        _account(traffic.stored, ranges, ptrs, mask)
+        _account(traffic.stored, ranges, launches[-1] if launches else [r[1:] for r in ranges], ptrs, mask)
         return store(ptrs, value, mask, *args)
 
     builder.create_masked_load, builder.create_masked_store = counted_load, counted_store
+    executor.__call__ = counted_run
     try:
         yield traffic
     finally:
         del builder.create_masked_load, builder.create_masked_store  # back to the class's methods
+        executor.__call__ = run
 
 
 def audit(fn, inputs: dict, out: torch.Tensor) -> Traffic:

@@ -96,11 +96,12 @@ def prefill_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
         return dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=64, num_warps=4, num_stages=1)
     old = torch.cuda.get_device_capability() < (8, 0)
     big = M > 64
+    # Swept on the H200 at M = 2048 and 4096, N = K = 8192: 73-77 % of cuBLAS bf16 (docs/benchmark-h200.md).
     return dict(
         BLOCK_M=128 if big else 64,
         BLOCK_N=128,
         BLOCK_K=64 if big else 128,
-        num_warps=8 if big else 4,
+        num_warps=4,
         num_stages=2 if old else (3 if big else 4),
     )
 
@@ -368,7 +369,7 @@ def _check_kernel(fn, what: str, shapes, device: str, dtypes, g, strided_cases=(
                 inputs_before = [t.clone() for t in (x, q, s)]
                 ctx = f" (M={M}, N={N}, K={K}, {str(dtype).replace('torch.', '')}{', strided x and out' if strided else ''})"
                 y, ops = checks.run_audited(fn, x, q, s, out=out, what=what)
-                checks.assert_fused(ops, what=what, weight_shape=(N, K))
+                checks.assert_fused(ops, what=what, weight_shape=(N, K), allowed_shapes=[x.shape, out.shape])
                 if not isinstance(y, torch.Tensor):
                     raise CheckFailed(f"{what} must return the output tensor, got {type(y).__name__}{ctx}")
                 if y.data_ptr() != out.data_ptr():
@@ -411,10 +412,11 @@ def check_prefill(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     else:
         big = device == "cuda"
         shapes = []
-        for _ in range(2):  # N >= M, so a scale broadcast along M still reads inside s and can be named
+        for _ in range(2):  # N > M, so a scale broadcast along M still reads inside s and can be named
             M = int(torch.randint(17, 300 if big else 130, (1,), generator=g))
-            N = int(torch.randint(M, 700 if big else 200, (1,), generator=g))
-            shapes.append((M, N, int(torch.randint(40, 1000 if big else 260, (1,), generator=g))))
+            N = int(torch.randint(M + 1, 700 if big else 200, (1,), generator=g))
+            K = int(torch.randint(40, 1000 if big else 260, (1,), generator=g))
+            shapes.append((M, N, K if K != M else K + 1))  # M differs from N and K: no shape looks like W
         shapes.append((1, 129, 77))
     n = _check_kernel(fn, "w8a16_matmul", shapes, device, _act_dtypes(device), g)
     checks.passed(
