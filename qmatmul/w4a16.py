@@ -157,7 +157,7 @@ def prefill_config(M: int, N: int, K: int, group_size: int, device: str = "cuda"
     return dict(
         BLOCK_M=128 if big else 64,
         BLOCK_N=128,
-        BLOCK_K=min(64, group_size),
+        BLOCK_K=min(128 if big else 64, group_size),
         num_warps=8 if big else 4,
         num_stages=2 if old else (3 if big else 4),
     )
@@ -540,6 +540,10 @@ def kernel_mistakes(x, packed, scales, zeros, G) -> list[Mistake]:
                 "scales[n, k // G], not scales[n, 0] for all of K.",
                 y(_deq_with(q, s[:, :1].expand(N, groups), z[:, :1].expand(N, groups), G))),
         Mistake("scale missing", "Multiply (q - zero) by the group's scale.", y(q - z_rep)),
+        Mistake("weights rounded to 16 bits", "(q - zero) · scale rounded to fp16/bf16 loses up to half a unit "
+                "in the last place per weight, and the output drifts past the tolerance: put the exact integer "
+                "(q - zero) in the dot and multiply the group's partial sum by the scale.",
+                xf @ _deq_with(q, s, z, G).to(x.dtype).float().T),
         Mistake("group index from the byte index", "The group of weight k is k // G; a byte j of packed holds "
                 "k = 2j and 2j+1, so its group is 2j // G, not j // G.",
                 y(_deq_with(q, s[:, torch.arange(groups) // 2], z[:, torch.arange(groups) // 2], G))),
@@ -763,8 +767,9 @@ def tinygemm_operands(packed, scales, zeros, G):
     """The same weight in PyTorch's tinygemm layout: (weight_int4pack, G, scales_and_zeros [K/G, N, 2] bf16).
 
     tinygemm computes w = (q - 8) · scale + offset, so offset = (8 - zero) · scale gives our (q - zero) · scale.
+    Its packer takes element 2i in the HIGH nibble (torchao's convention), the opposite of ours: swap them.
     """
-    wp = torch._convert_weight_to_int4pack(packed, 8)
+    wp = torch._convert_weight_to_int4pack(((packed << 4) | (packed >> 4)).contiguous(), 8)
     sz = torch.stack([scales, (8 - zeros.float()) * scales], dim=-1).transpose(0, 1).contiguous()
     return wp, G, sz.to(torch.bfloat16)
 
