@@ -471,6 +471,7 @@ def check_quantizer(fn, *, hidden: bool = False, seed: int | None = None) -> Non
         if not ok:
             named = None
             for name, explanation, mp, ms, mz in _wrong_quantizers(w, G):
+                ms, mz = torch.where(zero_groups, s_ref, ms), torch.where(zero_groups, z_ref, mz)
                 same_all = torch.equal(packed, mp) and torch.equal(s_cmp, ms) and torch.equal(z_cmp, mz)
                 same_scales = torch.equal(s_cmp, ms) and not torch.equal(ms, s_ref)
                 if same_all or same_scales:
@@ -555,6 +556,16 @@ def kernel_mistakes(x, packed, scales, zeros, G) -> list[Mistake]:
                 y(_deq_with(q, s[:, torch.arange(groups) // 2], z[:, torch.arange(groups) // 2], G))),
     ]  # fmt: skip
     if groups > 1:
+        for by in (1, -1):  # unmasked: row n's last group reads row n+1's first (the flattened layout)
+            sf = torch.cat(
+                [s.flatten()[by:], s.flatten()[:by]] if by > 0 else [s.flatten()[by:], s.flatten()[:by]]
+            )
+            zf = torch.cat(
+                [z.flatten()[by:], z.flatten()[:by]] if by > 0 else [z.flatten()[by:], z.flatten()[:by]]
+            )
+            out.append(Mistake("group index off by one", "Weight k belongs to group k // G (groups start at 0): "
+                               "check how the K loop's offset becomes a group index.",
+                               y(_deq_with(q, sf.reshape(N, groups), zf.reshape(N, groups), G))))  # fmt: skip
         for by in (1, -1):
             for fill_s, fill_z in ((None, None), (0.0, 0.0)):
                 out.append(Mistake("group index off by one", "Weight k belongs to group k // G (groups "
