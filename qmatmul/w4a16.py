@@ -557,12 +557,7 @@ def kernel_mistakes(x, packed, scales, zeros, G) -> list[Mistake]:
     ]  # fmt: skip
     if groups > 1:
         for by in (1, -1):  # unmasked: row n's last group reads row n+1's first (the flattened layout)
-            sf = torch.cat(
-                [s.flatten()[by:], s.flatten()[:by]] if by > 0 else [s.flatten()[by:], s.flatten()[:by]]
-            )
-            zf = torch.cat(
-                [z.flatten()[by:], z.flatten()[:by]] if by > 0 else [z.flatten()[by:], z.flatten()[:by]]
-            )
+            sf, zf = torch.roll(s.flatten(), -by), torch.roll(z.flatten(), -by)
             out.append(Mistake("group index off by one", "Weight k belongs to group k // G (groups start at 0): "
                                "check how the K loop's offset becomes a group index.",
                                y(_deq_with(q, sf.reshape(N, groups), zf.reshape(N, groups), G))))  # fmt: skip
