@@ -844,3 +844,91 @@ def benchmark(sol, record, env, quick: bool = False) -> None:
         record("prefill", "naive: dequantize, matmul", M, N, K, lambda x=x: naive(x, p, s, z, G), fused)
         record("prefill", "solution w4a16_matmul", M, N, K, lambda x=x: sol.w4a16_matmul(x, p, s, z, G), fused,
                recheck(sol.w4a16_matmul, 300, 1000, 768))  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Bonus: the magic-number dequantization
+
+MAGIC_FP16 = 0x6400  # fp16 1024.0: exponent 10, so the low 10 mantissa bits count units
+# Ops that allocate, move or view a float tensor without computing one (the interpreter itself runs set_ and copy_).
+_ALLOCATIONS = {
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "full", "fill_", "set_",
+    "copy_", "detach", "alias", "view", "as_strided", "_reshape_alias", "reshape", "t", "transpose", "permute",
+    "slice", "select", "unsqueeze", "squeeze", "expand", "lift_fresh",
+}  # fmt: skip
+
+
+def _kernel_source(kernel) -> str:
+    """The source of a @triton.jit function, compiled (JITFunction.src) or interpreted (InterpretedFunction.fn)."""
+    import inspect
+
+    src = getattr(kernel, "src", None)
+    if src is None:
+        try:
+            src = inspect.getsource(getattr(kernel, "fn", kernel))
+        except (OSError, TypeError):
+            src = "bitcast=True"  # source unavailable: do not fail the learner on our inability to read it
+    return src
+
+
+def check_unpack_magic(fn, kernel=None, *, hidden: bool = False, seed: int | None = None) -> None:
+    """Bonus: fn(packed) -> float16 codes [N, K], bit for bit, computed by a Triton kernel that bitcasts."""
+    seed = checks.fresh_seed() if seed is None else seed
+    g = checks.generator(seed)
+    what = "unpack_magic"
+    device = _device()
+    shapes = [(4, 64), (3, 100)] if not hidden else [
+        (int(torch.randint(1, 40, (1,), generator=g)), 2 * int(torch.randint(1, 700, (1,), generator=g)))
+        for _ in range(3)
+    ]  # fmt: skip
+    for N, K in shapes:
+        q = torch.randint(0, 16, (N, K), dtype=torch.uint8, generator=g)
+        q[0, :32] = torch.arange(32) % 16  # every code appears
+        packed = pack(q).to(device)
+        ctx = f" (packed [{N}, {K // 2}])"
+        y, ops = checks.run_audited(fn, packed, what=what)
+        used = sorted(
+            {
+                op.name
+                for op in ops
+                if op.name not in _ALLOCATIONS and any(d.is_floating_point for d in op.dtypes)
+            }
+        )
+        if used:
+            raise CheckFailed(
+                f"{what} computed floats with PyTorch ({', '.join(used)}): do the whole unpacking in the Triton "
+                f"kernel.{ctx}"
+            )
+        if not isinstance(y, torch.Tensor) or y.dtype != torch.float16 or tuple(y.shape) != (N, K):
+            got = f"{y.dtype} {list(y.shape)}" if isinstance(y, torch.Tensor) else type(y).__name__
+            raise CheckFailed(f"{what} must return float16 codes of shape [{N}, {K}], got {got}{ctx}")
+        expected = q.to(y.device).half()
+        if torch.equal(y, expected):
+            continue
+        yc = y.float().cpu()
+        qf = q.float()
+        known = [
+            ("swapped nibbles", "byte & 0xF is element 2i, byte >> 4 element 2i+1.",
+             torch.stack([qf[:, 1::2], qf[:, 0::2]], dim=-1).reshape(N, K)),
+            ("1024 not subtracted", "0x6400 | q reads as 1024 + q: subtract 1024.0 (exact in fp16).", qf + 1024),
+        ]  # fmt: skip
+        lines = []
+        for name, explanation, out in known:
+            if torch.equal(yc, out):
+                lines.append(f"This matches a known mistake: {name}. {explanation}")
+        bad = yc != qf
+        nan = torch.isnan(yc)
+        lines.append(f"{what}: {int(bad.sum())} of {N * K} codes differ from byte & 0xF / byte >> 4{ctx}")
+        if nan.any():
+            lines.append(f"{int(nan.sum())} are NaN: check the store mask and that every byte is read.")
+        i = int(bad.flatten().nonzero()[0])
+        lines.append(
+            f"First at [{i // K}, {i % K}]: got {float(yc.flatten()[i])}, expected {float(qf.flatten()[i])}."
+        )
+        raise CheckFailed("\n".join(lines))
+    if kernel is not None and "bitcast=True" not in _kernel_source(kernel):
+        raise CheckFailed(
+            f"{what}: the kernel never bitcasts. The trick is to OR each code into the bits of fp16 1024.0 "
+            "(0x6400) and reinterpret them: `.to(tl.float16, bitcast=True)`, then subtract 1024."
+        )
+    checks.passed(f"{what}: bit-exact on {'hidden' if hidden else 'visible'} inputs (seed {seed})")

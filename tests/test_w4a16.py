@@ -289,3 +289,47 @@ def test_predictions_figures_and_widget_run_on_cpu(env, w4a16_solution, capsys):
     assert heights[0] < heights[1] < heights[2] < heights[3]
     pytest.importorskip("ipywidgets")
     assert w4a16.nibble_explorer() is not None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Bonus: the magic-number unpacking
+
+
+def _magic_variant(old, new, name):
+    from qmatmul import course
+
+    src = "\n".join(ln for ln in course.solution_source("ex4_unpack_magic").splitlines() if "###" not in ln)
+    assert old in src
+    if "p >> 4" in new:  # a swap: exchange the two nibbles' expressions
+        src = src.replace("((p >> 4) | 0x6400)", "HIGH").replace(old, new).replace("HIGH", old)
+    else:
+        src = src.replace(old, new)
+    return course.load_notebook_code("w4a16", {"ex4_unpack_magic": src}, name=name)
+
+
+def test_unpack_magic_solution_passes(w4a16_solution):
+    w4a16.check_unpack_magic(w4a16_solution.unpack_magic, w4a16_solution.unpack_magic_kernel, seed=0)
+    w4a16.check_unpack_magic(
+        w4a16_solution.unpack_magic, w4a16_solution.unpack_magic_kernel, hidden=True, seed=1
+    )
+
+
+@pytest.mark.parametrize(
+    "old,new,match",
+    [
+        ("((p & 0xF) | 0x6400)", "((p >> 4) | 0x6400)", "swapped nibbles"),
+        (" - 1024.0", "", "1024 not subtracted"),
+        ("| 0x6400).to(tl.float16, bitcast=True) - 1024.0", ").to(tl.float16)", "never bitcasts"),
+        ("mask=mask)\n    tl.store(out_ptr + 2 * offs + 1", "mask=offs < n_bytes - 1)\n    tl.store(out_ptr + 2 * offs + 1",
+         "codes differ"),
+    ],
+)  # fmt: skip
+def test_unpack_magic_mistakes_are_named(env, old, new, match):
+    module = _magic_variant(old, new, f"w4a16_magic_{abs(hash(old)) % 10**6}")
+    with pytest.raises(CheckFailed, match=match):
+        w4a16.check_unpack_magic(module.unpack_magic, module.unpack_magic_kernel, seed=0)
+
+
+def test_unpack_magic_in_torch_is_refused():
+    with pytest.raises(CheckFailed, match="computed floats with PyTorch"):
+        w4a16.check_unpack_magic(lambda p: w4a16.unpack(p).half(), seed=0)
