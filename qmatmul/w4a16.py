@@ -1,0 +1,934 @@
+"""Chapter W4A16: int4 weights in groups along K, each group with a scale and a zero point (AWQ/GPTQ family).
+
+Weights use nn.Linear's layout W[N, K]. Groups of G consecutive k (G = 32, 64 or 128; K a multiple of G) share
+one float32 scale and one uint8 zero point. Asymmetric quantization, computed in float32 for each group:
+    lo = min(min_k W, 0),  hi = max(max_k W, 0)          (the range always holds 0.0, as in GPTQ)
+    scale = (hi - lo) / 15                               (an all-zero group gets scale = 1)
+    zero  = clamp(round(-lo / scale), 0, 15)
+    q     = clamp(round(W / scale) + zero, 0, 15)        (round half to even; W / scale is a division)
+Dequantized: w = (q - zero) * scale. Stored:
+    packed uint8 [N, K/2]:  packed[n, i] = q[n, 2i] | (q[n, 2i+1] << 4)   (element 2i in the low nibble)
+    scales float32 [N, K/G], zeros uint8 [N, K/G]
+y = x @ w.T (x: [M, K] fp16/bf16, y: [M, N] in x's dtype).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from qmatmul import checks
+from qmatmul.checks import CheckFailed, Mistake
+
+QMAX = 15
+GROUP_SIZES = (32, 64, 128)
+ACT_DTYPES = (torch.float16, torch.bfloat16)
+# Decode grading: a 28672 x 8192 int4 weight is 117 MB packed (plus 5.9 MB of scales and zeros): about twice
+# the H200's L2 and far above a T4's.
+BANDWIDTH_SHAPE = (28672, 8192)
+BANDWIDTH_GROUP = 128
+BANDWIDTH_MS = (1, 16)
+# Fraction of the copy bandwidth measured in the same process. On the lent H200 (2026-11-29, triton 3.6) the
+# solution reaches 24 % at M = 1 and 16 % at M = 16, the naive path 1 %, tinygemm 44 % and 11 %: see
+# docs/benchmark-h200-w4a16.md. The bar sits below the solution with a margin and far above the naive path.
+BANDWIDTH_THRESHOLD = 0.1
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The reference
+
+
+def _grouped(w: torch.Tensor, group_size: int) -> torch.Tensor:
+    N, K = w.shape
+    if group_size not in GROUP_SIZES:
+        raise ValueError(f"group_size must be one of {GROUP_SIZES}, got {group_size}")
+    if K % group_size:
+        raise ValueError(f"K = {K} is not a multiple of the group size {group_size}")
+    return w.float().reshape(N, K // group_size, group_size)
+
+
+def quantize_codes(w: torch.Tensor, group_size: int = 128):
+    """The reference quantizer, unpacked: q (uint8 [N, K], codes 0..15), scales float32 [N, K/G], zeros uint8."""
+    wg = _grouped(w, group_size)
+    lo = wg.amin(dim=2).clamp(max=0)
+    hi = wg.amax(dim=2).clamp(min=0)
+    scale = (hi - lo) / QMAX
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    zero = torch.round(-lo / scale).clamp(0, QMAX)
+    q = (torch.round(wg / scale[..., None]) + zero[..., None]).clamp(0, QMAX)
+    return q.reshape(w.shape).to(torch.uint8), scale, zero.to(torch.uint8)
+
+
+def pack(q: torch.Tensor) -> torch.Tensor:
+    """uint8 codes [N, K] -> packed uint8 [N, K/2], element 2i in the low nibble."""
+    return q[:, 0::2] | (q[:, 1::2] << 4)
+
+
+def unpack(packed: torch.Tensor) -> torch.Tensor:
+    """packed uint8 [N, K/2] -> codes uint8 [N, K]."""
+    N, half = packed.shape
+    q = torch.empty(N, 2 * half, dtype=torch.uint8, device=packed.device)
+    q[:, 0::2] = packed & 0xF
+    q[:, 1::2] = packed >> 4
+    return q
+
+
+def quantize(w: torch.Tensor, group_size: int = 128):
+    """The reference quantizer: (packed uint8 [N, K/2], scales float32 [N, K/G], zeros uint8 [N, K/G])."""
+    q, scale, zero = quantize_codes(w, group_size)
+    return pack(q), scale, zero
+
+
+def dequantize(packed, scales, zeros, group_size: int) -> torch.Tensor:
+    q = unpack(packed).float()
+    N, K = q.shape
+    s = scales.float().repeat_interleave(group_size, dim=1)
+    z = zeros.float().repeat_interleave(group_size, dim=1)
+    return (q - z) * s
+
+
+def reference(x, packed, scales, zeros, group_size: int) -> torch.Tensor:
+    """y = x @ dequantize(...).T in float32 (the grading reference)."""
+    return x.float() @ dequantize(packed, scales, zeros, group_size).to(x.device).T
+
+
+def naive(x, packed, scales, zeros, group_size: int) -> torch.Tensor:
+    """The naive path: unpack and dequantize the whole weight into memory, then a dense matmul."""
+    return x @ dequantize(packed, scales, zeros, group_size).to(x.dtype).T
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The scaffolding the notebook's wrappers use: validation, allocation, launch configurations
+
+
+def prepare(x, packed, scales, zeros, group_size, out=None):
+    """Validate the inputs of a W4A16 matmul with clear messages; allocate out if needed.
+
+    Returns M, N, K, out.
+    """
+    for name, t in (("x", x), ("packed", packed), ("scales", scales), ("zeros", zeros)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if x.dim() != 2:
+        raise ValueError(f"x must be 2-D [M, K], got shape {list(x.shape)}")
+    if x.dtype not in ACT_DTYPES:
+        raise TypeError(f"x must be float16 or bfloat16, got {x.dtype}")
+    if packed.dim() != 2 or packed.dtype != torch.uint8:
+        raise TypeError(
+            f"packed must be a 2-D uint8 tensor [N, K/2], got {packed.dtype} of shape {list(packed.shape)}"
+        )
+    if group_size not in GROUP_SIZES:
+        raise ValueError(f"group_size must be one of {GROUP_SIZES}, got {group_size}")
+    M, K = x.shape
+    N, half = packed.shape
+    if 2 * half != K:
+        raise ValueError(
+            f"x is [M, K] = {list(x.shape)} but packed is [N, K/2] = {list(packed.shape)}: the K's differ"
+        )
+    if K % group_size:
+        raise ValueError(f"K = {K} must be a multiple of the group size {group_size}")
+    groups = K // group_size
+    if scales.dtype != torch.float32 or tuple(scales.shape) != (N, groups):
+        raise ValueError(
+            f"scales must be float32 of shape [N, K/G] = [{N}, {groups}], got {scales.dtype} of shape "
+            f"{list(scales.shape)}"
+        )
+    if zeros.dtype != torch.uint8 or tuple(zeros.shape) != (N, groups):
+        raise ValueError(
+            f"zeros must be uint8 of shape [N, K/G] = [{N}, {groups}], got {zeros.dtype} of shape "
+            f"{list(zeros.shape)}"
+        )
+    if not (x.device == packed.device == scales.device == zeros.device):
+        raise ValueError("x, packed, scales and zeros must be on one device")
+    if not (packed.is_contiguous() and scales.is_contiguous() and zeros.is_contiguous()):
+        raise ValueError("packed, scales and zeros must be contiguous (x and out may be strided)")
+    if out is None:
+        out = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    elif tuple(out.shape) != (M, N) or out.dtype != x.dtype or out.device != x.device:
+        raise ValueError(
+            f"out must be {x.dtype} of shape [{M}, {N}] on {x.device}, got {out.dtype} {list(out.shape)} "
+            f"on {out.device}"
+        )
+    return M, N, K, out
+
+
+def prefill_config(M: int, N: int, K: int, group_size: int, device: str = "cuda") -> dict:
+    """Tile sizes for the tiled kernel. BLOCK_K divides the group size: one scale and zero per K block."""
+    if device != "cuda":
+        return dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=min(64, group_size), num_warps=4, num_stages=1)
+    old = torch.cuda.get_device_capability() < (8, 0)
+    big = M > 64
+    # The best of 8 configurations timed on the H200 at M = 2048, N = K = 8192 (still only 9.5 % of cuBLAS).
+    return dict(
+        BLOCK_M=128 if big else 64,
+        BLOCK_N=256 if big else 128,
+        BLOCK_K=min(64, group_size),
+        num_warps=8 if big else 4,
+        num_stages=2 if old else (3 if big else 4),
+    )
+
+
+def decode_config(M: int, N: int, K: int, group_size: int, device: str = "cuda") -> dict:
+    """Tile sizes for the decode kernel: all M rows (padded to 16) in one program, a strip of N, one group
+    of K per step."""
+    if device != "cuda":
+        return dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=group_size, num_warps=4, num_stages=1)
+    # Swept on the H200 (BLOCK_N 32/64/128, 2/4/8 warps, 3/5 stages) at 28672 x 8192: 24 % of the copy bandwidth
+    # at M = 1, 16 % at M = 16.
+    return dict(BLOCK_M=16, BLOCK_N=128, BLOCK_K=group_size, num_warps=8, num_stages=3)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Byte and FLOP counts
+
+
+def bytes_per_weight(group_size: int = 128) -> float:
+    """Half a byte per weight plus its share of one float32 scale and one uint8 zero per group."""
+    return 0.5 + 5 / group_size
+
+
+def bytes_moved(M: int, N: int, K: int, group_size: int = 128, act_bytes: int = 2) -> int:
+    """The bytes a fused W4A16 matmul must move: packed weights, scales, zeros, activations in, output out."""
+    return N * K // 2 + N * (K // group_size) * 5 + act_bytes * (M * K + M * N)
+
+
+def bytes_moved_naive(M: int, N: int, K: int, group_size: int = 128, act_bytes: int = 2) -> int:
+    """The naive path: read the packed weight, write the dequantized one, read it back for the matmul."""
+    return bytes_moved(M, N, K, group_size, act_bytes) + 2 * act_bytes * N * K
+
+
+def bytes_moved_dense(M: int, N: int, K: int, act_bytes: int = 2) -> int:
+    return act_bytes * (N * K + M * K + M * N)
+
+
+def flops(M: int, N: int, K: int) -> int:
+    return 2 * M * N * K
+
+
+def explain_format(K: int = 8192) -> None:
+    """Print the bytes per weight of each format and what that means for a decode step."""
+    rows = [("bf16/fp16 dense", 2.0), ("W8A16 (int8 + fp32 scale per row)", 1 + 4 / K)]
+    rows += [(f"W4A16, G = {g} (int4 + fp32 scale + u8 zero)", bytes_per_weight(g)) for g in (32, 64, 128)]
+    print(f"Bytes per weight (rows of K = {K}):")
+    for name, b in rows:
+        print(f"  {name:<44} {b:.5f} B   {2 / b:4.2f}x fewer than bf16")
+    print(
+        f"At G = 128 the scales and zeros add {5 / 128:.3f} B per weight ({100 * (5 / 128) / 0.5:.0f} % on top of "
+        "the nibbles): a decode step can be up to "
+        f"{2 / bytes_per_weight(128):.2f}x faster than bf16."
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The nibble explorer (a widget) and the error-against-group-size figure
+
+
+def nibble_code(even: int, odd: int) -> dict:
+    """Pack two 4-bit codes (elements 2i and 2i+1) into one byte, and unpack it again, showing each step."""
+    even, odd = int(even) & 0xF, int(odd) & 0xF
+    byte = even | (odd << 4)
+    return {
+        "even (2i)": format(even, "04b"),
+        "odd (2i+1)": format(odd, "04b"),
+        "odd << 4": format(odd << 4, "08b"),
+        "byte": format(byte, "08b"),
+        "byte value": byte,
+        "byte & 0xF": byte & 0xF,
+        "byte >> 4": byte >> 4,
+        "swapped (wrong) byte": format(odd | (even << 4), "08b"),
+    }
+
+
+def nibble_explorer():
+    """Sliders for the codes of elements 2i and 2i+1 (and a zero point): the byte they share, bit by bit."""
+    import ipywidgets as W
+
+    out = W.HTML()
+
+    def show(even: int, odd: int, zero: int, scale: float) -> None:
+        c = nibble_code(even, odd)
+        out.value = (
+            "<pre>"
+            f"element 2i   code {even:>2} = {c['even (2i)']}        → low nibble  (bits 3..0)\n"
+            f"element 2i+1 code {odd:>2} = {c['odd (2i+1)']}        → high nibble (bits 7..4)\n"
+            f"byte = even | (odd << 4) = <b>{c['byte'][:4]}</b> {c['byte'][4:]}  = {c['byte value']}\n"
+            f"unpack: byte & 0xF = {c['byte & 0xF']:>2}    byte >> 4 = {c['byte >> 4']:>2}\n"
+            f"dequantized: (q - zero) · scale = {(even - zero) * scale:+.4f} and {(odd - zero) * scale:+.4f}\n"
+            f"swapped nibbles would store {c['swapped (wrong) byte']}: element 2i would read back {odd}"
+            "</pre>"
+        )
+
+    even = W.IntSlider(value=3, min=0, max=15, description="code 2i")
+    odd = W.IntSlider(value=12, min=0, max=15, description="code 2i+1")
+    zero = W.IntSlider(value=8, min=0, max=15, description="zero")
+    scale = W.FloatSlider(
+        value=0.01, min=0.001, max=0.05, step=0.001, readout_format=".3f", description="scale"
+    )
+    W.interactive_output(show, {"even": even, "odd": odd, "zero": zero, "scale": scale})
+    show(even.value, odd.value, zero.value, scale.value)
+    return W.VBox([even, odd, zero, scale, out])
+
+
+def error_against_group_size(w: torch.Tensor, quantize_fn, sizes=(32, 64, 128)):
+    """Relative error ‖w − deq‖ / ‖w‖ of quantize_fn at each group size, beside one scale per row (G = K)."""
+    import matplotlib.pyplot as plt
+
+    N, K = w.shape
+    labels, errs, bpw = [], [], []
+    for g in sizes:
+        packed, s, z = quantize_fn(w, g)
+        deq = dequantize(packed, s, z, g)
+        labels.append(f"G = {g}")
+        errs.append(float((deq - w.float()).norm() / w.float().norm()))
+        bpw.append(bytes_per_weight(g))
+    # One scale and zero per row, the whole of K (what many blog posts do): the reference at G = K.
+    wg = w.float()
+    lo, hi = wg.amin(1, keepdim=True).clamp(max=0), wg.amax(1, keepdim=True).clamp(min=0)
+    s = ((hi - lo) / QMAX).clamp_min(1e-30)
+    z = torch.round(-lo / s).clamp(0, QMAX)
+    q = (torch.round(wg / s) + z).clamp(0, QMAX)
+    labels.append(f"one per row (G = K = {K})")
+    errs.append(float(((q - z) * s - wg).norm() / wg.norm()))
+    bpw.append(0.5 + 5 / K)
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    bars = ax.bar(labels, [100 * e for e in errs], color=["tab:blue"] * len(sizes) + ["tab:red"])
+    for b, e, bb in zip(bars, errs, bpw, strict=True):
+        ax.annotate(f"{100 * e:.1f} %\n{bb:.3f} B/w", (b.get_x() + b.get_width() / 2, b.get_height()),
+                    ha="center", va="bottom", fontsize=8)  # fmt: skip
+    ax.set_ylabel("‖w − dequant‖ / ‖w‖ (%)")
+    ax.set_title("int4 error against group size: smaller groups, less error, more bytes")
+    ax.set_ylim(0, 130 * max(errs))
+    fig.tight_layout()
+    return fig
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Test inputs
+
+
+def random_weight(N: int, K: int, g: torch.Generator, dtype=torch.float32) -> torch.Tensor:
+    """Weights whose rows and groups have distinct magnitudes and offsets (every group a distinct scale/zero)."""
+    row_scale = torch.exp(torch.empty(N, 1).uniform_(-2.0, 2.0, generator=g)) * 0.02
+    w = torch.randn(N, K, generator=g) * row_scale
+    # A smooth drift along K, different per row: groups get different ranges and zero points.
+    drift = torch.randn(N, 1, generator=g) * row_scale * torch.linspace(-1.5, 1.5, K)[None, :]
+    return (w + drift).to(dtype)
+
+
+def random_problem(M, N, K, G, dtype, device, g, strided: bool = False):
+    """x [M, K] (a strided view when `strided`) and the reference quantization of a random weight."""
+    packed, s, z = quantize(random_weight(N, K, g), G)
+    pad = 7 if strided else 0
+    x_full = torch.randn(M, K + pad, generator=g).to(dtype).to(device)
+    return x_full[:, :K], packed.to(device), s.to(device), z.to(device)
+
+
+def random_packed(N: int, K: int, G: int, device: str, g: torch.Generator):
+    """Random codes, scales and zeros straight on the device (for the bandwidth cells)."""
+    packed = torch.randint(0, 256, (N, K // 2), dtype=torch.uint8, device=device, generator=g)
+    s = torch.rand(N, K // G, device=device, generator=g) * 1e-3 + 1e-4
+    z = torch.randint(0, 16, (N, K // G), dtype=torch.uint8, device=device, generator=g)
+    return packed, s, z
+
+
+def _poisoned_out(M: int, N: int, dtype, device: str, strided: bool):
+    pad = 5 if strided else 0
+    full = torch.full((M, N + pad), float("nan"), dtype=dtype, device=device)
+    return full, full[:, :N]
+
+
+def _act_dtypes(device: str) -> list:
+    if device == "cuda" and torch.cuda.get_device_capability() >= (8, 0):
+        return [torch.float16, torch.bfloat16]
+    return [torch.float16]  # the interpreter's bf16 tl.dot is wrong; T4 has no bf16 tensor cores
+
+
+def _device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Checks for exercise 1: the quantizer and packer
+
+
+def _quantizer_inputs(g: torch.Generator, hidden: bool):
+    """(w, group_size) pairs."""
+    if not hidden:
+        return [(random_weight(4, 64, g), 32), (random_weight(16, 256, g), 128)]
+    cases = []
+    for dtype, G in ((torch.float32, 32), (torch.float16, 64), (torch.bfloat16, 128), (torch.float32, 128)):
+        N = int(torch.randint(5, 40, (1,), generator=g))
+        K = G * int(torch.randint(2, 5, (1,), generator=g))
+        w = random_weight(N, K, g)
+        w[0, :G] = 0  # an all-zero group
+        w[1, :G] = w[1, :G].abs() + 0.01  # an all-positive group: the range must still hold 0
+        w[2, G : 2 * G] = -w[2, G : 2 * G].abs()  # an all-negative group
+        w[3, int(torch.randint(0, K, (1,), generator=g))] = 1.0  # one outlier
+        cases.append((w.to(dtype), G))
+    return cases
+
+
+def _wrong_quantizers(w: torch.Tensor, G: int):
+    """(name, explanation, packed, scales, zeros) of the known wrong quantizers."""
+    q, s, z = quantize_codes(w, G)
+    N, K = w.shape
+    wg = _grouped(w, G)
+    out = []
+    out.append(("swapped nibbles", "Element 2i goes in the LOW nibble: packed = q[:, 0::2] | (q[:, 1::2] << 4).",
+                q[:, 1::2] | (q[:, 0::2] << 4), s, z))  # fmt: skip
+    q_nz = torch.round(wg / s[..., None]).clamp(0, QMAX).reshape(N, K).to(torch.uint8)
+    out.append(("zero point ignored", "Add the group's zero point before clamping: q = clamp(round(w / scale) "
+                "+ zero, 0, 15); without it every negative weight clamps to 0.", pack(q_nz), s, z))  # fmt: skip
+    # One scale and zero for all of K in a row, repeated for every group.
+    lo, hi = wg.amin(dim=(1, 2)).clamp(max=0), wg.amax(dim=(1, 2)).clamp(min=0)
+    s1 = (hi - lo) / QMAX
+    s1 = torch.where(s1 > 0, s1, torch.ones_like(s1))
+    z1 = torch.round(-lo / s1).clamp(0, QMAX)
+    q1 = (torch.round(w.float() / s1[:, None]) + z1[:, None]).clamp(0, QMAX).to(torch.uint8)
+    out.append(("one scale per column", "Every group of G consecutive k along a row has its own scale and zero: "
+                "reshape to [N, K/G, G] and reduce over the last axis.", pack(q1),
+                s1[:, None].expand_as(s).contiguous(), z1[:, None].expand_as(z).to(torch.uint8)))  # fmt: skip
+    # The range from the group's min and max without including 0 (AWQ's formula as often copied).
+    lo2, hi2 = wg.amin(dim=2), wg.amax(dim=2)
+    s2 = torch.where(hi2 > lo2, (hi2 - lo2) / QMAX, torch.ones_like(hi2))
+    z2 = torch.round(-lo2 / s2).clamp(0, QMAX)
+    q2 = (torch.round(wg / s2[..., None]) + z2[..., None]).clamp(0, QMAX).reshape(N, K).to(torch.uint8)
+    out.append(("range without 0", "Take lo = min(min w, 0) and hi = max(max w, 0): the range must hold 0, or an "
+                "all-positive group clips.", pack(q2), s2, z2.to(torch.uint8)))  # fmt: skip
+    qt = (torch.trunc(wg / s[..., None]) + z.float()[..., None]).clamp(0, QMAX).reshape(N, K).to(torch.uint8)
+    out.append(("truncation instead of rounding", "Round w / scale (torch.round) before adding the zero and "
+                "converting; .to(torch.uint8) truncates.", pack(qt), s, z))  # fmt: skip
+    s16 = torch.where((s * QMAX / 16) > 0, s * QMAX / 16, torch.ones_like(s))
+    z16 = torch.round(-wg.amin(dim=2).clamp(max=0) / s16).clamp(0, QMAX)
+    q16 = (torch.round(wg / s16[..., None]) + z16[..., None]).clamp(0, QMAX).reshape(N, K).to(torch.uint8)
+    out.append(("16 levels instead of 15 steps", "Four bits give codes 0..15: 15 steps, scale = (hi - lo) / 15.",
+                pack(q16), s16, z16.to(torch.uint8)))  # fmt: skip
+    return out
+
+
+def _check_types(result, what, N, K, G, ctx):
+    if not (isinstance(result, (tuple, list)) and len(result) == 3):
+        raise CheckFailed(f"{what} must return a triple (packed, scales, zeros), got {type(result).__name__}")
+    packed, s, z = result
+    for name, t in (("packed", packed), ("scales", s), ("zeros", z)):
+        if not isinstance(t, torch.Tensor):
+            raise CheckFailed(f"{what} must return three tensors; {name} is a {type(t).__name__}")
+    if tuple(packed.shape) == (N, K):
+        raise CheckFailed(
+            f"packed has shape [N, K] = [{N}, {K}]: pack two codes per byte, packed[n, i] = q[n, 2i] | "
+            f"(q[n, 2i+1] << 4), for shape [{N}, {K // 2}].{ctx}"
+        )
+    if tuple(packed.shape) == (N // 2, K) and N % 2 == 0:
+        raise CheckFailed(f"packed has shape [N/2, K]: pack along K (pairs of k), not along N.{ctx}")
+    if packed.dtype != torch.uint8 or tuple(packed.shape) != (N, K // 2):
+        raise CheckFailed(
+            f"packed must be uint8 of shape [{N}, {K // 2}], got {packed.dtype} {list(packed.shape)}{ctx}"
+        )
+    groups = K // G
+    if tuple(s.shape) in ((N,), (N, 1)) and groups > 1:
+        raise CheckFailed(
+            f"scales has shape {list(s.shape)}: one scale per column for all of K. Each group of {G} "
+            f"consecutive k has its own scale: shape [N, K/G] = [{N}, {groups}].{ctx}"
+        )
+    if tuple(s.shape) == (groups, N) and groups != N:
+        raise CheckFailed(f"scales has shape [K/G, N]: the course layout is [N, K/G] = [{N}, {groups}].{ctx}")
+    if tuple(s.shape) != (N, groups):
+        raise CheckFailed(f"scales must have shape [N, K/G] = [{N}, {groups}], got {list(s.shape)}{ctx}")
+    if s.dtype != torch.float32:
+        raise CheckFailed(f"scales must be float32, got {s.dtype}: compute in float32 (w.float()).{ctx}")
+    if tuple(z.shape) != (N, groups) or z.dtype != torch.uint8:
+        raise CheckFailed(f"zeros must be uint8 of shape [{N}, {groups}], got {z.dtype} {list(z.shape)}{ctx}")
+    checks.check_finite(s, what=f"scales{ctx}")
+    return packed, s, z
+
+
+def check_quantizer(fn, *, hidden: bool = False, seed: int | None = None) -> None:
+    """Exercise 1: packed, scales and zeros equal the reference bit for bit.
+
+    An all-zero group may have any positive scale and any zero point, as long as its codes equal that zero."""
+    seed = checks.fresh_seed() if seed is None else seed
+    g = checks.generator(seed)
+    what = "quantize_int4"
+    for w, G in _quantizer_inputs(g, hidden):
+        N, K = w.shape
+        ctx = f" (w: {str(w.dtype).replace('torch.', '')} [{N}, {K}], group_size={G})"
+        w_before = w.clone()
+        result = checks.call_learner(fn, w.clone(), G, what=what)
+        packed, s, z = _check_types(result, what, N, K, G, ctx)
+        p_ref, s_ref, z_ref = quantize(w, G)
+        zero_groups = _grouped(w, G).abs().amax(dim=2) == 0
+        if bool((s[zero_groups] <= 0).any()):
+            raise CheckFailed(
+                f"an all-zero group got scale {s[zero_groups].min().item()}: it must be positive{ctx}"
+            )
+        q = unpack(packed)
+        q_ref = unpack(p_ref)
+        # All-zero groups: accept their own zero point if every code equals it (they dequantize to 0).
+        zmask = zero_groups.repeat_interleave(G, dim=1)
+        q_cmp = torch.where(zmask & (q == z.repeat_interleave(G, dim=1)), q_ref, q)
+        s_cmp = torch.where(zero_groups, s_ref, s)
+        z_cmp = torch.where(zero_groups, z_ref, z)
+        ok = torch.equal(q_cmp, q_ref) and torch.equal(s_cmp, s_ref) and torch.equal(z_cmp, z_ref)
+        if not ok:
+            named = None
+            for name, explanation, mp, ms, mz in _wrong_quantizers(w, G):
+                ms, mz = torch.where(zero_groups, s_ref, ms), torch.where(zero_groups, z_ref, mz)
+                same_all = torch.equal(packed, mp) and torch.equal(s_cmp, ms) and torch.equal(z_cmp, mz)
+                same_scales = torch.equal(s_cmp, ms) and not torch.equal(ms, s_ref)
+                if same_all or same_scales:
+                    named = f"This matches a known mistake: {name}. {explanation}"
+                    break
+            lines = [named] if named else []
+            if not torch.equal(s_cmp, s_ref):
+                bad = (s_cmp != s_ref).nonzero().tolist()
+                n, gi = bad[0]
+                lines.append(
+                    f"scales differ from the reference in {len(bad)} of {s.numel()} groups, first at [n={n}, "
+                    f"group={gi}] (k = {gi * G}..{gi * G + G - 1}): got {float(s_cmp[n, gi]):.8g}, expected "
+                    f"{float(s_ref[n, gi]):.8g}{ctx}"
+                )
+            elif not torch.equal(z_cmp, z_ref):
+                bad = (z_cmp != z_ref).nonzero().tolist()
+                n, gi = bad[0]
+                lines.append(
+                    f"zeros differ from the reference in {len(bad)} of {z.numel()} groups, first at [n={n}, "
+                    f"group={gi}]: got {int(z_cmp[n, gi])}, expected {int(z_ref[n, gi])}{ctx}"
+                )
+            else:
+                diff = q_cmp.int() - q_ref.int()
+                n_bad = int((diff != 0).sum())
+                lines.append(f"the codes differ from the reference in {n_bad} of {q.numel()} weights{ctx}")
+                if not named and int(diff.abs().max()) == 1:
+                    lines.append("Every difference is ±1: check the rounding (round half to even, torch.round) "
+                                 "and that w / scale is a division.")  # fmt: skip
+                lines.append(f"Differences lie {checks._where_2d(diff != 0, ('rows', 'k'))}.")
+            if not named:
+                lines[0] = lines[0][0].upper() + lines[0][1:]
+            raise CheckFailed("\n".join(lines))
+        if not torch.equal(w, w_before):
+            raise CheckFailed(f"{what} modified its input w in place; leave the weights untouched.{ctx}")
+    checks.passed(f"{what}: bit-exact on {'hidden' if hidden else 'visible'} inputs (seed {seed})")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Checks for exercises 2 and 3: the kernels
+
+
+def _deq_with(q, s, z, G):
+    return (q - z.repeat_interleave(G, dim=1)) * s.repeat_interleave(G, dim=1)
+
+
+def kernel_mistakes(x, packed, scales, zeros, G) -> list[Mistake]:
+    xf = x.float().cpu()
+    p, s, z = packed.cpu(), scales.float().cpu(), zeros.float().cpu()
+    q = unpack(p).float()
+    N, K = q.shape
+    groups = K // G
+    sw = torch.empty_like(q)
+    sw[:, 0::2], sw[:, 1::2] = q[:, 1::2], q[:, 0::2]
+    s_rep, z_rep = s.repeat_interleave(G, dim=1), z.repeat_interleave(G, dim=1)
+
+    def y(w):
+        return xf @ w.T
+
+    def shifted(t, by, fill):
+        idx = torch.arange(groups) + by
+        valid = (idx >= 0) & (idx < groups)
+        out = t[:, idx.clamp(0, groups - 1)]
+        return out if fill is None else torch.where(valid[None, :], out, torch.full_like(out, fill))
+
+    out = [
+        Mistake("swapped nibbles", "Element 2i is the LOW nibble (byte & 0xF), element 2i+1 the high one "
+                "(byte >> 4): pair the low nibbles with x's even columns.", y(_deq_with(sw, s, z, G))),
+        Mistake("zero point ignored", "Subtract each group's zero point before scaling: w = (q - zero) · scale.",
+                y(q * s_rep)),
+        Mistake("zero applied after the scale", "The zero point is in code units: w = (q - zero) · scale, "
+                "not q · scale - zero.", y(q * s_rep - z_rep)),
+        Mistake("one scale per column", "Each group of G consecutive k has its own scale and zero: index "
+                "scales[n, k // G], not scales[n, 0] for all of K.",
+                y(_deq_with(q, s[:, :1].expand(N, groups), z[:, :1].expand(N, groups), G))),
+        Mistake("scale missing", "Multiply (q - zero) by the group's scale.", y(q - z_rep)),
+        Mistake("weights rounded to 16 bits", "(q - zero) · scale rounded to fp16/bf16 loses up to half a unit "
+                "in the last place per weight, and the output drifts past the tolerance: put the exact integer "
+                "(q - zero) in the dot and multiply the group's partial sum by the scale.",
+                xf @ _deq_with(q, s, z, G).to(x.dtype).float().T),
+        Mistake("group index from the byte index", "The group of weight k is k // G; a byte j of packed holds "
+                "k = 2j and 2j+1, so its group is 2j // G, not j // G.",
+                y(_deq_with(q, s[:, torch.arange(groups) // 2], z[:, torch.arange(groups) // 2], G))),
+    ]  # fmt: skip
+    if groups > 1:
+        for by in (1, -1):  # unmasked: row n's last group reads row n+1's first (the flattened layout)
+            sf, zf = torch.roll(s.flatten(), -by), torch.roll(z.flatten(), -by)
+            out.append(Mistake("group index off by one", "Weight k belongs to group k // G (groups start at 0): "
+                               "check how the K loop's offset becomes a group index.",
+                               y(_deq_with(q, sf.reshape(N, groups), zf.reshape(N, groups), G))))  # fmt: skip
+        for by in (1, -1):
+            for fill_s, fill_z in ((None, None), (0.0, 0.0)):
+                out.append(Mistake("group index off by one", "Weight k belongs to group k // G (groups "
+                                   "start at 0): check how the K loop's offset becomes a group index.",
+                                   y(_deq_with(q, shifted(s, by, fill_s), shifted(z, by, fill_z), G))))  # fmt: skip
+    return out
+
+
+def _check_kernel(fn, what, cases, device, dtypes, g, strided_cases=(False, True)) -> int:
+    n = 0
+    for M, N, K, G in cases:
+        for dtype in dtypes:
+            for strided in strided_cases:
+                x, p, s, z = random_problem(M, N, K, G, dtype, device, g, strided=strided)
+                full, out = _poisoned_out(M, N, dtype, device, strided)
+                inputs_before = [t.clone() for t in (x, p, s, z)]
+                ctx = (f" (M={M}, N={N}, K={K}, group_size={G}, {str(dtype).replace('torch.', '')}"
+                       f"{', strided x and out' if strided else ''})")  # fmt: skip
+                y, ops = checks.run_audited(fn, x, p, s, z, G, out=out, what=what)
+                checks.assert_fused(ops, what=what, weight_shape=(N, K))
+                if not isinstance(y, torch.Tensor):
+                    raise CheckFailed(f"{what} must return the output tensor, got {type(y).__name__}{ctx}")
+                if y.data_ptr() != out.data_ptr():
+                    raise CheckFailed(f"{what} must write into and return the `out` it was given{ctx}")
+                if y.dtype != dtype:
+                    raise CheckFailed(f"{what} returned {y.dtype}; y must have x's dtype {dtype}{ctx}")
+                checks.compare(y, reference(x, p, s, z, G), what=what, rtol=checks.tolerance_for(dtype),
+                               poisoned=True, context=ctx, mistakes=kernel_mistakes(x, p, s, z, G))  # fmt: skip
+                if strided and not torch.isnan(full[:, N:].float()).all():
+                    raise CheckFailed(
+                        f"{what} wrote past column N of the output (into its neighbour's memory){ctx}"
+                    )
+                for t, before, name in zip((x, p, s, z), inputs_before, ("x", "packed", "scales", "zeros"),
+                                           strict=True):  # fmt: skip
+                    if not torch.equal(t, before):
+                        raise CheckFailed(f"{what} modified its input {name} in place{ctx}")
+                n += 1
+    return n
+
+
+def check_prefill(fn, *, hidden: bool = False, seed: int | None = None) -> None:
+    """Exercise 2: the tiled kernel on ragged M and N, every group size, poisoned and strided outputs, fused."""
+    seed = checks.fresh_seed() if seed is None else seed
+    g = checks.generator(seed)
+    device = _device()
+    if not hidden:
+        cases = [(32, 64, 128, 32), (50, 70, 256, 128)]
+    else:
+        big = device == "cuda"
+        cases = []
+        for G in GROUP_SIZES:
+            M = int(torch.randint(17, 300 if big else 100, (1,), generator=g))
+            N = int(torch.randint(33, 700 if big else 160, (1,), generator=g))
+            K = G * int(torch.randint(2, (3000 if big else 300) // G + 1, (1,), generator=g))
+            cases.append((M, N, K, G))
+    n = _check_kernel(fn, "w4a16_matmul", cases, device, _act_dtypes(device), g,
+                      strided_cases=(False, True) if not hidden else (True,))  # fmt: skip
+    checks.passed(
+        f"w4a16_matmul: {n} {'hidden' if hidden else 'visible'} cases match the reference (seed {seed})"
+    )
+
+
+def check_decode(fn, *, hidden: bool = False, seed: int | None = None) -> None:
+    """Exercise 3 (correctness): M = 1..16, ragged N, every group size."""
+    seed = checks.fresh_seed() if seed is None else seed
+    g = checks.generator(seed)
+    device = _device()
+    if not hidden:
+        cases = [(1, 64, 256, 128), (16, 96, 128, 32)]
+    else:
+        big = device == "cuda"
+        cases = []
+        for M, G in ((1, 64), (int(torch.randint(2, 16, (1,), generator=g)), 32), (16, 128)):
+            N = int(torch.randint(33, 2000 if big else 200, (1,), generator=g))
+            K = G * int(torch.randint(2, (4000 if big else 300) // G + 1, (1,), generator=g))
+            cases.append((M, N, K, G))
+    n = _check_kernel(fn, "w4a16_decode", cases, device, _act_dtypes(device), g,
+                      strided_cases=(False, True) if not hidden else (True,))  # fmt: skip
+    checks.passed(
+        f"w4a16_decode: {n} {'hidden' if hidden else 'visible'} cases match the reference (seed {seed})"
+    )
+
+
+def check_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: int | None = None) -> list:
+    """Exercise 3 (performance): bandwidth over the bytes that must move, against the copy bandwidth.
+
+    Awards nothing without a CUDA GPU. After timing, correctness is checked again on fresh inputs.
+    """
+    if not torch.cuda.is_available():
+        raise checks.NotMeasured(
+            "Performance not measured: no CUDA GPU here (the interpreter's timings say nothing about a GPU). "
+            f"This cell awards its points only on a GPU, where the decode kernel must reach "
+            f"{threshold:.0%} of the copy bandwidth."
+        )
+    from qmatmul import bench
+
+    seed = checks.fresh_seed() if seed is None else seed
+    g = checks.generator(seed, "cuda")
+    dtype = _act_dtypes("cuda")[-1]
+    N, K = BANDWIDTH_SHAPE
+    G = BANDWIDTH_GROUP
+    p, s, z = random_packed(N, K, G, "cuda", g)
+    results = []
+    for M in BANDWIDTH_MS:
+        x = torch.randn(M, K, device="cuda", generator=g).to(dtype)
+        out = torch.empty(M, N, dtype=dtype, device="cuda")
+        checks.call_learner(fn, x, p, s, z, G, out=out, what="w4a16_decode")
+        t = bench.time_it(f"w4a16_decode M={M}, N={N}, K={K}, G={G}",
+                          lambda x=x, out=out: fn(x, p, s, z, G, out=out), bytes_moved(M, N, K, G))  # fmt: skip
+        results.append(t)
+        print(t.describe())
+    for M in BANDWIDTH_MS:
+        x = torch.randn(M, K, device="cuda", generator=g).to(dtype)
+        out = torch.full((M, N), float("nan"), dtype=dtype, device="cuda")
+        y = checks.call_learner(fn, x, p, s, z, G, out=out, what="w4a16_decode")
+        checks.compare(y, reference(x, p, s, z, G), what="w4a16_decode (after timing)",
+                       rtol=checks.tolerance_for(dtype), poisoned=True, context=f" (M={M}, N={N}, K={K})")  # fmt: skip
+    worst = min(results, key=lambda t: t.fraction_of_copy)
+    if worst.fraction_of_copy < threshold:
+        raise CheckFailed(
+            f"w4a16_decode reaches {worst.fraction_of_copy:.0%} of the copy bandwidth at "
+            f"{worst.label.split(':')[0]}; it must reach {threshold:.0%}. The naive path moves each weight "
+            "about nine times its packed size: read each packed tile once, unpack it in registers, and keep "
+            "the per-weight work to a few integer operations."
+        )
+    checks.passed(
+        f"w4a16_decode: at least {worst.fraction_of_copy:.0%} of the copy bandwidth (threshold {threshold:.0%})"
+    )
+    return results
+
+
+# ----------------------------------------------------------------------------------------------------------
+# What the roofline predicts, and what the paths measure
+
+# Measured on the course's H200 (2026-11-29, torch 2.11, triton 3.6) at N x K = 28672 x 8192, G = 128, bf16
+# activations, L2 flushed, median: µs by M. The solution's row is its decode_config's, from the tile sweep.
+H200_RECORDED_US: dict[str, dict[int, float]] = {
+    "dense bf16 (cuBLAS)": {1: 124.0, 2: 121.0, 4: 128.0, 8: 126.0, 16: 126.0},
+    "naive: dequantize, then matmul": {1: 4139.0, 2: 4142.0, 4: 4142.0, 8: 4145.0, 16: 4144.0},
+    "torch._weight_int4pack_mm": {1: 67.0, 2: 69.0, 4: 94.0, 8: 157.0, 16: 269.0},
+    "the solution's w4a16_decode": {1: 125.5, 16: 186.9},
+}
+
+
+def predictions(env) -> None:
+    """Print the floor time of a decode and a prefill step on this GPU (the H200's figures on a CPU)."""
+    from qmatmul import roofline
+
+    ceil = roofline.ceilings(env)
+    N, K = BANDWIDTH_SHAPE
+    G = BANDWIDTH_GROUP
+    rows = []
+    for M in (1, 16, 2048):
+        rows.append((f"dense bf16, M={M}", bytes_moved_dense(M, N, K), flops(M, N, K)))
+        rows.append((f"W8A16 fused, M={M}", N * K + 4 * N + 2 * (M * K + M * N), flops(M, N, K)))
+        rows.append((f"W4A16 fused G={G}, M={M}", bytes_moved(M, N, K, G), flops(M, N, K)))
+    rows.append(("W4A16 naive path, M=1", bytes_moved_naive(1, N, K, G), flops(1, N, K)))
+    print(f"A Linear layer with N x K = {N} x {K} weights:")
+    roofline.print_predictions(ceil, rows)
+
+
+def compare_paths(env, decode_fn, ms=(1, 2, 4, 8, 16)):
+    """Bandwidth against M: the learner's decode kernel, the dense matmul, the naive path and, where the GPU
+    has it, PyTorch's int4 kernel (torch._weight_int4pack_mm, tinygemm). On a CPU: the H200's recorded times."""
+    import matplotlib.pyplot as plt
+
+    N, K = BANDWIDTH_SHAPE
+    G = BANDWIDTH_GROUP
+    series: dict[str, list] = {}
+    if env.has_gpu:
+        from qmatmul import bench
+
+        g = checks.generator(0, "cuda")
+        dtype = env.act_dtype
+        p, s, z = random_packed(N, K, G, "cuda", g)
+        w = torch.randn(N, K, device="cuda", generator=g).to(dtype)
+        tiny = tinygemm_operands(p, s, z, G) if dtype == torch.bfloat16 else None
+        tiny_fn = None if tiny is None else (lambda x: torch._weight_int4pack_mm(x, *tiny))
+        paths = {
+            "dense bf16 (cuBLAS)": lambda x: x @ w.T,
+            "naive: dequantize, then matmul": lambda x: naive(x, p, s, z, G),
+            "torch._weight_int4pack_mm": tiny_fn,
+            "your w4a16_decode": lambda x: decode_fn(x, p, s, z, G),
+        }
+        for label, fn in paths.items():
+            series[label] = []
+            for M in ms:
+                x = torch.randn(M, K, device="cuda", generator=g).to(dtype)
+                t = None
+                if fn is not None:
+                    try:
+                        fn(x)
+                        t = bench.median_ms(lambda fn=fn, x=x: fn(x)) * 1e3
+                    except Exception as exc:  # noqa: BLE001 - an unfinished exercise shows as "not measured"
+                        print(f"{label}: not measured ({type(exc).__name__})")
+                series[label].append(t)
+        note = f"measured on {env.gpu_name}, L2 flushed, median"
+    else:
+        for label, by_m in H200_RECORDED_US.items():
+            series[label] = [by_m.get(M) for M in ms]
+        note = "recorded on an H200 (no GPU here)"
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    for label, times in series.items():
+        nb = bytes_moved_dense if label.startswith("dense") else None
+        pts = [(M, (nb(M, N, K) if nb else bytes_moved(M, N, K, G)) / (t * 1e-6) / 1e12)
+               for M, t in zip(ms, times, strict=True) if t]  # fmt: skip
+        if pts:
+            ax.plot([a for a, _ in pts], [b for _, b in pts], marker="o", label=label)
+        print(f"{label:<34}" + "".join(f"{'—' if t is None else f'{t:.0f} µs':>10}" for t in times))
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(list(ms), [str(m) for m in ms])
+    ax.set_xlabel("M (tokens)")
+    ax.set_ylabel("TB/s over the bytes that must move")
+    ax.set_title(f"decode, N x K = {N} x {K}, G = {G}: {note}", fontsize=9)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def tinygemm_operands(packed, scales, zeros, G):
+    """The same weight in PyTorch's tinygemm layout: (weight_int4pack, G, scales_and_zeros [K/G, N, 2] bf16).
+
+    tinygemm computes w = (q - 8) · scale + offset, so offset = (8 - zero) · scale gives our (q - zero) · scale.
+    Its packer takes element 2i in the HIGH nibble (torchao's convention), the opposite of ours: swap them.
+    """
+    wp = torch._convert_weight_to_int4pack(((packed << 4) | (packed >> 4)).contiguous(), 8)
+    sz = torch.stack([scales, (8 - zeros.float()) * scales], dim=-1).transpose(0, 1).contiguous()
+    return wp, G, sz.to(torch.bfloat16)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The benchmark (tools/bench.py calls this on a CUDA GPU)
+
+
+def benchmark(sol, record, env, quick: bool = False) -> None:
+    """Time the solution beside the dense matmul, the naive path and PyTorch's int4 kernel (tinygemm)."""
+    dtype = env.act_dtype
+    g = checks.generator(0, "cuda")
+    G = BANDWIDTH_GROUP
+
+    def recheck(fn, M, N, K):
+        def run():
+            x, p, s, z = random_problem(M, N, K, G, dtype, "cuda", checks.generator(1))
+            try:
+                checks.compare(fn(x, p, s, z, G), reference(x, p, s, z, G), what="recheck",
+                               rtol=checks.tolerance_for(dtype))  # fmt: skip
+                return True
+            except CheckFailed as exc:
+                print(exc)
+                return False
+
+        return run
+
+    shapes = [BANDWIDTH_SHAPE] if quick else [(8192, 8192), (28672, 8192), (8192, 28672)]
+    for N, K in shapes:
+        p, s, z = random_packed(N, K, G, "cuda", g)
+        w = torch.randn(N, K, device="cuda", generator=g).to(dtype)
+        tiny = tinygemm_operands(p, s, z, G) if dtype == torch.bfloat16 else None
+        for M in (1, 4, 16):
+            x = torch.randn(M, K, device="cuda", generator=g).to(dtype)
+            fused = bytes_moved(M, N, K, G)
+            record("decode", "dense (cuBLAS)", M, N, K, lambda x=x, w=w: x @ w.T, bytes_moved_dense(M, N, K))
+            record("decode", "naive: dequantize, matmul", M, N, K,
+                   lambda x=x, p=p, s=s, z=z: naive(x, p, s, z, G), fused)  # fmt: skip
+            if tiny is not None:
+                record("decode", "torch._weight_int4pack_mm", M, N, K,
+                       lambda x=x, tiny=tiny: torch._weight_int4pack_mm(x, *tiny), fused)  # fmt: skip
+            record("decode", "solution w4a16_decode", M, N, K,
+                   lambda x=x, p=p, s=s, z=z: sol.w4a16_decode(x, p, s, z, G), fused,
+                   recheck(sol.w4a16_decode, M, 1000, 1024))  # fmt: skip
+            record("decode", "solution w4a16_matmul (tiled)", M, N, K,
+                   lambda x=x, p=p, s=s, z=z: sol.w4a16_matmul(x, p, s, z, G), fused)  # fmt: skip
+    N = K = 8192
+    p, s, z = random_packed(N, K, G, "cuda", g)
+    w = torch.randn(N, K, device="cuda", generator=g).to(dtype)
+    for M in (2048,) if quick else (2048, 4096):
+        x = torch.randn(M, K, device="cuda", generator=g).to(dtype)
+        fused = bytes_moved(M, N, K, G)
+        record("prefill", "dense (cuBLAS)", M, N, K, lambda x=x: x @ w.T, bytes_moved_dense(M, N, K))
+        record("prefill", "naive: dequantize, matmul", M, N, K, lambda x=x: naive(x, p, s, z, G), fused)
+        record("prefill", "solution w4a16_matmul", M, N, K, lambda x=x: sol.w4a16_matmul(x, p, s, z, G), fused,
+               recheck(sol.w4a16_matmul, 300, 1000, 768))  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Bonus: the magic-number dequantization
+
+MAGIC_FP16 = 0x6400  # fp16 1024.0: exponent 10, so the low 10 mantissa bits count units
+# Ops that allocate, move or view a float tensor without computing one (the interpreter itself runs set_ and copy_).
+_ALLOCATIONS = {
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "full", "fill_", "set_",
+    "copy_", "detach", "alias", "view", "as_strided", "_reshape_alias", "reshape", "t", "transpose", "permute",
+    "slice", "select", "unsqueeze", "squeeze", "expand", "lift_fresh",
+}  # fmt: skip
+
+
+def _kernel_source(kernel) -> str:
+    """The source of a @triton.jit function, compiled (JITFunction.src) or interpreted (InterpretedFunction.fn)."""
+    import inspect
+
+    src = getattr(kernel, "src", None)
+    if src is None:
+        try:
+            src = inspect.getsource(getattr(kernel, "fn", kernel))
+        except (OSError, TypeError):
+            src = "bitcast=True"  # source unavailable: do not fail the learner on our inability to read it
+    return src
+
+
+def check_unpack_magic(fn, kernel=None, *, hidden: bool = False, seed: int | None = None) -> None:
+    """Bonus: fn(packed) -> float16 codes [N, K], bit for bit, computed by a Triton kernel that bitcasts."""
+    seed = checks.fresh_seed() if seed is None else seed
+    g = checks.generator(seed)
+    what = "unpack_magic"
+    device = _device()
+    shapes = [(4, 64), (3, 100)] if not hidden else [
+        (int(torch.randint(1, 40, (1,), generator=g)), 2 * int(torch.randint(1, 700, (1,), generator=g)))
+        for _ in range(3)
+    ]  # fmt: skip
+    for N, K in shapes:
+        q = torch.randint(0, 16, (N, K), dtype=torch.uint8, generator=g)
+        q[0, :32] = torch.arange(32) % 16  # every code appears
+        packed = pack(q).to(device)
+        ctx = f" (packed [{N}, {K // 2}])"
+        y, ops = checks.run_audited(fn, packed, what=what)
+        used = sorted(
+            {
+                op.name
+                for op in ops
+                if op.name not in _ALLOCATIONS and any(d.is_floating_point for d in op.dtypes)
+            }
+        )
+        if used:
+            raise CheckFailed(
+                f"{what} computed floats with PyTorch ({', '.join(used)}): do the whole unpacking in the Triton "
+                f"kernel.{ctx}"
+            )
+        if not isinstance(y, torch.Tensor) or y.dtype != torch.float16 or tuple(y.shape) != (N, K):
+            got = f"{y.dtype} {list(y.shape)}" if isinstance(y, torch.Tensor) else type(y).__name__
+            raise CheckFailed(f"{what} must return float16 codes of shape [{N}, {K}], got {got}{ctx}")
+        expected = q.to(y.device).half()
+        if torch.equal(y, expected):
+            continue
+        yc = y.float().cpu()
+        qf = q.float()
+        known = [
+            ("swapped nibbles", "byte & 0xF is element 2i, byte >> 4 element 2i+1.",
+             torch.stack([qf[:, 1::2], qf[:, 0::2]], dim=-1).reshape(N, K)),
+            ("1024 not subtracted", "0x6400 | q reads as 1024 + q: subtract 1024.0 (exact in fp16).", qf + 1024),
+        ]  # fmt: skip
+        lines = []
+        for name, explanation, out in known:
+            if torch.equal(yc, out):
+                lines.append(f"This matches a known mistake: {name}. {explanation}")
+        bad = yc != qf
+        nan = torch.isnan(yc)
+        lines.append(f"{what}: {int(bad.sum())} of {N * K} codes differ from byte & 0xF / byte >> 4{ctx}")
+        if nan.any():
+            lines.append(f"{int(nan.sum())} are NaN: check the store mask and that every byte is read.")
+        i = int(bad.flatten().nonzero()[0])
+        lines.append(
+            f"First at [{i // K}, {i % K}]: got {float(yc.flatten()[i])}, expected {float(qf.flatten()[i])}."
+        )
+        raise CheckFailed("\n".join(lines))
+    if kernel is not None and "bitcast=True" not in _kernel_source(kernel):
+        raise CheckFailed(
+            f"{what}: the kernel never bitcasts. The trick is to OR each code into the bits of fp16 1024.0 "
+            "(0x6400) and reinterpret them: `.to(tl.float16, bitcast=True)`, then subtract 1024."
+        )
+    checks.passed(f"{what}: bit-exact on {'hidden' if hidden else 'visible'} inputs (seed {seed})")

@@ -1,0 +1,335 @@
+"""W4A16: the reference against an independent oracle, and every check shown to fail on a wrong answer."""
+
+import numpy as np
+import pytest
+import torch
+
+from qmatmul import checks, w4a16
+from qmatmul.checks import CheckFailed
+
+
+@pytest.fixture(scope="session")
+def w4a16_solution(env):
+    from qmatmul import course
+
+    return course.load_notebook_code("w4a16", name="test_w4a16_solution")
+
+
+def numpy_quantize(w: np.ndarray, G: int):
+    """An independent implementation: numpy float32, loops over groups, np.rint, nibbles packed by hand."""
+    w = w.astype(np.float32)
+    N, K = w.shape
+    q = np.zeros((N, K), dtype=np.uint8)
+    s = np.zeros((N, K // G), dtype=np.float32)
+    z = np.zeros((N, K // G), dtype=np.uint8)
+    for n in range(N):
+        for g in range(K // G):
+            grp = w[n, g * G : (g + 1) * G]
+            lo = min(grp.min(), np.float32(0))
+            hi = max(grp.max(), np.float32(0))
+            scale = np.float32((hi - lo) / np.float32(15))
+            if scale == 0:
+                scale = np.float32(1)
+            zero = np.clip(np.rint(-lo / scale), 0, 15)
+            s[n, g], z[n, g] = scale, zero
+            q[n, g * G : (g + 1) * G] = np.clip(np.rint(grp / scale) + zero, 0, 15)
+    packed = np.zeros((N, K // 2), dtype=np.uint8)
+    for i in range(K // 2):
+        packed[:, i] = q[:, 2 * i] + 16 * q[:, 2 * i + 1]
+    return packed, s, z
+
+
+def adversarial_weights(G=32):
+    g = checks.generator(7)
+    w = w4a16.random_weight(8, 4 * G, g)
+    w[0] = 0  # all zeros
+    w[1, :G] = torch.linspace(0.01, 1.0, G)  # all positive: the range must still hold 0
+    w[2, :G] = -torch.linspace(0.01, 1.0, G)  # all negative
+    w[3, :G] = 0
+    w[3, 0] = 15.0  # scale exactly 1, zero 0: codes are round(w) with exact ties below
+    w[3, 1:6] = torch.tensor([0.5, 1.5, 2.5, 3.5, 14.5])
+    w[4, G : 2 * G] = 1e-30  # a tiny, positive group
+    w[5, 0] = 1e4  # one huge outlier
+    return w
+
+
+@pytest.mark.parametrize("G", w4a16.GROUP_SIZES)
+@pytest.mark.parametrize("seed", range(3))
+def test_reference_matches_numpy_oracle(seed, G):
+    w = w4a16.random_weight(24, 4 * G, checks.generator(seed))
+    for case in (w, adversarial_weights(G), w.half().float(), w.bfloat16().float()):
+        p, s, z = w4a16.quantize(case, G)
+        pn, sn, zn = numpy_quantize(case.numpy(), G)
+        assert torch.equal(p, torch.from_numpy(pn))
+        assert torch.equal(s, torch.from_numpy(sn))
+        assert torch.equal(z, torch.from_numpy(zn))
+
+
+def test_ties_round_half_to_even_and_special_groups():
+    p, s, z = w4a16.quantize(adversarial_weights(32), 32)
+    q = w4a16.unpack(p)
+    assert float(s[3, 0]) == 1.0 and int(z[3, 0]) == 0
+    assert q[3, :6].tolist() == [15, 0, 2, 2, 4, 14]
+    assert float(s[0, 0]) == 1.0 and not q[0].any() and not z[0].any()  # all-zero group: codes equal the zero
+    assert int(z[1, 0]) == 0 and int(q[1, 31]) == 15  # all-positive group: zero 0, no clipping below max
+    assert int(z[2, 0]) == 15 and int(q[2, 31]) == 0  # all-negative group: zero 15
+    deq = w4a16.dequantize(p, s, z, 32)
+    wg = adversarial_weights(32)
+    # Every weight within half a step of its group's scale (no clipping anywhere).
+    assert ((deq - wg).abs() <= s.repeat_interleave(32, dim=1) / 2 * (1 + 1e-6)).all()
+
+
+def test_pack_unpack_roundtrip_and_nibble_order():
+    q = torch.randint(0, 16, (5, 64), dtype=torch.uint8, generator=checks.generator(0))
+    p = w4a16.pack(q)
+    assert torch.equal(w4a16.unpack(p), q)
+    assert int(p[0, 0]) == int(q[0, 0]) | (int(q[0, 1]) << 4)
+    c = w4a16.nibble_code(3, 12)
+    assert c["byte"] == "11000011" and c["byte & 0xF"] == 3 and c["byte >> 4"] == 12
+
+
+def test_bytes_model():
+    assert w4a16.bytes_moved(1, 28672, 8192, 128) == 28672 * 4096 + 28672 * 64 * 5 + 2 * (8192 + 28672)
+    assert abs(w4a16.bytes_per_weight(128) - 0.5390625) < 1e-12
+    assert w4a16.bytes_moved_naive(1, 8, 128, 32) - w4a16.bytes_moved(1, 8, 128, 32) == 4 * 8 * 128
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Exercise 1: every wrong quantizer is caught, with a message that names it
+
+
+def _wrong(name):
+    def fn(w, G=128):
+        for n, _, p, s, z in w4a16._wrong_quantizers(w, G):
+            if n == name:
+                return p, s, z
+        raise AssertionError(name)
+
+    return fn
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "swapped nibbles",
+        "zero point ignored",
+        "one scale per column",
+        "range without 0",
+        "truncation instead of rounding",
+        "16 levels instead of 15 steps",
+    ],
+)
+def test_wrong_quantizer_is_named(name):
+    with pytest.raises(CheckFailed, match=f"known mistake: {name}"):
+        w4a16.check_quantizer(_wrong(name), hidden=True, seed=11)
+
+
+@pytest.mark.parametrize(
+    "fn,match",
+    [
+        (lambda w, G: (w4a16.unpack(w4a16.quantize(w, G)[0]), *w4a16.quantize(w, G)[1:]), "pack two codes"),
+        (lambda w, G: (w4a16.quantize(w, G)[0], w4a16.quantize(w, G)[1][:, 0], w4a16.quantize(w, G)[2]),
+         "one scale per column for all of K"),
+        (lambda w, G: (w4a16.quantize(w, G)[0], w4a16.quantize(w, G)[1].half(), w4a16.quantize(w, G)[2]),
+         "must be float32"),
+        (lambda w, G: (w4a16.quantize(w, G)[0], w4a16.quantize(w, G)[1], w4a16.quantize(w, G)[2].int()),
+         "zeros must be uint8"),
+        (lambda w, G: (w4a16.quantize(w, G)[0], w4a16.quantize(w, G)[1].T.contiguous(), w4a16.quantize(w, G)[2]),
+         "layout is \\[N, K/G\\]"),
+        (lambda w, G: w4a16.quantize(w, G)[:2], "must return a triple"),
+    ],
+)  # fmt: skip
+def test_wrong_shapes_and_types_are_explained(fn, match):
+    with pytest.raises(CheckFailed, match=match):
+        w4a16.check_quantizer(fn, seed=3)
+
+
+def test_zero_group_may_use_any_zero_point():
+    def other_zero(w, G=128):
+        p, s, z = w4a16.quantize(w, G)
+        zero_groups = w4a16._grouped(w, G).abs().amax(dim=2) == 0
+        q = w4a16.unpack(p)
+        z = torch.where(zero_groups, torch.full_like(z, 8), z)
+        q = torch.where(zero_groups.repeat_interleave(G, dim=1), torch.full_like(q, 8), q)
+        return w4a16.pack(q), torch.where(zero_groups, torch.full_like(s, 0.5), s), z
+
+    w4a16.check_quantizer(other_zero, hidden=True, seed=5)
+
+
+def test_zero_group_with_nonpositive_scale_is_caught():
+    def zero_scale(w, G=128):
+        p, s, z = w4a16.quantize(w, G)
+        zero_groups = w4a16._grouped(w, G).abs().amax(dim=2) == 0
+        return p, torch.where(zero_groups, torch.zeros_like(s), s), z
+
+    with pytest.raises(CheckFailed, match="all-zero group got scale"):
+        w4a16.check_quantizer(zero_scale, hidden=True, seed=5)
+
+
+def test_rounding_difference_is_explained():
+    def off_by_one(w, G=128):
+        p, s, z = w4a16.quantize(w, G)
+        q = w4a16.unpack(p)
+        q[0, 5] = (int(q[0, 5]) + 1) % 16 if int(q[0, 5]) < 15 else 14
+        return w4a16.pack(q), s, z
+
+    with pytest.raises(CheckFailed, match="codes differ from the reference in 1 of"):
+        w4a16.check_quantizer(off_by_one, seed=2)
+
+
+def test_reference_quantizer_passes_hidden_checks():
+    for seed in range(3):
+        w4a16.check_quantizer(w4a16.quantize, hidden=True, seed=seed)
+
+
+def test_in_place_quantizer_is_harmless_but_input_is_checked():
+    def in_place(w, G=128):
+        out = w4a16.quantize(w, G)
+        w.zero_()
+        return out
+
+    w4a16.check_quantizer(in_place, seed=1)  # the check hands the learner a copy
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Exercises 2 and 3: the solution passes, each known mistake is named
+
+
+def test_solution_kernels_pass(w4a16_solution):
+    for seed in range(2):
+        w4a16.check_prefill(w4a16_solution.w4a16_matmul, hidden=True, seed=seed)
+        w4a16.check_decode(w4a16_solution.w4a16_decode, hidden=True, seed=seed)
+
+
+def _problem(G=32):
+    return w4a16.random_problem(9, 40, 4 * G, G, torch.float16, "cpu", checks.generator(5))
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "swapped nibbles",
+        "zero point ignored",
+        "zero applied after the scale",
+        "one scale per column",
+        "scale missing",
+        "group index from the byte index",
+        "group index off by one",
+    ],
+)
+def test_kernel_mistakes_are_named(name):
+    x, p, s, z = _problem()
+    mistakes = w4a16.kernel_mistakes(x, p, s, z, 32)
+    wrong = next(m for m in mistakes if m.name == name).output.half()
+    with pytest.raises(CheckFailed, match=f"known mistake: {name}"):
+        checks.compare(wrong, w4a16.reference(x, p, s, z, 32), what="k", rtol=checks.tolerance_for(torch.float16),
+                       mistakes=mistakes)  # fmt: skip
+
+
+def test_weights_rounded_to_16_bits_is_named_when_it_fails():
+    # Tiny weights (fp16 subnormals after dequantization): rounding the weights visibly changes the output.
+    g = checks.generator(3)
+    w = w4a16.random_weight(40, 128, g) * 1e-4
+    p, s, z = w4a16.quantize(w, 32)
+    x = (torch.randn(9, 128, generator=g) * 1e3).half()
+    mistakes = w4a16.kernel_mistakes(x, p, s, z, 32)
+    rounded = next(m for m in mistakes if m.name == "weights rounded to 16 bits").output
+    ref = w4a16.reference(x, p, s, z, 32)
+    assert checks.mismatch(rounded.half(), ref, checks.tolerance_for(torch.float16)).any()
+    with pytest.raises(CheckFailed, match="known mistake: weights rounded to 16 bits"):
+        checks.compare(
+            rounded.half(), ref, what="k", rtol=checks.tolerance_for(torch.float16), mistakes=mistakes
+        )
+
+
+@pytest.mark.parametrize(
+    "args,match",
+    [
+        (lambda x, p, s, z: (x.float(), p, s, z, 32), "x must be float16 or bfloat16"),
+        (lambda x, p, s, z: (x, p.to(torch.int32), s, z, 32), "packed must be a 2-D uint8"),
+        (lambda x, p, s, z: (x, p[:, :-1].contiguous(), s, z, 32), "the K's differ"),
+        (lambda x, p, s, z: (x, p, s.half(), z, 32), "scales must be float32 of shape"),
+        (lambda x, p, s, z: (x, p, s, z.int(), 32), "zeros must be uint8"),
+        (lambda x, p, s, z: (x, p, s, z, 48), "group_size must be one of"),
+        (lambda x, p, s, z: (x, p, s, z, 64), "scales must be float32 of shape"),
+        (lambda x, p, s, z: (x[0], p, s, z, 32), "x must be 2-D"),
+    ],
+)
+def test_bad_input_gets_a_clear_message(w4a16_solution, args, match):
+    x, p, s, z = w4a16.random_problem(4, 32, 128, 32, torch.float16, "cpu", checks.generator(0))
+    with pytest.raises((TypeError, ValueError), match=match):
+        w4a16_solution.w4a16_matmul(*args(x, p, s, z))
+
+
+def test_bad_out_and_large_m(w4a16_solution):
+    x, p, s, z = w4a16.random_problem(17, 32, 128, 32, torch.float16, "cpu", checks.generator(0))
+    with pytest.raises(ValueError, match="out must be"):
+        w4a16_solution.w4a16_matmul(x, p, s, z, 32, out=torch.empty(17, 31, dtype=torch.float16))
+    with pytest.raises(ValueError, match="at most 16 rows"):
+        w4a16_solution.w4a16_decode(x, p, s, z, 32)
+
+
+def test_bandwidth_cell_awards_nothing_without_gpu(w4a16_solution):
+    if torch.cuda.is_available():
+        pytest.skip("measures on a GPU")
+    with pytest.raises(checks.NotMeasured, match="no CUDA GPU"):
+        w4a16.check_decode_bandwidth(w4a16_solution.w4a16_decode)
+
+
+def test_predictions_figures_and_widget_run_on_cpu(env, w4a16_solution, capsys):
+    w4a16.predictions(env)
+    w4a16.explain_format()
+    fig = w4a16.compare_paths(env, w4a16_solution.w4a16_decode)
+    fig2 = w4a16.error_against_group_size(w4a16.random_weight(32, 512, checks.generator(0)), w4a16.quantize)
+    out = capsys.readouterr().out
+    assert "floor" in out and "0.53906 B" in out and "torch._weight_int4pack_mm" in out
+    assert fig.axes and fig2.axes
+    # Smaller groups, smaller error; one range per row is the worst.
+    heights = [b.get_height() for b in fig2.axes[0].patches]
+    assert heights[0] < heights[1] < heights[2] < heights[3]
+    pytest.importorskip("ipywidgets")
+    assert w4a16.nibble_explorer() is not None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Bonus: the magic-number unpacking
+
+
+def _magic_variant(old, new, name):
+    from qmatmul import course
+
+    src = "\n".join(ln for ln in course.solution_source("ex4_unpack_magic").splitlines() if "###" not in ln)
+    assert old in src
+    if "p >> 4" in new:  # a swap: exchange the two nibbles' expressions
+        src = src.replace("((p >> 4) | 0x6400)", "HIGH").replace(old, new).replace("HIGH", old)
+    else:
+        src = src.replace(old, new)
+    return course.load_notebook_code("w4a16", {"ex4_unpack_magic": src}, name=name)
+
+
+def test_unpack_magic_solution_passes(w4a16_solution):
+    w4a16.check_unpack_magic(w4a16_solution.unpack_magic, w4a16_solution.unpack_magic_kernel, seed=0)
+    w4a16.check_unpack_magic(
+        w4a16_solution.unpack_magic, w4a16_solution.unpack_magic_kernel, hidden=True, seed=1
+    )
+
+
+@pytest.mark.parametrize(
+    "old,new,match",
+    [
+        ("((p & 0xF) | 0x6400)", "((p >> 4) | 0x6400)", "swapped nibbles"),
+        (" - 1024.0", "", "1024 not subtracted"),
+        ("| 0x6400).to(tl.float16, bitcast=True) - 1024.0", ").to(tl.float16)", "never bitcasts"),
+        ("mask=mask)\n    tl.store(out_ptr + 2 * offs + 1", "mask=offs < n_bytes - 1)\n    tl.store(out_ptr + 2 * offs + 1",
+         "codes differ"),
+    ],
+)  # fmt: skip
+def test_unpack_magic_mistakes_are_named(env, old, new, match):
+    module = _magic_variant(old, new, f"w4a16_magic_{abs(hash(old)) % 10**6}")
+    with pytest.raises(CheckFailed, match=match):
+        w4a16.check_unpack_magic(module.unpack_magic, module.unpack_magic_kernel, seed=0)
+
+
+def test_unpack_magic_in_torch_is_refused():
+    with pytest.raises(CheckFailed, match="computed floats with PyTorch"):
+        w4a16.check_unpack_magic(lambda p: w4a16.unpack(p).half(), seed=0)
