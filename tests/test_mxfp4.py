@@ -249,4 +249,4 @@ def test_predictions_and_comparison_run_on_cpu(env, mxfp4_solution, capsys):
     fig = mxfp4.compare_paths(env, mxfp4_solution.mxfp4_matmul, mxfp4_solution.mxfp4_decode)
     out = capsys.readouterr().out
     assert "floor" in out and "0.53125 B" in out
-    assert fig.axes and ("not measured" in out or torch.cuda.is_available())
+    assert fig.axes and ("184.6 µs" in out or torch.cuda.is_available())  # the H200's recorded times on a CPU
