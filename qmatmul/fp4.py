@@ -86,3 +86,18 @@ def e8m0_decode(codes: torch.Tensor) -> torch.Tensor:
 def e8m0_from_exponent(exponent: torch.Tensor) -> torch.Tensor:
     """E8M0 codes of 2^exponent, the exponent clamped to the representable -127..127."""
     return (exponent.clamp(-E8M0_BIAS, E8M0_BIAS) + E8M0_BIAS).to(torch.uint8)
+
+
+# e4m3 (float8_e4m3fn) as the NVFP4 block scale: bias 7, max 448, smallest normal 2^-6, no infinity.
+E4M3_MAX = 448.0
+E4M3_TINY = 2.0**-6  # torch.finfo(torch.float8_e4m3fn).tiny: torchao clamps the NVFP4 block scales to it
+
+
+def e4m3_encode(v: torch.Tensor) -> torch.Tensor:
+    """uint8 bits of float32 values rounded to e4m3 (torch's cast: round to nearest even). Clamp first."""
+    return v.float().to(torch.float8_e4m3fn).view(torch.uint8)
+
+
+def e4m3_decode(bits: torch.Tensor) -> torch.Tensor:
+    """float32 values of e4m3 bit patterns (uint8)."""
+    return bits.to(torch.uint8).view(torch.float8_e4m3fn).float()
