@@ -141,3 +141,12 @@ def test_bandwidth_cell_awards_nothing_without_gpu(nvfp4_solution, env, capsys):
         pytest.skip("measures on a GPU")
     with pytest.raises(checks.NotMeasured, match="no CUDA GPU"):
         nvfp4.check_decode_bandwidth(nvfp4_solution.nvfp4_decode)
+
+
+def test_hidden_prefill_shapes_keep_activations_unlike_the_weight(monkeypatch, capsys):
+    seen = []
+    monkeypatch.setattr(nvfp4, "_check_kernel", lambda fn, what, shapes, *a, **k: seen.extend(shapes) or 0)
+    for seed in range(500):
+        nvfp4.check_prefill(None, hidden=True, seed=seed)
+    capsys.readouterr()
+    assert not [s for s in seen if s[0] in (s[1], s[2])]
