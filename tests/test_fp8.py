@@ -366,3 +366,56 @@ def test_format_table_widget_figure_and_comparison_run_on_cpu(env, fp8_solution,
     fig2 = fp8.compare_paths(env, fp8_solution.fp8_matmul, fp8_solution.fp8_decode)
     out = capsys.readouterr().out
     assert "448" in out and "floor" in out and fig2.axes
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Exercise 5: the block-scaled GEMM
+
+
+def test_block_reference_equals_the_per_block_sum():
+    xq, sx, wq, sw = fp8.random_block_problem(20, 300, 333, "cpu", checks.generator(4))
+    ref = fp8.block_reference(xq, sx, wq, sw).double()
+    y = torch.zeros(20, 300, dtype=torch.float64)
+    for kb in range(sx.shape[1]):
+        k = slice(128 * kb, 128 * (kb + 1))
+        part = xq[:, k].double() @ wq[:, k].double().T
+        y += part * sx[:, kb, None].double() * sw[torch.arange(300) // 128, kb][None, :].double()
+    assert torch.allclose(y, ref, rtol=1e-6, atol=1e-6 * ref.abs().max().item())
+    assert sx.shape == (20, 3) and sw.shape == (3, 3)
+
+
+def test_solution_block_kernel_passes(fp8_solution):
+    fp8.check_block_matmul(fp8_solution.fp8_block_matmul, seed=0)
+    fp8.check_block_matmul(fp8_solution.fp8_block_matmul, hidden=True, seed=1)
+
+
+@pytest.mark.parametrize(
+    "index,name",
+    [(0, "block-scale index off by a block"), (1, "block-scale index off by a block"),
+     (2, "scales of the last K block applied in the epilogue"), (3, "scales missing"),
+     (4, "exponent bias not corrected"), (5, "weight block scale missing"), (6, "activation block scale missing")],
+)  # fmt: skip
+def test_block_mistakes_are_named(index, name):
+    xq, sx, wq, sw = fp8.random_block_problem(24, 200, 300, "cpu", checks.generator(6))
+    mistakes = fp8.block_mistakes(xq, sx, wq, sw)
+    wrong = mistakes[index].output.to(torch.bfloat16)
+    with pytest.raises(CheckFailed, match=f"known mistake: {name}"):
+        checks.compare(wrong, fp8.block_reference(xq, sx, wq, sw), what="k",
+                       rtol=checks.tolerance_for(torch.bfloat16), mistakes=mistakes)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "args,match",
+    [
+        (
+            lambda xq, sx, wq, sw: (xq, sx[:, :-1].contiguous(), wq, sw),
+            r"sx must be float32 of shape \[4, 2\]",
+        ),
+        (lambda xq, sx, wq, sw: (xq, sx, wq, sw[:1].contiguous()), r"sw must be float32 of shape \[2, 2\]"),
+        (lambda xq, sx, wq, sw: (xq, sx.half(), wq, sw), "sx must be float32"),
+    ],
+)
+def test_block_bad_input_gets_a_clear_message(fp8_solution, args, match):
+    xq, sx, wq, sw = fp8.random_block_problem(4, 160, 200, "cpu", checks.generator(0))
+    with pytest.raises((TypeError, ValueError), match=match):
+        fp8_solution.fp8_block_matmul(*args(xq, sx, wq, sw))

@@ -9,4 +9,5 @@ expect[gpu] test_prefill_speed: 0 / not implemented yet
 expect test_decode: 0 / fp8_decode is not implemented yet
 expect[cpu] test_decode_bandwidth: 0 / Performance not measured
 expect[gpu] test_decode_bandwidth: 0 / not implemented yet
+expect test_block_matmul: 0 / fp8_block_matmul is not implemented yet
 """

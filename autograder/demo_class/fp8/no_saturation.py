@@ -5,6 +5,7 @@ expect test_quantizer: 0 / missing saturation
 expect test_decoder: 1 /
 expect test_matmul: 2 /
 expect test_decode: 1 /
+expect test_block_matmul: 1 /
 """
 
 

@@ -5,6 +5,7 @@ expect test_decoder: 1 /
 expect test_matmul: 0 / scales divided where they should multiply
 expect test_prefill_speed: 0 /
 expect test_decode: 1 /
+expect test_block_matmul: 1 /
 """
 
 
