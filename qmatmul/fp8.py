@@ -756,9 +756,23 @@ def _name_overflowing(report: str, y: torch.Tensor, mistakes, dtype) -> str:
 
 def _paths(device: str) -> list[bool]:
     """Which paths to check: the decode-to-fp16 path always; the native fp8 dot where it runs."""
+    # Native first: a kernel that passes there and fails on the portable path points at exercise 2's decoder.
     if device == "cuda":
-        return [False, True] if has_fp8_dot(device) else [False]
-    return [False, True]  # the interpreter runs both (tests/test_fp8.py records that its fp8 tl.dot works)
+        return [True, False] if has_fp8_dot(device) else [False]
+    return [True, False]  # the interpreter runs both (tests/test_fp8.py records that its fp8 tl.dot works)
+
+
+def _run_path(fn, args, fp8_dot: bool, n_passed: int, what: str):
+    try:
+        with use_path(fp8_dot):
+            return checks.run_audited(fn, *args[:4], out=args[4], what=what)
+    except CheckFailed as exc:
+        if not fp8_dot and n_passed > 0 and "not implemented yet" in str(exc):
+            raise CheckFailed(
+                f"{what} passed on the native fp8 path, but its portable path calls e4m3_to_fp16 (exercise 2), "
+                "which is not implemented yet: finish exercise 2, then run this cell again."
+            ) from None
+        raise
 
 
 def _check_kernel(fn, what, shapes, device, g) -> int:
@@ -774,8 +788,7 @@ def _check_kernel(fn, what, shapes, device, g) -> int:
             before = [t.clone() for t in (xq.view(torch.uint8), sx, wq.view(torch.uint8), sw)]
             ctx = (f" (M={M}, N={N}, K={K}, {path}{', strided xq and out' if strided else ''}"
                    f"{', per-tensor activation scale' if per_tensor else ''})")  # fmt: skip
-            with use_path(fp8_dot):
-                y, ops = checks.run_audited(fn, xq, sx, wq, sw, out=out, what=what)
+            y, ops = _run_path(fn, (xq, sx, wq, sw, out), fp8_dot, n, what)
             checks.assert_fused(ops, what=what, weight_shape=(N, K))
             if not isinstance(y, torch.Tensor):
                 raise CheckFailed(f"{what} must return the output tensor, got {type(y).__name__}{ctx}")
@@ -1084,9 +1097,9 @@ def check_block_matmul(fn, *, hidden: bool = False, seed: int | None = None) -> 
         shapes = [(40, 160, 300), (50, 200, 260)]  # N over two weight blocks, K over three
     else:
         big = device == "cuda"
-        shapes = [(int(torch.randint(17, 300 if big else 100, (1,), generator=g)),
-                   int(torch.randint(129, 700 if big else 300, (1,), generator=g)),
-                   int(torch.randint(129, 1500 if big else 500, (1,), generator=g))) for _ in range(2)]  # fmt: skip
+        shapes = [(int(torch.randint(17, 300 if big else 70, (1,), generator=g)),
+                   int(torch.randint(129, 700 if big else 260, (1,), generator=g)),
+                   int(torch.randint(129, 1500 if big else 420, (1,), generator=g))) for _ in range(2)]  # fmt: skip
         shapes.append((1, 130, 77))
     n = 0
     for fp8_dot in _paths(device):
@@ -1096,8 +1109,7 @@ def check_block_matmul(fn, *, hidden: bool = False, seed: int | None = None) -> 
             xq, sx, wq, sw = random_block_problem(M, N, K, device, g, strided=strided)
             full, out = _poisoned_out(M, N, dtype, device, strided)
             ctx = f" (M={M}, N={N}, K={K}, {path}{', strided xq and out' if strided else ''})"
-            with use_path(fp8_dot):
-                y, ops = checks.run_audited(fn, xq, sx, wq, sw, out=out, what=what)
+            y, ops = _run_path(fn, (xq, sx, wq, sw, out), fp8_dot, n, what)
             checks.assert_fused(ops, what=what, weight_shape=(N, K))
             if not isinstance(y, torch.Tensor) or y.data_ptr() != out.data_ptr():
                 raise CheckFailed(f"{what} must write into and return the `out` it was given{ctx}")

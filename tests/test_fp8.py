@@ -419,3 +419,15 @@ def test_block_bad_input_gets_a_clear_message(fp8_solution, args, match):
     xq, sx, wq, sw = fp8.random_block_problem(4, 160, 200, "cpu", checks.generator(0))
     with pytest.raises((TypeError, ValueError), match=match):
         fp8_solution.fp8_block_matmul(*args(xq, sx, wq, sw))
+
+
+def test_missing_decoder_is_pointed_at(fp8_solution):
+    """A kernel right on the native path whose portable path hits the unfinished decoder: the message says so."""
+    from qmatmul import course
+
+    stub = "@triton.jit\ndef e4m3_to_fp16(b):\n    raise NotImplementedError()\n"
+    src = course.solution_source("ex2_decoder")
+    src = src[src.index("@triton.jit\ndef decode_e4m3_kernel") :]
+    module = course.load_notebook_code("fp8", {"ex2_decoder": stub + "\n\n" + src}, name="no_decoder")
+    with pytest.raises(CheckFailed, match="portable path calls e4m3_to_fp16"):
+        fp8.check_matmul(module.fp8_matmul, seed=0)
