@@ -106,6 +106,7 @@ def main(argv=None) -> int:
     parser.add_argument("assignments", nargs="*")
     parser.add_argument("--seeds", type=int, default=3, help="fresh-seed reruns of the solution's checks")
     parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--students", help="comma-separated demo students to grade (default: all)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -118,7 +119,10 @@ def main(argv=None) -> int:
     report, failed = {"env": env.describe(), "assignments": {}}, []
     for assignment in args.assignments or classroom.assignments():
         rows = {}
+        wanted = set(args.students.split(",")) if args.students else None
         for student in classroom.demo_students(assignment):
+            if wanted and student.name not in wanted:
+                continue
             if student.blank:
                 overrides = _blank_overrides(assignment)
             else:

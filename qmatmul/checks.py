@@ -301,7 +301,11 @@ def compare(
             lines.append(f"{int(inf.sum())} elements are infinite (overflow?).")
     for m in mistakes:
         if m.output is not None and tuple(m.output.shape) == tuple(exp_c.shape):
-            if not mismatch(got_c, m.output.cpu(), rtol).any():
+            cand = m.output.cpu()
+            same_special = (got_c.double() == cand.double()) | (
+                torch.isnan(got_c.double()) & torch.isnan(cand.double())
+            )
+            if not (mismatch(got_c, cand, rtol) & ~same_special).any():
                 lines.insert(0, f"This matches a known mistake: {m.name}. {m.explanation}")
                 break
     raise CheckFailed("\n".join([headline, *lines]))
@@ -363,32 +367,97 @@ def notebook_definitions(cells: Sequence[str]) -> str:
     return "\n\n".join(out) + "\n"
 
 
-_CHILD = """
-import contextlib, io, importlib, importlib.util, json, os, sys, traceback
+# The worker: one process per notebook, reused from check to check (starting Python with torch and triton
+# takes seconds), and replaced after anything that could leave it broken: a crash, a hang, a GPU fault.
+_WORKER = """
+import contextlib, importlib, importlib.util, io, json, os, sys, traceback
 os.environ[{child!r}] = "1"
-spec = importlib.util.spec_from_file_location("learner_notebook", {path!r})
-learner = importlib.util.module_from_spec(spec)
-with contextlib.redirect_stdout(io.StringIO()):
-    spec.loader.exec_module(learner)
 from qmatmul import checks
-check = getattr(importlib.import_module({module!r}), {check!r})
-try:
-    check(*[getattr(learner, name) for name in {names!r}], **{kwargs!r})
-except checks.CheckFailed as exc:
-    print({marker!r} + json.dumps([type(exc).__name__, str(exc)]))
-    sys.exit(3)
+for n, line in enumerate(sys.stdin):
+    job = json.loads(line)
+    try:
+        spec = importlib.util.spec_from_file_location(f"learner_notebook_{{n}}", job["path"])
+        learner = importlib.util.module_from_spec(spec)
+        with contextlib.redirect_stdout(io.StringIO()):
+            spec.loader.exec_module(learner)
+        check = getattr(importlib.import_module(job["module"]), job["check"])
+        check(*[getattr(learner, name) for name in job["names"]], **job["kwargs"])
+        result = ["ok", ""]
+    except checks.CheckFailed as exc:
+        result = [type(exc).__name__, str(exc)]
+    except BaseException:
+        result = ["error", traceback.format_exc()]
+    print({marker!r} + json.dumps(result), flush=True)
 """
-_MARKER = "@@qmatmul-check-failed@@"
+_MARKER = "@@qmatmul-check-result@@"
 GPU_FAULT = r"illegal memory access|misaligned address|unspecified launch failure|illegal instruction|device-side assert"
+_worker = None  # (process, path of its stderr)
 
 
-def isolatable(check):
-    """Decorator for checks that run learner kernels: under the autograder, run them in a fresh process."""
+def _start_worker():
+    import subprocess
+    import sys
+    import tempfile
+
+    global _worker
+    if _worker is not None and _worker[0].poll() is None:
+        return _worker
+    err = tempfile.NamedTemporaryFile("w", prefix="qmatmul-worker-", suffix=".err", delete=False)
+    code = _WORKER.format(child=CHILD_ENV, marker=_MARKER)
+    proc = subprocess.Popen([sys.executable, "-u", "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=err, bufsize=0)  # fmt: skip
+    _worker = (proc, err.name)
+    return _worker
+
+
+def _stop_worker() -> None:
+    global _worker
+    if _worker is not None:
+        _worker[0].kill()
+        _worker[0].wait()
+        _worker = None
+
+
+def _read_result(proc, timeout: float):
+    """Forward the worker's output until its result line; None when it died first."""
+    import select
+    import time
+
+    deadline = time.monotonic() + timeout
+    fd, buf = proc.stdout.fileno(), b""
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError
+        ready, _, _ = select.select([fd], [], [], left)
+        if not ready:
+            continue
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            proc.wait()
+            return None
+        buf += chunk
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            text = line.decode(errors="replace")
+            if text.startswith(_MARKER):
+                return json.loads(text[len(_MARKER) :])
+            print(text)
+
+
+def isolatable(check=None, *, gpu_only: bool = False):
+    """Decorator for checks that run learner kernels: under the autograder, run them in a fresh process.
+
+    gpu_only: a performance check, which without a GPU only says so (no process needed for that).
+    """
     import functools
+
+    if check is None:
+        return functools.partial(isolatable, gpu_only=gpu_only)
 
     @functools.wraps(check)
     def wrapper(*fns, **kwargs):
-        if not isolation_enabled():
+        if not isolation_enabled() or (gpu_only and not torch.cuda.is_available()):
             return check(*fns, **kwargs)
         code = notebook_definitions(_history())
         names = [getattr(f, "__name__", "") for f in fns]
@@ -401,48 +470,59 @@ def isolatable(check):
 
 def run_isolated(check, fns, kwargs, code: str) -> None:
     import signal
-    import subprocess
-    import sys
     import tempfile
 
     folder = tempfile.mkdtemp(prefix="qmatmul-check-")
     path = os.path.join(folder, "learner_notebook.py")
     with open(path, "w") as f:
         f.write(code)
-    driver = _CHILD.format(child=CHILD_ENV, path=path, module=check.__module__, check=check.__name__,
-                         names=[f.__name__ for f in fns], kwargs=kwargs, marker=_MARKER)  # fmt: skip
+    job = dict(
+        path=path,
+        module=check.__module__,
+        check=check.__name__,
+        names=[f.__name__ for f in fns],
+        kwargs=kwargs,
+    )
     timeout = float(os.environ.get(TIMEOUT_ENV, "240"))
     what = check.__name__.removeprefix("check_")
+    proc, err_path = _start_worker()
+    proc.stdin.write((json.dumps(job) + "\n").encode())
+    proc.stdin.flush()
     try:
-        res = subprocess.run([sys.executable, "-c", driver], capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
+        result = _read_result(proc, timeout)
+    except TimeoutError:
+        _stop_worker()
         raise CheckFailed(
             f"{what}: your code did not finish within {timeout:.0f} s and was stopped (a loop that never ends? "
             "a grid far larger than the output?). The other exercises keep their points."
         ) from None
-    failure = None
-    for line in res.stdout.splitlines():
-        if line.startswith(_MARKER):
-            failure = json.loads(line[len(_MARKER) :])
-        else:
-            print(line)
-    if res.returncode == 0:
-        return
-    if failure is not None:
-        cls = NotMeasured if failure[0] == "NotMeasured" else CheckFailed
-        raise cls(failure[1])
-    if res.returncode < 0:
-        name = signal.Signals(-res.returncode).name
+    with open(err_path) as f:
+        stderr = f.read()
+    if result is None:  # the worker died
+        _stop_worker()
+        fault = next((ln for ln in stderr.splitlines() if re.search(GPU_FAULT, ln)), None)
+        if fault:
+            raise CheckFailed(
+                f"{what}: the kernel faulted on the GPU ({fault.strip()[:200]}): usually an unmasked load or store "
+                "past the end of a tensor. It ran in a process of its own: the other exercises keep their points."
+            )
+        code_ = proc.returncode
+        name = signal.Signals(-code_).name if code_ < 0 else f"exit status {code_}"
         raise CheckFailed(
             f"{what}: your code crashed the process that ran it ({name}), e.g. a load or store far outside a "
             "tensor. The grader ran it in a process of its own: the other exercises keep their points."
         )
-    lines = [ln.strip() for ln in res.stderr.splitlines() if ln.strip()]
-    fault = next((ln for ln in lines if re.search(GPU_FAULT, ln)), None)
-    if fault:
-        raise CheckFailed(
-            f"{what}: the kernel faulted on the GPU ({fault[:200]}): usually an unmasked load or store past the "
-            "end of a tensor. It ran in a process of its own: the other exercises keep their points."
-        )
-    tail = lines[-3:]
-    raise CheckFailed(f"{what}: the process running your code failed: {' | '.join(tail)[:400]}")
+    status, message = result
+    if status == "ok":
+        return
+    if status == "error":  # not a check's verdict: the worker may be unusable (a GPU fault poisons CUDA)
+        _stop_worker()
+        fault = next((ln for ln in message.splitlines() if re.search(GPU_FAULT, ln)), None)
+        if fault:
+            raise CheckFailed(
+                f"{what}: the kernel faulted on the GPU ({fault.strip()[:200]}): usually an unmasked load or store "
+                "past the end of a tensor. It ran in a process of its own: the other exercises keep their points."
+            )
+        last = [ln for ln in message.strip().splitlines() if ln.strip()][-1:]
+        raise CheckFailed(f"{what}: the process running your code failed: {' '.join(last)[:400]}")
+    raise (NotMeasured if status == "NotMeasured" else CheckFailed)(message)

@@ -647,6 +647,7 @@ def granularity_figure(quantize_fn, seed: int = 0):
 # Exercise 2: the e4m3 -> fp16 decoder
 
 
+@checks.isolatable
 def check_decoder(decode_fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """decode_fn(codes: uint8 tensor) -> fp16 tensor, through the learner's Triton function: all 256 codes."""
     what = "e4m3_to_fp16"
@@ -819,6 +820,7 @@ def _skipped(device: str) -> str:
     return ""
 
 
+@checks.isolatable
 def check_matmul(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 3: fp8_matmul on both paths, ragged shapes, strided views, poisoned output, fused."""
     seed = checks.fresh_seed() if seed is None else seed
@@ -841,6 +843,7 @@ def check_matmul(fn, *, hidden: bool = False, seed: int | None = None) -> None:
                   + _skipped(device))  # fmt: skip
 
 
+@checks.isolatable
 def check_decode(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 4 (correctness): M = 1..16, ragged N and K, both paths where they run."""
     seed = checks.fresh_seed() if seed is None else seed
@@ -884,6 +887,7 @@ def _recheck(fn, what, M, N, K, g):
                    poisoned=True, context=f" (M={M}, N={N}, K={K})")  # fmt: skip
 
 
+@checks.isolatable(gpu_only=True)
 def check_prefill_speed(fn, *, threshold: float = PREFILL_THRESHOLD, seed: int | None = None):
     """Exercise 3 (performance): TFLOP/s as a fraction of torch._scaled_mm (row-wise scales), same process."""
     if not torch.cuda.is_available():
@@ -924,6 +928,7 @@ def check_prefill_speed(fn, *, threshold: float = PREFILL_THRESHOLD, seed: int |
     return mine, ref
 
 
+@checks.isolatable(gpu_only=True)
 def check_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: int | None = None) -> list:
     """Exercise 4 (performance): bandwidth over the bytes that must move, against the copy bandwidth."""
     if not torch.cuda.is_available():
@@ -1086,6 +1091,7 @@ def block_mistakes(xq, sx, wq, sw) -> list[Mistake]:
     return out
 
 
+@checks.isolatable
 def check_block_matmul(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 5: the block-scaled GEMM on both paths, ragged shapes, strided views, poisoned output, fused."""
     seed = checks.fresh_seed() if seed is None else seed

@@ -620,6 +620,7 @@ def _check_kernel(fn, what: str, shapes, device: str, dtypes, g, strided_cases=(
     return n
 
 
+@checks.isolatable
 def check_prefill(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 2: the tiled kernel on ragged shapes, poisoned output, strided views, fused."""
     seed = checks.fresh_seed() if seed is None else seed
@@ -646,6 +647,7 @@ def check_prefill(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     )
 
 
+@checks.isolatable
 def check_decode(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 3 (correctness): M = 1..16, ragged N, K a multiple of 32."""
     seed = checks.fresh_seed() if seed is None else seed
@@ -672,6 +674,7 @@ def _bandwidth_problem(N: int, K: int, g: torch.Generator):
     return packed, scales
 
 
+@checks.isolatable(gpu_only=True)
 def check_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: int | None = None) -> list:
     """Exercise 3 (performance): bandwidth over the bytes that must move, against the copy bandwidth."""
     if not torch.cuda.is_available():
@@ -743,6 +746,7 @@ def dot_scaled_status() -> tuple[bool, str]:
     return False, f"sm_{cap[0]}{cap[1]}: tl.dot_scaled needs sm_80 or newer"
 
 
+@checks.isolatable
 def check_dot_scaled(fn, *, seed: int | None = None) -> None:
     """The bonus: same checks as the prefill kernel, where tl.dot_scaled can run (else it says why)."""
     ok, why = dot_scaled_status()

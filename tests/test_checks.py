@@ -189,3 +189,11 @@ def test_audit_does_not_take_a_copy_of_x_or_out_for_the_weight():
     checks.assert_fused(ops, what="f", weight_shape=(64, 64), allowed_shapes=[(64, 64)])
     with pytest.raises(CheckFailed, match="materialized"):
         checks.assert_fused(ops, what="f", weight_shape=(64, 64), allowed_shapes=[(64, 32)])
+
+
+def test_a_mistake_that_overflows_is_still_named():
+    ref = torch.ones(2, 3)
+    wrong = torch.tensor([[float("inf"), 1.0, 1.0], [1.0, float("nan"), 1.0]])
+    m = checks.Mistake("overflow", "no saturation", wrong.clone())
+    with pytest.raises(CheckFailed, match="known mistake: overflow"):
+        checks.compare(wrong, ref, what="y", rtol=1e-3, mistakes=[m])

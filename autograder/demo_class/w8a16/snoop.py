@@ -2,9 +2,9 @@
 the solutions. Without the sandbox it can; with `--sandbox` (bubblewrap) it finds nothing, and is graded all
 the same. The line it prints says what it found (tests/test_sandbox.py reads it).
 
-expect[cpu] test_quantizer: 2 /
-expect[cpu] test_prefill: 3 /
-expect[cpu] test_decode: 2 /
+expect test_quantizer: 2 /
+expect test_prefill: 3 /
+expect test_decode: 2 /
 """
 
 # %% ex1_quantizer
