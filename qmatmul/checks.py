@@ -199,6 +199,43 @@ def assert_fused(
 # Comparing outputs
 
 
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """A view torch.equal can compare (fp8 and other one-byte floats as their bytes)."""
+    return t.view(torch.uint8) if t.is_floating_point() and t.element_size() == 1 else t
+
+
+def snapshot(inputs: dict) -> dict:
+    """Copies of a call's tensor inputs, to prove afterwards that the call left them untouched."""
+    return {k: _bits(v).clone() for k, v in inputs.items() if isinstance(v, torch.Tensor)}
+
+
+def verify_kernel_result(
+    y, ops, *, what: str, inputs: dict, before: dict, out: torch.Tensor, full: torch.Tensor,
+    weight_shape: tuple[int, int], dtype: torch.dtype, expected: torch.Tensor, mistakes=(), ctx: str = "",
+) -> None:  # fmt: skip
+    """Everything the course checks about one call of a learner's matmul kernel.
+
+    Fused (no torch matmul, no weight-sized copy), wrote into and returned `out`, in x's dtype, equal to
+    `expected` (the output was NaN-filled: unwritten elements are located; known mistakes are named), nothing
+    written past column N of `full` (the wider buffer `out` is a view of), and the inputs left untouched.
+    """
+    floats = [t.shape for t in inputs.values() if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    assert_fused(ops, what=what, weight_shape=weight_shape, allowed_shapes=[*floats, out.shape])
+    if not isinstance(y, torch.Tensor):
+        raise CheckFailed(f"{what} must return the output tensor, got {type(y).__name__}{ctx}")
+    if y.data_ptr() != out.data_ptr():
+        raise CheckFailed(f"{what} must write into and return the `out` it was given{ctx}")
+    if y.dtype != dtype:
+        raise CheckFailed(f"{what} returned {y.dtype}; the output must be {dtype}{ctx}")
+    compare(y, expected, what=what, rtol=tolerance_for(dtype), poisoned=True, context=ctx, mistakes=mistakes)
+    n = weight_shape[0]
+    if not torch.isnan(full[:, n:].float()).all():
+        raise CheckFailed(f"{what} wrote past column N of the output (into its neighbour's memory){ctx}")
+    for name, t in inputs.items():
+        if isinstance(t, torch.Tensor) and not torch.equal(_bits(t), before[name]):
+            raise CheckFailed(f"{what} modified its input {name} in place{ctx}")
+
+
 def tolerance_for(dtype: torch.dtype) -> float:
     """Relative tolerance for an output stored in `dtype` (two units in its last place)."""
     return {torch.float16: 2.0**-9, torch.bfloat16: 2.0**-6, torch.float32: 2.0**-18}.get(dtype, 2.0**-6)

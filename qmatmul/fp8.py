@@ -786,29 +786,18 @@ def _check_kernel(fn, what, shapes, device, g) -> int:
             per_tensor = i == 1 and len(shapes) > 2  # strided x with one scale for the whole tensor
             xq, sx, wq, sw = random_problem(M, N, K, device, g, strided=strided, per_tensor=per_tensor)
             full, out = _poisoned_out(M, N, dtype, device, strided)
-            before = [t.clone() for t in (xq.view(torch.uint8), sx, wq.view(torch.uint8), sw)]
+            inputs = dict(xq=xq, sx=sx, wq=wq, sw=sw)
+            before = checks.snapshot(inputs)
             ctx = (f" (M={M}, N={N}, K={K}, {path}{', strided xq and out' if strided else ''}"
                    f"{', per-tensor activation scale' if per_tensor else ''})")  # fmt: skip
             y, ops = _run_path(fn, (xq, sx, wq, sw, out), fp8_dot, n, what)
-            checks.assert_fused(ops, what=what, weight_shape=(N, K))
-            if not isinstance(y, torch.Tensor):
-                raise CheckFailed(f"{what} must return the output tensor, got {type(y).__name__}{ctx}")
-            if y.data_ptr() != out.data_ptr():
-                raise CheckFailed(f"{what} must write into and return the `out` it was given{ctx}")
             mistakes = kernel_mistakes(xq, sx, wq, sw)
             try:
-                checks.compare(y, reference(xq, sx, wq, sw), what=what, rtol=checks.tolerance_for(dtype),
-                               poisoned=True, context=ctx, mistakes=mistakes)  # fmt: skip
+                checks.verify_kernel_result(y, ops, what=what, inputs=inputs, before=before, out=out, full=full,
+                                            weight_shape=(N, K), dtype=dtype, expected=reference(xq, sx, wq, sw),
+                                            mistakes=mistakes, ctx=ctx)  # fmt: skip
             except CheckFailed as exc:
                 raise CheckFailed(_name_overflowing(str(exc), y, mistakes, dtype)) from None
-            if strided and not torch.isnan(full[:, N:].float()).all():
-                raise CheckFailed(
-                    f"{what} wrote past column N of the output (into its neighbour's memory){ctx}"
-                )
-            after = (xq.view(torch.uint8), sx, wq.view(torch.uint8), sw)
-            for t, b, name in zip(after, before, ("xq", "sx", "wq", "sw"), strict=True):
-                if not torch.equal(t, b):
-                    raise CheckFailed(f"{what} modified its input {name} in place{ctx}")
             n += 1
     return n
 
@@ -1115,20 +1104,16 @@ def check_block_matmul(fn, *, hidden: bool = False, seed: int | None = None) -> 
             xq, sx, wq, sw = random_block_problem(M, N, K, device, g, strided=strided)
             full, out = _poisoned_out(M, N, dtype, device, strided)
             ctx = f" (M={M}, N={N}, K={K}, {path}{', strided xq and out' if strided else ''})"
+            inputs = dict(xq=xq, sx=sx, wq=wq, sw=sw)
+            before = checks.snapshot(inputs)
             y, ops = _run_path(fn, (xq, sx, wq, sw, out), fp8_dot, n, what)
-            checks.assert_fused(ops, what=what, weight_shape=(N, K))
-            if not isinstance(y, torch.Tensor) or y.data_ptr() != out.data_ptr():
-                raise CheckFailed(f"{what} must write into and return the `out` it was given{ctx}")
             mistakes = block_mistakes(xq, sx, wq, sw)
             try:
-                checks.compare(y, block_reference(xq, sx, wq, sw), what=what, rtol=checks.tolerance_for(dtype),
-                               poisoned=True, context=ctx, mistakes=mistakes)  # fmt: skip
+                checks.verify_kernel_result(y, ops, what=what, inputs=inputs, before=before, out=out, full=full,
+                                            weight_shape=(N, K), dtype=dtype,
+                                            expected=block_reference(xq, sx, wq, sw), mistakes=mistakes, ctx=ctx)  # fmt: skip
             except CheckFailed as exc:
                 raise CheckFailed(_name_overflowing(str(exc), y, mistakes, dtype)) from None
-            if strided and not torch.isnan(full[:, N:].float()).all():
-                raise CheckFailed(
-                    f"{what} wrote past column N of the output (into its neighbour's memory){ctx}"
-                )
             n += 1
     checks.passed(f"{what}: {n} {'hidden' if hidden else 'visible'} cases match the reference (seed {seed})."
                   + _skipped(device))  # fmt: skip

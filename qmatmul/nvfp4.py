@@ -435,21 +435,13 @@ def _check_kernel(fn, what, shapes, device, dtypes, gen) -> int:
                 pad = 5 if strided else 0
                 full = torch.full((M, N + pad), float("nan"), dtype=dtype, device=device)
                 out = full[:, :N]
-                before = [t.clone() for t in (x, packed, scales, g)]
+                inputs = dict(x=x, packed=packed, scales=scales, g=g)
+                before = checks.snapshot(inputs)
                 ctx = f" (M={M}, N={N}, K={K}, {str(dtype).replace('torch.', '')}{', strided x and out' if strided else ''})"
                 y, ops = checks.run_audited(fn, x, packed, scales, g, out=out, what=what)
-                checks.assert_fused(ops, what=what, weight_shape=(N, K))
-                if not isinstance(y, torch.Tensor) or y.data_ptr() != out.data_ptr():
-                    raise CheckFailed(f"{what} must write into and return the `out` it was given{ctx}")
-                checks.compare(y, reference(x, packed, scales, g), what=what, rtol=checks.tolerance_for(dtype),
-                               poisoned=True, context=ctx, mistakes=kernel_mistakes(x, packed, scales, g))  # fmt: skip
-                if strided and not torch.isnan(full[:, N:].float()).all():
-                    raise CheckFailed(f"{what} wrote past column N of the output{ctx}")
-                for t, b, name in zip(
-                    (x, packed, scales, g), before, ("x", "packed", "scales", "g"), strict=True
-                ):
-                    if not torch.equal(t, b):
-                        raise CheckFailed(f"{what} modified its input {name} in place{ctx}")
+                checks.verify_kernel_result(y, ops, what=what, inputs=inputs, before=before, out=out, full=full,
+                                            weight_shape=(N, K), dtype=dtype, expected=reference(x, packed, scales, g),
+                                            mistakes=kernel_mistakes(x, packed, scales, g), ctx=ctx)  # fmt: skip
                 n += 1
     return n
 

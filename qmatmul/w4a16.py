@@ -576,27 +576,14 @@ def _check_kernel(fn, what, cases, device, dtypes, g, strided_cases=(False, True
             for strided in strided_cases:
                 x, p, s, z = random_problem(M, N, K, G, dtype, device, g, strided=strided)
                 full, out = _poisoned_out(M, N, dtype, device, strided)
-                inputs_before = [t.clone() for t in (x, p, s, z)]
+                inputs = dict(x=x, packed=p, scales=s, zeros=z)
+                before = checks.snapshot(inputs)
                 ctx = (f" (M={M}, N={N}, K={K}, group_size={G}, {str(dtype).replace('torch.', '')}"
                        f"{', strided x and out' if strided else ''})")  # fmt: skip
                 y, ops = checks.run_audited(fn, x, p, s, z, G, out=out, what=what)
-                checks.assert_fused(ops, what=what, weight_shape=(N, K))
-                if not isinstance(y, torch.Tensor):
-                    raise CheckFailed(f"{what} must return the output tensor, got {type(y).__name__}{ctx}")
-                if y.data_ptr() != out.data_ptr():
-                    raise CheckFailed(f"{what} must write into and return the `out` it was given{ctx}")
-                if y.dtype != dtype:
-                    raise CheckFailed(f"{what} returned {y.dtype}; y must have x's dtype {dtype}{ctx}")
-                checks.compare(y, reference(x, p, s, z, G), what=what, rtol=checks.tolerance_for(dtype),
-                               poisoned=True, context=ctx, mistakes=kernel_mistakes(x, p, s, z, G))  # fmt: skip
-                if strided and not torch.isnan(full[:, N:].float()).all():
-                    raise CheckFailed(
-                        f"{what} wrote past column N of the output (into its neighbour's memory){ctx}"
-                    )
-                for t, before, name in zip((x, p, s, z), inputs_before, ("x", "packed", "scales", "zeros"),
-                                           strict=True):  # fmt: skip
-                    if not torch.equal(t, before):
-                        raise CheckFailed(f"{what} modified its input {name} in place{ctx}")
+                checks.verify_kernel_result(y, ops, what=what, inputs=inputs, before=before, out=out, full=full,
+                                            weight_shape=(N, K), dtype=dtype, expected=reference(x, p, s, z, G),
+                                            mistakes=kernel_mistakes(x, p, s, z, G), ctx=ctx)  # fmt: skip
                 n += 1
     return n
 

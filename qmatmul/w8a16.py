@@ -366,33 +366,13 @@ def _check_kernel(fn, what: str, shapes, device: str, dtypes, g, strided_cases=(
             for strided in strided_cases:
                 x, q, s = random_problem(M, N, K, dtype, device, g, strided=strided)
                 full, out = _poisoned_out(M, N, dtype, device, strided)
-                inputs_before = [t.clone() for t in (x, q, s)]
+                inputs = dict(x=x, q=q, s=s)
+                before = checks.snapshot(inputs)
                 ctx = f" (M={M}, N={N}, K={K}, {str(dtype).replace('torch.', '')}{', strided x and out' if strided else ''})"
                 y, ops = checks.run_audited(fn, x, q, s, out=out, what=what)
-                checks.assert_fused(ops, what=what, weight_shape=(N, K), allowed_shapes=[x.shape, out.shape])
-                if not isinstance(y, torch.Tensor):
-                    raise CheckFailed(f"{what} must return the output tensor, got {type(y).__name__}{ctx}")
-                if y.data_ptr() != out.data_ptr():
-                    raise CheckFailed(f"{what} must write into and return the `out` it was given{ctx}")
-                if y.dtype != dtype:
-                    raise CheckFailed(f"{what} returned {y.dtype}; y must have x's dtype {dtype}{ctx}")
-                ref = reference(x, q, s)
-                checks.compare(
-                    y,
-                    ref,
-                    what=what,
-                    rtol=checks.tolerance_for(dtype),
-                    poisoned=True,
-                    context=ctx,
-                    mistakes=kernel_mistakes(x, q, s),
-                )
-                if strided and not torch.isnan(full[:, N:].float()).all():
-                    raise CheckFailed(
-                        f"{what} wrote past column N of the output (into its neighbour's memory){ctx}"
-                    )
-                for t, before, name in zip((x, q, s), inputs_before, "xqs", strict=True):
-                    if not torch.equal(t, before):
-                        raise CheckFailed(f"{what} modified its input {name} in place{ctx}")
+                checks.verify_kernel_result(y, ops, what=what, inputs=inputs, before=before, out=out, full=full,
+                                            weight_shape=(N, K), dtype=dtype, expected=reference(x, q, s),
+                                            mistakes=kernel_mistakes(x, q, s), ctx=ctx)  # fmt: skip
                 n += 1
     return n
 
