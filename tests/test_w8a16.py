@@ -231,3 +231,26 @@ def test_predictions_and_comparison_run_on_cpu(env, w8a16_solution, capsys):
     out = capsys.readouterr().out
     assert "floor" in out and "ridge point" in out and "1.00049 B" in out
     assert fig.axes and ("not measured" in out or torch.cuda.is_available())
+
+
+def test_a_cached_result_is_caught(w8a16_solution):
+    """A 'kernel' that remembers its first answer per shape fails on the next inputs of the same shape."""
+    cache = {}
+
+    def cached(x, q, s, out=None):
+        key = (tuple(x.shape), tuple(q.shape))
+        if key not in cache:
+            cache[key] = w8a16_solution.w8a16_decode(x, q, s).clone()
+        return out.copy_(cache[key])
+
+    with pytest.raises(CheckFailed, match="differ from the reference"):
+        w8a16.check_decode(cached, hidden=True, seed=3)
+
+
+def test_output_aliasing_an_input_is_caught(w8a16_solution):
+    def aliasing(x, q, s, out=None):
+        w8a16_solution.w8a16_decode(x, q, s, out=out)
+        return x  # not the output
+
+    with pytest.raises(CheckFailed, match="must write into and return the `out`"):
+        w8a16.check_decode(aliasing, seed=3)
