@@ -129,6 +129,7 @@ class DemoStudent:
     doc: str
     cells: dict = field(default_factory=dict)  # grade_id -> source
     blank: bool = False  # submit the released notebook untouched
+    e2e: bool = False  # `make test` grades it through nbgrader too (the others through the checks directly)
     expects: list = field(default_factory=list)  # (where, grade_id, points, message substring)
 
 
@@ -138,7 +139,9 @@ def load_demo_student(path: Path) -> DemoStudent:
     doc = parts[0]
     cells = {parts[i]: parts[i + 1].strip("\n") + "\n" for i in range(1, len(parts), 2)}
     expects = [(w or "any", gid, float(pts), msg.strip()) for w, gid, pts, msg in EXPECT.findall(doc)]
-    return DemoStudent(path.stem, path.parent.name, doc, cells, "blank: true" in doc, expects)
+    blank = "blank: true" in doc
+    e2e = blank or path.stem == "correct" or "e2e: true" in doc
+    return DemoStudent(path.stem, path.parent.name, doc, cells, blank=blank, e2e=e2e, expects=expects)
 
 
 def demo_students(assignment: str) -> list[DemoStudent]:

@@ -431,7 +431,10 @@ def check_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: 
     Awards nothing without a CUDA GPU. After timing, correctness is checked again on fresh inputs.
     """
     if not torch.cuda.is_available():
-        traffic_feedback(fn)
+        try:
+            traffic_feedback(fn)
+        except CheckFailed as exc:  # under the autograder it runs isolated: a crash lands here
+            print(f"Memory-traffic audit skipped: {str(exc).splitlines()[0]}")
         raise checks.NotMeasured(
             "Performance not measured: no CUDA GPU here (the interpreter's timings say nothing about a GPU). "
             f"This cell awards its points only on a GPU, where the decode kernel must reach "
@@ -440,6 +443,7 @@ def check_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: 
     measure_decode_bandwidth(fn, threshold=threshold, seed=seed)
 
 
+@checks.isolatable
 def traffic_feedback(fn, M: int = 16, N: int = 256, K: int = 512) -> None:
     """In the interpreter: how often the decode kernel reads each tensor (feedback only, no points)."""
     from qmatmul import traffic

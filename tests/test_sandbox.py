@@ -51,4 +51,4 @@ def test_snoop_sees_everything_without_and_nothing_with_the_sandbox(tmp_path, mo
         assert "network blocked" in line and "other notebooks read 0" in line, line
         assert "gradebook read 0" in line and "solutions read 0" in line, line
     else:  # the same code, unsandboxed, finds what the sandbox hides: the test above can fail
-        assert "network open" in line and "gradebook read 1" in line and "solutions read 1" in line, line
+        assert "network open" in line and "gradebook read 1" in line and "solutions read 0" not in line, line

@@ -6,6 +6,7 @@ expect test_decoder: 1 /
 expect test_matmul: 2 /
 expect test_decode: 1 /
 expect test_block_matmul: 1 /
+e2e: true
 """
 
 

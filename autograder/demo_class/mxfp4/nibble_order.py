@@ -5,6 +5,7 @@ expect test_prefill: 0 / known mistake: nibble order
 expect test_decode: 0 / known mistake: nibble order
 expect test_decode_bandwidth: 0 /
 expect test_dot_scaled: 1 /
+e2e: true
 """
 
 

@@ -4,6 +4,7 @@ expect test_quantizer: 0 / known mistake: tensor scale missing
 expect test_prefill: 0 / known mistake: tensor scale missing
 expect test_decode: 0 / known mistake: tensor scale missing
 expect test_decode_bandwidth: 0 /
+e2e: true
 """
 
 

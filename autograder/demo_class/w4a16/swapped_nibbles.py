@@ -5,6 +5,7 @@ expect test_quantizer: 0 / swapped nibbles
 expect test_prefill: 0 / swapped nibbles
 expect test_decode: 0 / swapped nibbles
 expect test_decode_bandwidth: 0 /
+e2e: true
 """
 
 

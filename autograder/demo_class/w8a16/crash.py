@@ -6,6 +6,7 @@ expect test_quantizer: 2 /
 expect test_prefill: 3 /
 expect test_decode: 0 / crashed the process that ran it (SIGSEGV)
 expect[gpu] test_decode_bandwidth: 0 / crashed the process
+e2e: true
 """
 
 

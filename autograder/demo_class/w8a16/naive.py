@@ -5,6 +5,7 @@ expect test_quantizer: 2 /
 expect test_prefill: 0 / naive dequantize-then-matmul
 expect test_decode: 0 / naive dequantize-then-matmul
 expect test_decode_bandwidth: 0 /
+e2e: true
 """
 
 
