@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Measured on the course's lent H200 (see docs/benchmarks.md): used as data where no GPU is present.
+# Measured on the course's lent H200 (see docs/benchmark-h200.md): used as data where no GPU is present.
 H200 = {
     "gpu": "NVIDIA H200 (sm_90)",
     "date": "2026-11-29",

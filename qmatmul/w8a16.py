@@ -110,7 +110,7 @@ def decode_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
     """Tile sizes for the decode kernel: all M rows (padded to 16) in one program, a strip of N."""
     if device != "cuda":
         return dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=1)
-    # Swept on the H200 (docs/benchmarks.md): 77 % of the copy bandwidth at 28672 x 8192 and 8192 x 28672.
+    # Swept on the H200 (docs/benchmark-h200.md): 77 % of the copy bandwidth at 28672 x 8192 and 8192 x 28672.
     long_k = K >= 16384
     return dict(
         BLOCK_M=16, BLOCK_N=64, BLOCK_K=512 if long_k else 256, num_warps=4, num_stages=4 if long_k else 3
@@ -513,7 +513,7 @@ def measure_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed
 # ----------------------------------------------------------------------------------------------------------
 # What the roofline predicts, and what the paths measure
 
-# Measured on the course's H200 (docs/benchmarks.md) at M = 1, N x K = 28672 x 8192, bf16 activations.
+# Measured on the course's H200 (docs/benchmark-h200.md) at M = 1, N x K = 28672 x 8192, bf16 activations.
 H200_RECORDED_US = {"dense bf16 (cuBLAS)": 122.0, "naive: dequantize, then matmul": 1292.0}
 
 
