@@ -15,9 +15,13 @@ def test_equivalent_mutants_still_exist():
     """Each listed equivalent mutant must match a mutant the tool makes (else the list has gone stale)."""
     import json
 
-    made = {(m["cell"], m["line"], m["new"]) for m in mutate.mutants("w8a16")}
+    made = {}
     for e in json.loads(mutate.EQUIVALENT.read_text()):
-        assert (e["cell"], e["line"], e["new"]) in made, e
+        if e["assignment"] not in made:
+            made[e["assignment"]] = {
+                (m["cell"], m["line"], m["new"]) for m in mutate.mutants(e["assignment"])
+            }
+        assert (e["cell"], e["line"], e["new"]) in made[e["assignment"]], e
         assert e["reason"]
 
 
