@@ -1,6 +1,7 @@
 """Grade the solution and the demo class's code through the checks directly, on a machine without nbgrader.
 
     python autograder/gpu_check.py [ASSIGNMENT ...] [--seeds N] [--json PATH]
+    python autograder/gpu_check.py --cells bandwidth --seeds 20 --students naive --repeat 20   # stability
 
 For the lent GPU (no jupyter or nbgrader there): each demo student's cells are imported as a module,
 every graded cell's check runs in order, and the points are compared with the student's expectations.
@@ -24,6 +25,8 @@ sys.path.insert(0, str(ROOT / "autograder"))
 
 import classroom  # noqa: E402
 
+CELLS: list[str] = []  # --cells: grade only the cells whose grade_id contains one of these
+
 
 def graded_cells(assignment: str) -> list[tuple[str, float, list[str]]]:
     """(grade_id, points, statements) of each test cell, hidden tests included, in notebook order."""
@@ -34,7 +37,8 @@ def graded_cells(assignment: str) -> list[tuple[str, float, list[str]]]:
             if meta.get("grade") and cell["cell_type"] == "code":
                 src = "".join(cell["source"])
                 lines = [ln for ln in src.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
-                out.append((meta["grade_id"], float(meta.get("points", 0)), lines))
+                if not CELLS or any(c in meta["grade_id"] for c in CELLS):
+                    out.append((meta["grade_id"], float(meta.get("points", 0)), lines))
     return out
 
 
@@ -67,7 +71,7 @@ def grade_in_child(assignment: str, overrides: dict, name: str) -> dict:
     import tempfile
 
     spec = Path(tempfile.mkdtemp()) / "job.json"
-    spec.write_text(json.dumps(dict(assignment=assignment, overrides=overrides, name=name)))
+    spec.write_text(json.dumps(dict(assignment=assignment, overrides=overrides, name=name, cells=CELLS)))
     proc = subprocess.run([sys.executable, __file__, "--child", str(spec)], capture_output=True, text=True)
     results = {}
     for line in proc.stdout.splitlines():
@@ -94,6 +98,7 @@ def child(spec_path: str) -> int:
     from qmatmul import course
 
     job = json.loads(Path(spec_path).read_text())
+    CELLS[:] = job.get("cells", [])
     module = course.load_notebook_code(job["assignment"], job["overrides"], name=job["name"])
     grade(module, job["assignment"], lambda gid, res: print(CHILD_MARK + json.dumps([gid, res]), flush=True))
     return 0
@@ -107,10 +112,15 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", type=int, default=3, help="fresh-seed reruns of the solution's checks")
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--students", help="comma-separated demo students to grade (default: all)")
+    parser.add_argument("--cells", help="comma-separated substrings of the grade_ids to grade (default: all)")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="grade each chosen demo student this many times (fresh seeds)"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         return child(args.child)
+    CELLS[:] = args.cells.split(",") if args.cells else []
 
     from qmatmul import course, environment
 
@@ -128,8 +138,16 @@ def main(argv=None) -> int:
             else:
                 overrides = student.cells
             rows[student.name] = grade_in_child(assignment, overrides, f"demo_{assignment}_{student.name}")
+            if args.repeat > 1:
+                module = course.load_notebook_code(assignment, overrides, name=f"again_{student.name}")
+                again = [grade(module, assignment) for _ in range(args.repeat - 1)]
+                passes = {
+                    gid: sum(1 for r in [rows[student.name], *again] if r[gid][0] > 0) for gid in again[0]
+                }
+                report.setdefault("repeats", {})[f"{assignment}/{student.name}"] = passes
+                print(f"{assignment} · {student.name}, passes in {args.repeat} gradings: {passes}")
             for scope, cell, points, message in student.expects:
-                if scope not in ("any", where):
+                if scope not in ("any", where) or cell not in rows[student.name]:
                     continue
                 got, msg, _ = rows[student.name][cell]
                 if got != points or (message.strip() and message.strip() not in msg):

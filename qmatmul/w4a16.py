@@ -787,7 +787,10 @@ def tinygemm_operands(packed, scales, zeros, G):
 
 
 def benchmark(sol, record, env, quick: bool = False) -> None:
-    """Time the solution beside the dense matmul, the naive path and PyTorch's int4 kernel (tinygemm)."""
+    """Time the solution beside the dense matmul, the naive path, PyTorch's int4 kernel (tinygemm) and the
+    expert kernels."""
+    from qmatmul import expert  # it imports this module
+
     dtype = env.act_dtype
     g = checks.generator(0, "cuda")
     G = BANDWIDTH_GROUP
@@ -824,6 +827,9 @@ def benchmark(sol, record, env, quick: bool = False) -> None:
                    recheck(sol.w4a16_decode, M, 1000, 1024))  # fmt: skip
             record("decode", "solution w4a16_matmul (tiled)", M, N, K,
                    lambda x=x, p=p, s=s, z=z: sol.w4a16_matmul(x, p, s, z, G), fused)  # fmt: skip
+            record("decode", "expert w4a16_decode (qmatmul/expert.py)", M, N, K,
+                   lambda x=x, p=p, s=s, z=z: expert.w4a16_decode(x, p, s, z, G), fused,
+                   recheck(expert.w4a16_decode, M, 1000, 1024))  # fmt: skip
     N = K = 8192
     p, s, z = random_packed(N, K, G, "cuda", g)
     w = torch.randn(N, K, device="cuda", generator=g).to(dtype)

@@ -1,0 +1,214 @@
+"""Expert decode kernels: faster than the chapters' readable solutions, and harder to read.
+
+They are not graded and not in the notebooks; `make bench` times them beside the readable solutions. Each
+reads the chapter's own layout (W4A16: packed uint8 [N, K/2], element 2i in the low nibble, float32 scales and
+uint8 zeros [N, K/G]) and runs under the interpreter too (tests/test_expert.py).
+
+Tricks, each exact:
+* The packed weight is read as int32 words: nibble i of word w is element k = 8w + i (little-endian bytes).
+* Magic numbers instead of int->float conversions: OR a code into the mantissa of a float (fp32 1 + q/16 with
+  0x3F800000; fp16 1024 + q with 0x6400; bf16 128 + q with 0x4300). The GEMV subtracts nothing per element:
+  offset, zero point and scale are applied once per group through the group's sum of x. The tensor-core
+  kernel subtracts (magic + z) per element, exactly, and scales once per group.
+* M = 1: a GEMV on the CUDA cores (no tensor-core padding of M to 16). M = 2..16: two fp16/bf16 lanes per int32
+  (mask 0x000F000F), the eight nibble planes joined back into K order in registers, then `tl.dot`.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from qmatmul import w4a16
+
+
+@triton.jit
+def _one_plus(words, SHIFT: tl.constexpr, MASK: tl.constexpr):
+    """fp32 1 + code / 2^bits: the code moved to the top of the mantissa (SHIFT < 0 shifts right)."""
+    if SHIFT >= 0:
+        v = words << SHIFT
+    else:
+        v = words >> (-SHIFT)
+    return ((v & MASK) | 0x3F800000).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _planes8(xk, A: tl.constexpr, B: tl.constexpr):
+    """xk [A, B, 8] -> its eight planes [A, B], plane i holding xk[:, :, i]."""
+    e, o = tl.split(tl.reshape(xk, (A, B, 2, 2, 2)))  # i even / odd
+    e0, e2 = tl.split(e)
+    o1, o3 = tl.split(o)
+    x0, x4 = tl.split(e0)
+    x2, x6 = tl.split(e2)
+    x1, x5 = tl.split(o1)
+    x3, x7 = tl.split(o3)
+    return x0, x1, x2, x3, x4, x5, x6, x7
+
+
+@triton.jit
+def _w4_gemv_kernel(
+    x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, N, K,
+    stride_xk, stride_wn, stride_sn, stride_yn,
+    GROUP: tl.constexpr, GPI: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """y[0, n] = sum_g s[n, g] * sum_{k in g} x[k] * (q[n, k] - z[n, g]) for one row of x.
+
+    Each code becomes f = 1 + q/16 (two integer ops), so sum x f = X + D/16 with X = sum x, D = sum x q, and
+    the group's contribution is s * (16 * sum x f - (16 + z) * X).
+    """
+    WG: tl.constexpr = GROUP // 8  # int32 words per group
+    pid = tl.program_id(0)
+    offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < N
+    offs_g = tl.arange(0, GPI)
+    offs_w = tl.arange(0, WG)
+    offs_i = tl.arange(0, 8)
+    acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    n_groups = K // GROUP
+    for g0 in range(0, n_groups, GPI):
+        grp = g0 + offs_g  # [GPI]
+        g_mask = grp < n_groups
+        m2 = n_mask[:, None] & g_mask[None, :]
+        word = (grp[:, None] * WG + offs_w[None, :])[None, :, :]  # [1, GPI, WG]
+        words = tl.load(w_ptr + offs_n[:, None, None] * stride_wn + word, mask=m2[:, :, None], other=0)
+        s = tl.load(s_ptr + offs_n[:, None] * stride_sn + grp[None, :], mask=m2, other=0.0)
+        z = tl.load(z_ptr + offs_n[:, None] * stride_sn + grp[None, :], mask=m2, other=0).to(tl.float32)
+        k = grp[:, None, None] * GROUP + offs_w[None, :, None] * 8 + offs_i[None, None, :]
+        xk = tl.load(x_ptr + k * stride_xk, mask=g_mask[:, None, None], other=0.0).to(tl.float32)
+        x_sum = tl.sum(tl.sum(xk, axis=2), axis=1)  # [GPI]
+        x0, x1, x2, x3, x4, x5, x6, x7 = _planes8(xk, GPI, WG)
+        part = _one_plus(words, 19, 0x00780000) * x0[None]
+        part += _one_plus(words, 15, 0x00780000) * x1[None]
+        part += _one_plus(words, 11, 0x00780000) * x2[None]
+        part += _one_plus(words, 7, 0x00780000) * x3[None]
+        part += _one_plus(words, 3, 0x00780000) * x4[None]
+        part += _one_plus(words, -1, 0x00780000) * x5[None]
+        part += _one_plus(words, -5, 0x00780000) * x6[None]
+        part += _one_plus(words, -9, 0x00780000) * x7[None]
+        acc += tl.sum((16.0 * tl.sum(part, axis=2) - (16.0 + z) * x_sum[None, :]) * s, axis=1)
+    tl.store(y_ptr + offs_n * stride_yn, acc.to(y_ptr.dtype.element_ty), mask=n_mask)
+
+
+@triton.jit
+def _lanes(t, DT: tl.constexpr):
+    """The two 16-bit lanes of int32 t as floats of type DT (low lane, high lane)."""
+    lo = t.to(tl.int16).to(DT, bitcast=True)
+    hi = (t >> 16).to(tl.int16).to(DT, bitcast=True)
+    return lo, hi
+
+
+@triton.jit
+def _w4_tc_kernel(
+    x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, M, N, K,
+    stride_xm, stride_xk, stride_wn, stride_sn, stride_ym, stride_yn,
+    GROUP: tl.constexpr, MAGIC: tl.constexpr, BASE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SWAP: tl.constexpr,
+):  # fmt: skip
+    """All M rows (padded to BLOCK_M) in one program, BLOCK_N output columns, one group of K per step."""
+    WG: tl.constexpr = GROUP // 8
+    DT: tl.constexpr = x_ptr.dtype.element_ty
+    pid = tl.program_id(0)
+    offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < N
+    offs_m = tl.arange(0, BLOCK_M)
+    m_mask = offs_m < M
+    offs_w = tl.arange(0, WG)
+    offs_k = tl.arange(0, GROUP)
+    if SWAP:
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for grp in range(0, K // GROUP):
+        words = tl.load(w_ptr + offs_n[:, None] * stride_wn + (grp * WG + offs_w)[None, :],
+                        mask=n_mask[:, None], other=0)  # fmt: skip
+        s = tl.load(s_ptr + offs_n * stride_sn + grp, mask=n_mask, other=0.0)
+        z = tl.load(z_ptr + offs_n * stride_sn + grp, mask=n_mask, other=0).to(tl.float32)
+        zf = (BASE + z).to(DT)[:, None]  # exact: an integer below 2^8
+        f0, f4 = _lanes((words & 0x000F000F) | MAGIC, DT)
+        f1, f5 = _lanes(((words >> 4) & 0x000F000F) | MAGIC, DT)
+        f2, f6 = _lanes(((words >> 8) & 0x000F000F) | MAGIC, DT)
+        f3, f7 = _lanes(((words >> 12) & 0x000F000F) | MAGIC, DT)
+        # [BLOCK_N, WG, 2, 2, 2] with index (a, b, c) holding nibble 4a + 2b + c: reshaped, element 8w + i.
+        y0 = tl.join(tl.join(f0 - zf, f4 - zf), tl.join(f2 - zf, f6 - zf))
+        y1 = tl.join(tl.join(f1 - zf, f5 - zf), tl.join(f3 - zf, f7 - zf))
+        w = tl.reshape(tl.join(y0, y1), (BLOCK_N, GROUP))
+        xk = tl.load(x_ptr + offs_m[:, None] * stride_xm + (grp * GROUP + offs_k)[None, :] * stride_xk,
+                     mask=m_mask[:, None], other=0.0)  # fmt: skip
+        # Folding the zero into a per-group sum of x (as the GEMV does) measured slower here: 25 % against 35 %
+        # of the copy bandwidth, the sum of x has to change layout every step.
+        if SWAP:
+            acc += tl.dot(w, tl.trans(xk)) * s[:, None]
+        else:
+            acc += tl.dot(xk, tl.trans(w)) * s[None, :]
+    y_ptrs = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
+    mask = m_mask[:, None] & n_mask[None, :]
+    if SWAP:
+        tl.store(y_ptrs, tl.trans(acc).to(DT), mask=mask)
+    else:
+        tl.store(y_ptrs, acc.to(DT), mask=mask)
+
+
+def _magic(dtype) -> dict:
+    """A power of two in both 16-bit lanes whose low mantissa bits count units: bf16 128.0, fp16 1024.0."""
+    if dtype == torch.bfloat16:
+        return dict(MAGIC=0x43004300, BASE=128.0)
+    return dict(MAGIC=0x64006400, BASE=1024.0)
+
+
+def words_of(packed: torch.Tensor) -> torch.Tensor:
+    """The packed uint8 [N, K/2] weight seen as int32 [N, K/8] (no copy)."""
+    if packed.shape[1] % 4 or packed.stride(1) != 1 or packed.stride(0) % 4 or packed.storage_offset() % 4:
+        raise ValueError(
+            "the expert kernels read the packed weight as int32 words: K must be a multiple of 8"
+        )
+    return packed.view(torch.int32)
+
+
+def gemv_config(N: int, device: str) -> dict:
+    if device != "cuda":
+        return dict(BLOCK_N=32, GPI=2, num_warps=4, num_stages=1)
+    # Best of 36 on the H200 (docs/expert-h200.md): 40 % of copy at 28672 x 8192, 33 % at 8192 x 28672.
+    return dict(BLOCK_N=16, GPI=4, num_warps=2, num_stages=2)
+
+
+def tc_config(M: int, N: int, device: str) -> dict:
+    if device != "cuda":
+        return dict(BLOCK_M=16, BLOCK_N=64, SWAP=False, num_warps=4, num_stages=1)
+    # Best of 24 on the H200 (docs/expert-h200.md): 35 % of copy at 28672 x 8192 for M = 1..16.
+    return dict(BLOCK_M=16, BLOCK_N=32, SWAP=False, num_warps=4, num_stages=5)
+
+
+def w4a16_gemv(x, packed, scales, zeros, group_size, out=None, **cfg):
+    M, N, K, out = w4a16.prepare(x, packed, scales, zeros, group_size, out)
+    if M != 1:
+        raise ValueError(f"w4a16_gemv takes one row, got M = {M}")
+    cfg = cfg or gemv_config(N, x.device.type)
+    words = words_of(packed)
+    grid = (triton.cdiv(N, cfg["BLOCK_N"]),)
+    _w4_gemv_kernel[grid](
+        x, words, scales, zeros, out, N, K, x.stride(1), words.stride(0), scales.stride(0), out.stride(1),
+        GROUP=group_size, **cfg,
+    )  # fmt: skip
+    return out
+
+
+def w4a16_decode_tc(x, packed, scales, zeros, group_size, out=None, **cfg):
+    M, N, K, out = w4a16.prepare(x, packed, scales, zeros, group_size, out)
+    if M > 16:
+        raise ValueError(f"w4a16_decode_tc takes at most 16 rows, got M = {M}")
+    cfg = cfg or tc_config(M, N, x.device.type)
+    words = words_of(packed)
+    grid = (triton.cdiv(N, cfg["BLOCK_N"]),)
+    _w4_tc_kernel[grid](
+        x, words, scales, zeros, out, M, N, K, x.stride(0), x.stride(1), words.stride(0), scales.stride(0),
+        out.stride(0), out.stride(1), GROUP=group_size, **_magic(x.dtype), **cfg,
+    )  # fmt: skip
+    return out
+
+
+def w4a16_decode(x, packed, scales, zeros, group_size, out=None):
+    """The expert W4A16 decode: the GEMV at M = 1, the tensor-core kernel at M = 2..16."""
+    if x.dim() == 2 and x.shape[0] == 1:
+        return w4a16_gemv(x, packed, scales, zeros, group_size, out)
+    return w4a16_decode_tc(x, packed, scales, zeros, group_size, out)
