@@ -89,31 +89,83 @@ def main(argv=None) -> int:
                 return w4a16.reference(x_, p_, s_, z_, G)
 
             if M == 1:
-                for bn, gpi, nw, ns in itertools.product((16, 32, 64), (1, 2, 4), (2, 4), (2, 3)):
-                    cfg = dict(BLOCK_N=bn, GPI=gpi, num_warps=nw, num_stages=ns)
+                words4 = expert.rows_interleaved(p)
+                for bn, gpi, nw in itertools.product((8, 16, 32), (4, 8), (1, 2, 4)):
+                    cfg = dict(BLOCK_N=bn, GPI=gpi, num_warps=nw, num_stages=2)
 
                     def fn(x_, p_, s_, z_, cfg=cfg):
                         return expert.w4a16_gemv(x_, p_, s_, z_, G, **cfg)
 
                     ok = correct(fn, ref4, make)
                     timed("w4a16", "gemv", M, N, K, cfg, lambda x=x, fn=fn: fn(x, p, s, z), nb, ok)
-            tc_grid = list(itertools.product((16, 32, 64), (False,), (2, 4), (4, 6)))
-            for bn, swap, nw, ns in tc_grid + [(64, True, 4, 5), (128, True, 8, 5), (128, False, 8, 5)]:
-                cfg = dict(BLOCK_M=16, BLOCK_N=bn, SWAP=swap, num_warps=nw, num_stages=ns)
+                for bn, gpi, nw in itertools.product((16, 32, 64), (2, 4, 8), (1, 2, 4)):
+                    cfg = dict(BLOCK_N=bn, GPI=gpi, num_warps=nw, num_stages=2)
+
+                    def fn(x_, p_, s_, z_, cfg=cfg):
+                        return expert.w4a16_gemv_rows(x_, expert.rows_interleaved(p_), s_, z_, G, **cfg)
+
+                    ok = correct(fn, ref4, make)
+                    timed("w4a16", "gemv_rows", M, N, K, cfg,
+                          lambda x=x, cfg=cfg: expert.w4a16_gemv_rows(x, words4, s, z, G, **cfg), nb, ok)  # fmt: skip
+            if M == 4:
+                continue
+            for bn, nw, ns in ((32, 4, 5), (32, 4, 3), (16, 2, 5), (16, 4, 5), (64, 4, 5)):
+                cfg = dict(BLOCK_M=16, BLOCK_N=bn, SWAP=False, num_warps=nw, num_stages=ns)
 
                 def fn(x_, p_, s_, z_, cfg=cfg):
                     return expert.w4a16_decode_tc(x_, p_, s_, z_, G, **cfg)
 
                 ok = correct(fn, ref4, make)
                 timed("w4a16", "tc", M, N, K, cfg, lambda x=x, fn=fn: fn(x, p, s, z), nb, ok)
+                xh = x.to(torch.float16)
+                timed("w4a16", "tc fp16", M, N, K, cfg, lambda xh=xh, fn=fn: fn(xh, p, s, z), nb)
             report(rows, "w4a16", M, N, K)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    dump(out, expert, w4a16, dtype)
     meta = dict(gpu=env.gpu_name, versions=env.versions, torch=torch.__version__, copy_TBps=copy_bw / 1e12,
                 date=time.strftime("%Y-%m-%d"), dtype=str(dtype))  # fmt: skip
     (out / "sweep_expert.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1, default=str))
     print(f"done in {time.time() - t_start:.0f} s; wrote {out}/sweep_expert.json")
     return 0
+
+
+def dump(out, expert, w4a16, dtype):
+    """The PTX and TTGIR of each expert kernel at its default config, with a PTX opcode histogram."""
+    import collections
+    import re
+
+    import torch
+
+    from qmatmul import checks
+
+    N, K, G = 28672, 8192, 128
+    p, s, z = w4a16.random_packed(N, K, G, "cuda", checks.generator(2, "cuda"))
+    words, words4 = expert.words_of(p), expert.rows_interleaved(p)
+    x = torch.randn(1, K, device="cuda").to(dtype)
+    y = torch.empty(16, N, device="cuda", dtype=dtype)
+    x16 = torch.randn(16, K, device="cuda").to(dtype)
+    cfg = expert.gemv_config(N, "cuda")
+    grid = (N // cfg["BLOCK_N"],)
+    kernels = {
+        "gemv": expert._w4_gemv_kernel[grid](x, words, s, z, y, N, K, 1, words.stride(0), s.stride(0), 1,
+                                             GROUP=G, **cfg),
+        "gemv_rows": expert._w4_gemv_rows_kernel[grid](x, words4, s, z, y, N, K, 1, words4.stride(0),
+                                                       s.stride(0), 1, GROUP=G, **cfg),
+    }  # fmt: skip
+    for name, xx in (("tc", x16), ("tc_fp16", x16.half())):
+        tc = expert.tc_config(16, N, "cuda")
+        yy = torch.empty(16, N, device="cuda", dtype=xx.dtype)
+        kernels[name] = expert._w4_tc_kernel[(N // tc["BLOCK_N"],)](
+            xx, words, s, z, yy, 16, N, K, xx.stride(0), 1, words.stride(0), s.stride(0), yy.stride(0), 1,
+            GROUP=G, **expert._magic(xx.dtype), **tc,
+        )  # fmt: skip
+    for name, k in kernels.items():
+        for kind in ("ptx", "ttgir"):
+            (out / f"{name}.{kind}").write_text(str(k.asm.get(kind, "")))
+        ops = collections.Counter(re.findall(r"^\s+(?:@%p\d+ )?([a-z][\w.]*)", k.asm.get("ptx", ""), re.M))
+        print(name, "regs", getattr(k, "n_regs", "?"), "spills", getattr(k, "n_spills", "?"),
+              "PTX ops:", ", ".join(f"{o} {n}" for o, n in ops.most_common(14)))  # fmt: skip
 
 
 def report(rows, tag, M, N, K):
