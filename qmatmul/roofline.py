@@ -522,6 +522,11 @@ def check_naive(bytes_fn, slowdown_fn, *, hidden: bool = False, seed: int | None
                 if abs(got - value) <= 1e-9 * value:
                     lines.insert(0, f"This matches a known mistake: {name}. {explanation}")
                     break
+            else:
+                lines.append(
+                    "naive_slowdown is floor(naive bytes) / floor(fused bytes), both with 2·M·N·K FLOPs: it reuses "
+                    "your functions, so make exercises 1 and 2 pass first."
+                )
             raise CheckFailed("\n".join(lines))
     checks.passed(
         f"naive_bytes and naive_slowdown: {len(cases)} layers and {len(slow_cases) * len(gpus)} predictions, "
