@@ -321,10 +321,14 @@ def _check_bytes_value(fn, name, fmt, M, N, K, G, expected, mistakes) -> None:
         return
     lines = [f"{call} returned {got:,.0f} bytes; the bytes that must move are {expected:,} "
              f"({got - expected:+,.0f}, {got / expected:.3f}x)."]  # fmt: skip
+    matched = {}
     for mname, explanation, value in mistakes:
         if abs(got - value) < 0.5:
-            lines.insert(0, f"This matches a known mistake: {mname}. {explanation}")
-            break
+            matched.setdefault(mname, explanation)  # on some shapes two wrong formulas agree: name both
+    if matched:
+        (first, why), *more = matched.items()
+        lines.insert(0, f"This matches a known mistake: {first}. {why}")
+        lines += [f"On this shape it also matches a known mistake: {m}. {w}" for m, w in more]
     else:
         lines.append(
             "Count every tensor the kernel reads or writes once: the packed weights, their scales (and zero "
