@@ -559,7 +559,8 @@ def check_naive_measured(bytes_fn, floor_fn, *, slack: float = 0.9) -> None:
         )
     from qmatmul import bench, w8a16
 
-    bw, rate = bench.copy_bandwidth(), bench.matmul_flops(dtype=torch.bfloat16)
+    dtype = torch.bfloat16 if torch.cuda.get_device_capability() >= (8, 0) else torch.float16
+    bw, rate = bench.copy_bandwidth(), bench.matmul_flops(dtype=dtype)
     gen = checks.generator(0, "cuda")
     q = torch.randint(-127, 128, (N, K), dtype=torch.int8, device="cuda", generator=gen)
     s = torch.rand(N, device="cuda", generator=gen) * 1e-3 + 1e-4
@@ -569,7 +570,7 @@ def check_naive_measured(bytes_fn, floor_fn, *, slack: float = 0.9) -> None:
                            naive_mistakes("w8a16", M, N, K))  # fmt: skip
         res = checks.call_learner(floor_fn, expected, model_flops(M, N, K), bw, rate, what="floor_time")
         predicted = _as_float(res[0] if isinstance(res, (tuple, list)) else res, "floor_time")
-        x = torch.randn(M, K, device="cuda", generator=gen).to(torch.bfloat16)
+        x = torch.randn(M, K, device="cuda", generator=gen).to(dtype)
         ms = bench.median_ms(lambda x=x: w8a16.naive(x, q, s))
         print(f"naive W8A16, M={M}: measured {ms * 1e3:.0f} µs, your floor {predicted * 1e6:.0f} µs "
               f"({ms * 1e-3 / predicted:.1f}x the floor)")  # fmt: skip
