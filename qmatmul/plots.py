@@ -46,13 +46,38 @@ def paths(rows, title: str):
     return fig
 
 
-def roofline(ceil, points, title: str = "roofline"):
-    """ceil: roofline.Ceilings; points: (label, FLOP/byte, FLOP/s achieved)."""
+def roofline(ceil, points, title: str = "roofline", *, extra_ceilings=()):
+    """ceil: roofline.Ceilings; points: (label, FLOP/byte, FLOP/s achieved).
+
+    Log-log axes: the memory roof (copy bandwidth x intensity), the compute roof, the ridge point where they meet,
+    and each point labeled. extra_ceilings: (label, FLOP/s) drawn as dashed roofs (e.g. an fp8 matmul rate).
+    Later chapters place their measured kernels with it: a point's FLOP/s is flops / measured seconds.
+    """
     import numpy as np
 
-    fig, ax = plt.subplots(figsize=(6.5, 4))
-    ai = np.logspace(-1, 4, 200)
+    fig, ax = plt.subplots(figsize=(7, 4.4))
+    xs = [p[1] for p in points]
+    lo = min([0.1, *(x / 2 for x in xs)])
+    ridge = ceil.matmul_flops / ceil.copy_bandwidth
+    top = max([ridge * 20, 1e4, *(x * 2 for x in xs)])
+    ai = np.logspace(np.log10(lo), np.log10(top), 200)
     ax.loglog(ai, np.minimum(ai * ceil.copy_bandwidth, ceil.matmul_flops) / 1e12, color="black")
+    ax.annotate(f"copy {ceil.copy_bandwidth / 1e12:.2f} TB/s", (lo * 3, lo * 3 * ceil.copy_bandwidth / 1e12),
+                textcoords="offset points", xytext=(4, 6), fontsize=8, rotation=25)  # fmt: skip
+    ax.annotate(f"dense matmul {ceil.matmul_flops / 1e12:.0f} TFLOP/s", (ridge, ceil.matmul_flops / 1e12),
+                textcoords="offset points", xytext=(8, 4), fontsize=8)  # fmt: skip
+    ax.axvline(ridge, color="gray", linestyle=":", linewidth=1)
+    ax.scatter([ridge], [ceil.matmul_flops / 1e12], marker="x", color="black", zorder=3)
+    ax.annotate(f"ridge {ridge:.0f} FLOP/B", (ridge, ceil.matmul_flops / 1e12), textcoords="offset points",
+                xytext=(-60, -14), fontsize=8, color="gray")  # fmt: skip
+    for label, rate in extra_ceilings:
+        r = rate / ceil.copy_bandwidth
+        ax.loglog([r, top], [rate / 1e12, rate / 1e12], color="gray", linestyle="--", linewidth=1)
+        ax.loglog(
+            ai[ai <= r], ai[ai <= r] * ceil.copy_bandwidth / 1e12, color="gray", linestyle="--", linewidth=1
+        )
+        ax.annotate(f"{label} {rate / 1e12:.0f} TFLOP/s", (r, rate / 1e12), textcoords="offset points",
+                    xytext=(8, 4), fontsize=8, color="gray")  # fmt: skip
     for label, x, y in points:
         ax.scatter([x], [y / 1e12], zorder=3)
         ax.annotate(label, (x, y / 1e12), textcoords="offset points", xytext=(5, 5), fontsize=8)

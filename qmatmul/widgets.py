@@ -48,3 +48,45 @@ def int8_explorer():
     W.interactive_output(show, {"w": w, "amax": amax})
     show(w.value, amax.value)
     return W.VBox([w, amax, out])
+
+
+def layer_text(fmt: str, M: int, ceil, group_size: int = 128) -> str:
+    """What the roofline explorer shows for one format and M (a 28672 x 8192 Linear layer)."""
+    from qmatmul import roofline
+
+    n = roofline.layer_numbers(fmt, M, ceil, group_size=group_size)
+    N, K = roofline.LAYER_SHAPE
+    side = "below" if n["intensity"] < n["ridge"] else "above"
+    return (
+        f"{roofline.FORMAT_TEXT[fmt]}\n"
+        f"layer N x K = {N} x {K}, M = {M}: {n['bytes_per_weight']:.4f} bytes per weight\n"
+        f"bytes moved      {n['bytes'] / 1e6:>12.1f} MB\n"
+        f"FLOPs            {n['flops'] / 1e9:>12.1f} GFLOP\n"
+        f"intensity        {n['intensity']:>12.1f} FLOP/byte ({side} the ridge, {n['ridge']:.0f})\n"
+        f"floor time       {n['seconds'] * 1e6:>12.1f} µs: {n['bound']}-bound\n"
+        f"naive path floor {n['naive_seconds'] * 1e6:>12.1f} µs ({n['naive_bytes'] / 1e6:.1f} MB, "
+        f"{n['naive_seconds'] / n['seconds']:.2f}x)\n"
+        f"ceilings: {ceil.describe()}"
+    )
+
+
+def roofline_explorer(ceil=None):
+    """Pick a format and M: see the bytes, the arithmetic intensity and the floor time of a Linear layer."""
+    import ipywidgets as W
+
+    from qmatmul import roofline
+
+    ceil = ceil or roofline.Ceilings(
+        roofline.H200["gpu"], roofline.H200["copy_bandwidth"], roofline.H200["bf16_flops"], False
+    )
+    out = W.HTML()
+
+    def show(fmt: str, M: int, group_size: int) -> None:
+        out.value = "<pre>" + layer_text(fmt, M, ceil, group_size) + "</pre>"
+
+    fmt = W.Dropdown(options=list(roofline.FORMATS), value="w8a16", description="format")
+    m = W.SelectionSlider(options=[2**i for i in range(14)], value=1, description="M (tokens)")
+    group = W.Dropdown(options=[32, 64, 128], value=128, description="W4A16 group")
+    W.interactive_output(show, {"fmt": fmt, "M": m, "group_size": group})
+    show(fmt.value, m.value, group.value)
+    return W.VBox([W.HBox([fmt, group]), m, out])
