@@ -34,19 +34,6 @@ def _one_plus(words, SHIFT: tl.constexpr, MASK: tl.constexpr):
 
 
 @triton.jit
-def _planes8(xk, A: tl.constexpr, B: tl.constexpr):
-    """xk [A, B, 8] -> its eight planes [A, B], plane i holding xk[:, :, i]."""
-    e, o = tl.split(tl.reshape(xk, (A, B, 2, 2, 2)))  # i even / odd
-    e0, e2 = tl.split(e)
-    o1, o3 = tl.split(o)
-    x0, x4 = tl.split(e0)
-    x2, x6 = tl.split(e2)
-    x1, x5 = tl.split(o1)
-    x3, x7 = tl.split(o3)
-    return x0, x1, x2, x3, x4, x5, x6, x7
-
-
-@triton.jit
 def _w4_gemv_kernel(
     x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, N, K,
     stride_xk, stride_wn, stride_sn, stride_yn,
@@ -63,8 +50,7 @@ def _w4_gemv_kernel(
     n_mask = offs_n < N
     offs_g = tl.arange(0, GPI)
     offs_w = tl.arange(0, WG)
-    offs_i = tl.arange(0, 8)
-    acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_N, GPI, WG), dtype=tl.float32)
     n_groups = K // GROUP
     for g0 in range(0, n_groups, GPI):
         grp = g0 + offs_g  # [GPI]
@@ -74,20 +60,20 @@ def _w4_gemv_kernel(
         words = tl.load(w_ptr + offs_n[:, None, None] * stride_wn + word, mask=m2[:, :, None], other=0)
         s = tl.load(s_ptr + offs_n[:, None] * stride_sn + grp[None, :], mask=m2, other=0.0)
         z = tl.load(z_ptr + offs_n[:, None] * stride_sn + grp[None, :], mask=m2, other=0).to(tl.float32)
-        k = grp[:, None, None] * GROUP + offs_w[None, :, None] * 8 + offs_i[None, None, :]
-        xk = tl.load(x_ptr + k * stride_xk, mask=g_mask[:, None, None], other=0.0).to(tl.float32)
-        x_sum = tl.sum(tl.sum(xk, axis=2), axis=1)  # [GPI]
-        x0, x1, x2, x3, x4, x5, x6, x7 = _planes8(xk, GPI, WG)
-        part = _one_plus(words, 19, 0x00780000) * x0[None]
-        part += _one_plus(words, 15, 0x00780000) * x1[None]
-        part += _one_plus(words, 11, 0x00780000) * x2[None]
-        part += _one_plus(words, 7, 0x00780000) * x3[None]
-        part += _one_plus(words, 3, 0x00780000) * x4[None]
-        part += _one_plus(words, -1, 0x00780000) * x5[None]
-        part += _one_plus(words, -5, 0x00780000) * x6[None]
-        part += _one_plus(words, -9, 0x00780000) * x7[None]
-        acc += tl.sum((16.0 * tl.sum(part, axis=2) - (16.0 + z) * x_sum[None, :]) * s, axis=1)
-    tl.store(y_ptr + offs_n * stride_yn, acc.to(y_ptr.dtype.element_ty), mask=n_mask)
+        # x read straight into the weight tile's layout, one plane (k = 8w + i) at a time: no layout change.
+        xp = x_ptr + (word * 8) * stride_xk
+        xm = g_mask[None, :, None]
+        x_i = tl.load(xp, mask=xm, other=0.0).to(tl.float32)
+        x_sum = x_i
+        part = _one_plus(words, 19, 0x00780000) * x_i
+        for i in tl.static_range(1, 8):
+            x_i = tl.load(xp + i * stride_xk, mask=xm, other=0.0).to(tl.float32)
+            x_sum += x_i
+            part += _one_plus(words, 19 - 4 * i, 0x00780000) * x_i
+        # Scaled per (row, group) but summed over K only after the loop.
+        acc += part * (16.0 * s[:, :, None]) - (16.0 + z[:, :, None]) * s[:, :, None] * x_sum
+    y = tl.sum(tl.sum(acc, axis=2), axis=1)
+    tl.store(y_ptr + offs_n * stride_yn, y.to(y_ptr.dtype.element_ty), mask=n_mask)
 
 
 @triton.jit
@@ -107,8 +93,7 @@ def _w4_gemv_rows_kernel(
     n_mask = n < N
     offs_g = tl.arange(0, GPI)
     offs_w = tl.arange(0, WG)
-    offs_i = tl.arange(0, 8)
-    acc = tl.zeros((BN4, 4), dtype=tl.float32)
+    acc = tl.zeros((BN4, GPI, WG, 4), dtype=tl.float32)
     n_groups = K // GROUP
     for g0 in range(0, n_groups, GPI):
         grp = g0 + offs_g
@@ -124,20 +109,19 @@ def _w4_gemv_rows_kernel(
         m3 = n_mask[:, None, :] & g_mask[None, :, None]  # [BN4, GPI, 4]
         s = tl.load(s_ptr + n[:, None, :] * stride_sn + grp[None, :, None], mask=m3, other=0.0)
         z = tl.load(z_ptr + n[:, None, :] * stride_sn + grp[None, :, None], mask=m3, other=0).to(tl.float32)
-        k = grp[:, None, None] * GROUP + offs_w[None, :, None] * 8 + offs_i[None, None, :]
-        xk = tl.load(x_ptr + k * stride_xk, mask=g_mask[:, None, None], other=0.0).to(tl.float32)
-        x_sum = tl.sum(tl.sum(xk, axis=2), axis=1)  # [GPI]
-        x0, x1, x2, x3, x4, x5, x6, x7 = _planes8(xk, GPI, WG)
-        part = _one_plus(words, 19, 0x00780000) * x0[None, :, :, None]
-        part += _one_plus(words, 15, 0x00780000) * x1[None, :, :, None]
-        part += _one_plus(words, 11, 0x00780000) * x2[None, :, :, None]
-        part += _one_plus(words, 7, 0x00780000) * x3[None, :, :, None]
-        part += _one_plus(words, 3, 0x00780000) * x4[None, :, :, None]
-        part += _one_plus(words, -1, 0x00780000) * x5[None, :, :, None]
-        part += _one_plus(words, -5, 0x00780000) * x6[None, :, :, None]
-        part += _one_plus(words, -9, 0x00780000) * x7[None, :, :, None]
-        acc += tl.sum((16.0 * tl.sum(part, axis=2) - (16.0 + z) * x_sum[None, :, None]) * s, axis=1)
-    tl.store(y_ptr + n * stride_yn, acc.to(y_ptr.dtype.element_ty), mask=n_mask)
+        xp = x_ptr + (wi * 8)[None, :, :, None] * stride_xk  # [1, GPI, WG, 1]
+        xm = g_mask[None, :, None, None]
+        x_i = tl.load(xp, mask=xm, other=0.0).to(tl.float32)
+        x_sum = x_i
+        part = _one_plus(words, 19, 0x00780000) * x_i
+        for i in tl.static_range(1, 8):
+            x_i = tl.load(xp + i * stride_xk, mask=xm, other=0.0).to(tl.float32)
+            x_sum += x_i
+            part += _one_plus(words, 19 - 4 * i, 0x00780000) * x_i
+        s4 = s[:, :, None, :]
+        acc += part * (16.0 * s4) - (16.0 + z[:, :, None, :]) * s4 * x_sum
+    y = tl.sum(tl.sum(acc, axis=2), axis=1)  # [BN4, 4]
+    tl.store(y_ptr + n * stride_yn, y.to(y_ptr.dtype.element_ty), mask=n_mask)
 
 
 @triton.jit

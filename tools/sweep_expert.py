@@ -25,6 +25,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", default="build/bench")
     parser.add_argument("--budget-s", type=float, default=420)
+    parser.add_argument("--gemv-only", action="store_true", help="M = 1 GEMV kernels only")
     args = parser.parse_args(argv)
 
     import torch
@@ -75,7 +76,7 @@ def main(argv=None) -> int:
     for N, K in shapes:
         p, s, z = w4a16.random_packed(N, K, G, "cuda", g)
         tiny = w4a16.tinygemm_operands(p, s, z, G) if dtype == torch.bfloat16 else None
-        for M in (1, 4, 16):
+        for M in (1,) if args.gemv_only else (1, 4, 16):
             x = torch.randn(M, K, device="cuda", generator=g).to(dtype)
             nb = w4a16.bytes_moved(M, N, K, G)
             timed("w4a16", "solution", M, N, K, None, lambda x=x: sol4.w4a16_decode(x, p, s, z, G), nb)
@@ -90,7 +91,7 @@ def main(argv=None) -> int:
 
             if M == 1:
                 words4 = expert.rows_interleaved(p)
-                for bn, gpi, nw in itertools.product((8, 16, 32), (4, 8), (1, 2, 4)):
+                for bn, gpi, nw in itertools.product((8, 16, 32), (2, 4, 8), (1, 2, 4)):
                     cfg = dict(BLOCK_N=bn, GPI=gpi, num_warps=nw, num_stages=2)
 
                     def fn(x_, p_, s_, z_, cfg=cfg):
@@ -98,7 +99,7 @@ def main(argv=None) -> int:
 
                     ok = correct(fn, ref4, make)
                     timed("w4a16", "gemv", M, N, K, cfg, lambda x=x, fn=fn: fn(x, p, s, z), nb, ok)
-                for bn, gpi, nw in itertools.product((16, 32, 64), (2, 4, 8), (1, 2, 4)):
+                for bn, gpi, nw in itertools.product((16, 32, 64), (1, 2, 4), (1, 2, 4)):
                     cfg = dict(BLOCK_N=bn, GPI=gpi, num_warps=nw, num_stages=2)
 
                     def fn(x_, p_, s_, z_, cfg=cfg):
@@ -107,7 +108,7 @@ def main(argv=None) -> int:
                     ok = correct(fn, ref4, make)
                     timed("w4a16", "gemv_rows", M, N, K, cfg,
                           lambda x=x, cfg=cfg: expert.w4a16_gemv_rows(x, words4, s, z, G, **cfg), nb, ok)  # fmt: skip
-            if M == 4:
+            if M == 4 or args.gemv_only:
                 continue
             for bn, nw, ns in ((32, 4, 5), (32, 4, 3), (16, 2, 5), (16, 4, 5), (64, 4, 5)):
                 cfg = dict(BLOCK_M=16, BLOCK_N=bn, SWAP=False, num_warps=nw, num_stages=ns)
