@@ -34,6 +34,19 @@ def _one_plus(words, SHIFT: tl.constexpr, MASK: tl.constexpr):
 
 
 @triton.jit
+def _planes8(xk, A: tl.constexpr, B: tl.constexpr):
+    """xk [A, B, 8] -> its eight planes [A, B], plane i holding xk[:, :, i]."""
+    e, o = tl.split(tl.reshape(xk, (A, B, 2, 2, 2)))  # i even / odd
+    e0, e2 = tl.split(e)
+    o1, o3 = tl.split(o)
+    x0, x4 = tl.split(e0)
+    x2, x6 = tl.split(e2)
+    x1, x5 = tl.split(o1)
+    x3, x7 = tl.split(o3)
+    return x0, x1, x2, x3, x4, x5, x6, x7
+
+
+@triton.jit
 def _w4_gemv_kernel(
     x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, N, K,
     stride_xk, stride_wn, stride_sn, stride_yn,
@@ -50,7 +63,8 @@ def _w4_gemv_kernel(
     n_mask = offs_n < N
     offs_g = tl.arange(0, GPI)
     offs_w = tl.arange(0, WG)
-    acc = tl.zeros((BLOCK_N, GPI, WG), dtype=tl.float32)
+    offs_i = tl.arange(0, 8)
+    acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
     n_groups = K // GROUP
     for g0 in range(0, n_groups, GPI):
         grp = g0 + offs_g  # [GPI]
@@ -60,68 +74,20 @@ def _w4_gemv_kernel(
         words = tl.load(w_ptr + offs_n[:, None, None] * stride_wn + word, mask=m2[:, :, None], other=0)
         s = tl.load(s_ptr + offs_n[:, None] * stride_sn + grp[None, :], mask=m2, other=0.0)
         z = tl.load(z_ptr + offs_n[:, None] * stride_sn + grp[None, :], mask=m2, other=0).to(tl.float32)
-        # x read straight into the weight tile's layout, one plane (k = 8w + i) at a time: no layout change.
-        xp = x_ptr + (word * 8) * stride_xk
-        xm = g_mask[None, :, None]
-        x_i = tl.load(xp, mask=xm, other=0.0).to(tl.float32)
-        x_sum = x_i
-        part = _one_plus(words, 19, 0x00780000) * x_i
-        for i in tl.static_range(1, 8):
-            x_i = tl.load(xp + i * stride_xk, mask=xm, other=0.0).to(tl.float32)
-            x_sum += x_i
-            part += _one_plus(words, 19 - 4 * i, 0x00780000) * x_i
-        # Scaled per (row, group) but summed over K only after the loop.
-        acc += part * (16.0 * s[:, :, None]) - (16.0 + z[:, :, None]) * s[:, :, None] * x_sum
-    y = tl.sum(tl.sum(acc, axis=2), axis=1)
-    tl.store(y_ptr + offs_n * stride_yn, y.to(y_ptr.dtype.element_ty), mask=n_mask)
-
-
-@triton.jit
-def _w4_gemv_rows_kernel(
-    x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, N, K,
-    stride_xk, stride_w4, stride_sn, stride_yn,
-    GROUP: tl.constexpr, GPI: tl.constexpr, BLOCK_N: tl.constexpr,
-):  # fmt: skip
-    """The GEMV on a weight whose rows are interleaved by four (words [N/4, K/8, 4]): one 16-byte load brings
-    the same word of four rows, so each x value a thread fetches serves four rows."""
-    WG: tl.constexpr = GROUP // 8
-    BN4: tl.constexpr = BLOCK_N // 4
-    pid = tl.program_id(0)
-    offs_n4 = pid * BN4 + tl.arange(0, BN4)
-    offs_r = tl.arange(0, 4)
-    n = offs_n4[:, None] * 4 + offs_r[None, :]  # [BN4, 4]
-    n_mask = n < N
-    offs_g = tl.arange(0, GPI)
-    offs_w = tl.arange(0, WG)
-    acc = tl.zeros((BN4, GPI, WG, 4), dtype=tl.float32)
-    n_groups = K // GROUP
-    for g0 in range(0, n_groups, GPI):
-        grp = g0 + offs_g
-        g_mask = grp < n_groups
-        wi = grp[:, None] * WG + offs_w[None, :]  # [GPI, WG]
-        ptrs = (
-            w_ptr
-            + offs_n4[:, None, None, None] * stride_w4
-            + wi[None, :, :, None] * 4
-            + offs_r[None, None, None, :]
-        )
-        words = tl.load(ptrs, mask=n_mask[:, None, None, :] & g_mask[None, :, None, None], other=0)
-        m3 = n_mask[:, None, :] & g_mask[None, :, None]  # [BN4, GPI, 4]
-        s = tl.load(s_ptr + n[:, None, :] * stride_sn + grp[None, :, None], mask=m3, other=0.0)
-        z = tl.load(z_ptr + n[:, None, :] * stride_sn + grp[None, :, None], mask=m3, other=0).to(tl.float32)
-        xp = x_ptr + (wi * 8)[None, :, :, None] * stride_xk  # [1, GPI, WG, 1]
-        xm = g_mask[None, :, None, None]
-        x_i = tl.load(xp, mask=xm, other=0.0).to(tl.float32)
-        x_sum = x_i
-        part = _one_plus(words, 19, 0x00780000) * x_i
-        for i in tl.static_range(1, 8):
-            x_i = tl.load(xp + i * stride_xk, mask=xm, other=0.0).to(tl.float32)
-            x_sum += x_i
-            part += _one_plus(words, 19 - 4 * i, 0x00780000) * x_i
-        s4 = s[:, :, None, :]
-        acc += part * (16.0 * s4) - (16.0 + z[:, :, None, :]) * s4 * x_sum
-    y = tl.sum(tl.sum(acc, axis=2), axis=1)  # [BN4, 4]
-    tl.store(y_ptr + n * stride_yn, y.to(y_ptr.dtype.element_ty), mask=n_mask)
+        k = grp[:, None, None] * GROUP + offs_w[None, :, None] * 8 + offs_i[None, None, :]
+        xk = tl.load(x_ptr + k * stride_xk, mask=g_mask[:, None, None], other=0.0).to(tl.float32)
+        x_sum = tl.sum(tl.sum(xk, axis=2), axis=1)  # [GPI]
+        x0, x1, x2, x3, x4, x5, x6, x7 = _planes8(xk, GPI, WG)
+        part = _one_plus(words, 19, 0x00780000) * x0[None]
+        part += _one_plus(words, 15, 0x00780000) * x1[None]
+        part += _one_plus(words, 11, 0x00780000) * x2[None]
+        part += _one_plus(words, 7, 0x00780000) * x3[None]
+        part += _one_plus(words, 3, 0x00780000) * x4[None]
+        part += _one_plus(words, -1, 0x00780000) * x5[None]
+        part += _one_plus(words, -5, 0x00780000) * x6[None]
+        part += _one_plus(words, -9, 0x00780000) * x7[None]
+        acc += tl.sum((16.0 * tl.sum(part, axis=2) - (16.0 + z) * x_sum[None, :]) * s, axis=1)
+    tl.store(y_ptr + offs_n * stride_yn, acc.to(y_ptr.dtype.element_ty), mask=n_mask)
 
 
 @triton.jit
@@ -246,35 +212,3 @@ def w4a16_decode(x, packed, scales, zeros, group_size, out=None):
     if x.dim() == 2 and x.shape[0] == 1:
         return w4a16_gemv(x, packed, scales, zeros, group_size, out)
     return w4a16_decode_tc(x, packed, scales, zeros, group_size, out)
-
-
-def rows_interleaved(packed: torch.Tensor) -> torch.Tensor:
-    """The packed weight re-laid once for w4a16_gemv_rows: int32 words [N/4, K/8, 4], word w of rows 4r..4r+3
-    side by side. Like tinygemm's _convert_weight_to_int4pack, done once when the weight is loaded."""
-    words = words_of(packed)
-    N, KW = words.shape
-    if N % 4:
-        raise ValueError(f"rows_interleaved needs N a multiple of 4, got N = {N}")
-    return words.view(N // 4, 4, KW).transpose(1, 2).contiguous()
-
-
-def w4a16_gemv_rows(x, words4, scales, zeros, group_size, out=None, **cfg):
-    """The GEMV at M = 1 on a weight prepared by rows_interleaved."""
-    if words4.dim() != 3 or words4.dtype != torch.int32 or words4.shape[2] != 4 or not words4.is_contiguous():
-        raise ValueError("words4 must come from expert.rows_interleaved(packed)")
-    N, K = 4 * words4.shape[0], 8 * words4.shape[1]
-    if x.dim() != 2 or x.shape[1] != K or x.dtype not in w4a16.ACT_DTYPES:
-        raise ValueError(f"x must be fp16/bf16 [M, K = {K}], got {x.dtype} {list(x.shape)}")
-    if scales.shape != (N, K // group_size) or zeros.shape != (N, K // group_size):
-        raise ValueError(f"scales and zeros must be [N, K/G] = [{N}, {K // group_size}]")
-    M = x.shape[0]
-    out = torch.empty((M, N), dtype=x.dtype, device=x.device) if out is None else out
-    if M != 1:
-        raise ValueError(f"w4a16_gemv_rows takes one row, got M = {M}")
-    cfg = cfg or gemv_config(N, x.device.type)
-    grid = (triton.cdiv(N, cfg["BLOCK_N"]),)
-    _w4_gemv_rows_kernel[grid](
-        x, words4, scales, zeros, out, N, K, x.stride(1), words4.stride(0), scales.stride(0), out.stride(1),
-        GROUP=group_size, **cfg,
-    )  # fmt: skip
-    return out

@@ -30,13 +30,3 @@ def test_words_of_refuses_unaligned_bytes():
     buf = torch.zeros(4 * 17, dtype=torch.uint8)
     with pytest.raises(ValueError, match="int32 words"):
         expert.words_of(buf[1:65].view(4, 16))
-
-
-def test_w4a16_gemv_rows_matches_reference():
-    g = checks.generator(11)
-    x, p, s, z = w4a16.random_problem(1, 136, 512, 64, torch.float16, "cpu", g)
-    words4 = expert.rows_interleaved(p)
-    y = expert.w4a16_gemv_rows(x, words4, s, z, 64, BLOCK_N=32, GPI=2, num_warps=4, num_stages=1)
-    checks.compare(
-        y, w4a16.reference(x, p, s, z, 64), what="expert gemv rows", rtol=checks.tolerance_for(x.dtype)
-    )

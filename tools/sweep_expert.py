@@ -90,7 +90,6 @@ def main(argv=None) -> int:
                 return w4a16.reference(x_, p_, s_, z_, G)
 
             if M == 1:
-                words4 = expert.rows_interleaved(p)
                 for bn, gpi, nw in itertools.product((8, 16, 32), (2, 4, 8), (1, 2, 4)):
                     cfg = dict(BLOCK_N=bn, GPI=gpi, num_warps=nw, num_stages=2)
 
@@ -99,15 +98,6 @@ def main(argv=None) -> int:
 
                     ok = correct(fn, ref4, make)
                     timed("w4a16", "gemv", M, N, K, cfg, lambda x=x, fn=fn: fn(x, p, s, z), nb, ok)
-                for bn, gpi, nw in itertools.product((16, 32, 64), (1, 2, 4), (1, 2, 4)):
-                    cfg = dict(BLOCK_N=bn, GPI=gpi, num_warps=nw, num_stages=2)
-
-                    def fn(x_, p_, s_, z_, cfg=cfg):
-                        return expert.w4a16_gemv_rows(x_, expert.rows_interleaved(p_), s_, z_, G, **cfg)
-
-                    ok = correct(fn, ref4, make)
-                    timed("w4a16", "gemv_rows", M, N, K, cfg,
-                          lambda x=x, cfg=cfg: expert.w4a16_gemv_rows(x, words4, s, z, G, **cfg), nb, ok)  # fmt: skip
             if M == 4 or args.gemv_only:
                 continue
             for bn, nw, ns in ((32, 4, 5), (32, 4, 3), (16, 2, 5), (16, 4, 5), (64, 4, 5)):
@@ -142,7 +132,7 @@ def dump(out, expert, w4a16, dtype):
 
     N, K, G = 28672, 8192, 128
     p, s, z = w4a16.random_packed(N, K, G, "cuda", checks.generator(2, "cuda"))
-    words, words4 = expert.words_of(p), expert.rows_interleaved(p)
+    words = expert.words_of(p)
     x = torch.randn(1, K, device="cuda").to(dtype)
     y = torch.empty(16, N, device="cuda", dtype=dtype)
     x16 = torch.randn(16, K, device="cuda").to(dtype)
@@ -151,8 +141,6 @@ def dump(out, expert, w4a16, dtype):
     kernels = {
         "gemv": expert._w4_gemv_kernel[grid](x, words, s, z, y, N, K, 1, words.stride(0), s.stride(0), 1,
                                              GROUP=G, **cfg),
-        "gemv_rows": expert._w4_gemv_rows_kernel[grid](x, words4, s, z, y, N, K, 1, words4.stride(0),
-                                                       s.stride(0), 1, GROUP=G, **cfg),
     }  # fmt: skip
     for name, xx in (("tc", x16), ("tc_fp16", x16.half())):
         tc = expert.tc_config(16, N, "cuda")
