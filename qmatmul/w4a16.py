@@ -1067,6 +1067,7 @@ def _gptq_inputs(g: torch.Generator, hidden: bool):
         else:
             z = torch.randint(1, 17, (N, K // G), dtype=torch.uint8, generator=g)
             z.view(-1)[: min(16, z.numel())] = torch.arange(1, 17, dtype=torch.uint8)[: min(16, z.numel())]
+            z[7, 0] = 16  # stored 15 in the top nibble of a qzeros word: the word is negative
         s = (torch.rand(N, K // G, generator=g) * 0.05 + 1e-4).half().float()
         cases.append((pack(q), s, z, G))
     return cases
