@@ -930,3 +930,282 @@ def check_unpack_magic(fn, kernel=None, *, hidden: bool = False, seed: int | Non
             "(0x6400) and reinterpret them: `.to(tl.float16, bitcast=True)`, then subtract 1024."
         )
     checks.passed(f"{what}: bit-exact on {'hidden' if hidden else 'visible'} inputs (seed {seed})")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Bonus: reading a GPTQ checkpoint
+#
+# The GPTQ layout (AutoGPTQ's QuantLinear.pack, auto_gptq/nn_modules/qlinear/qlinear_cuda_old.py; the same in
+# GPTQModel and in vLLM's gptq.py, where qweight has packed_dim 0 and qzeros packed_dim 1), for 4 bits and a
+# weight W[N, K] (out_features N, in_features K):
+#   qweight int32 [K/8, N]:   qweight[r, n] bits 4j..4j+3 = q[n, 8r + j]           (packed along K)
+#   qzeros  int32 [K/G, N/8]: qzeros[g, c] bits 4j..4j+3 = stored zero of (n = 8c + j, group g)  (along N)
+#   scales  fp16  [K/G, N]
+# The "v1" checkpoint format (checkpoint_format "gptq", most checkpoints on the Hub) stores each zero point
+# minus one (AutoGPTQ's pack does `zeros -= 1`) and dequantizes with (stored + 1): w = (q - (stored + 1)) * s.
+# GPTQModel's v1 -> v2 conversion adds 0x11111111 to qzeros (gptqmodel/utils/model.py,
+# convert_gptq_v1_to_v2_format_module); vLLM reads v2 only when checkpoint_format == "gptq_v2". The course reads
+# v1. A stored nibble of 15 reads as zero 16 (outside the course quantizer's 0..15, but a uint8 holds it and
+# (q - z) * s stays exact); a zero of 0 cannot be written in v1 at all. Act-order (g_idx / desc_act) is out of
+# scope: groups are consecutive k, as in the course layout.
+
+GPTQ_PACK = 8  # 4-bit codes per int32
+
+
+def gptq_prepare(qweight, qzeros, scales, group_size):
+    """Validate a GPTQ-layout weight (4 bits, no act-order) with clear messages. Returns K, N."""
+    for name, t in (("qweight", qweight), ("qzeros", qzeros), ("scales", scales)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if qweight.dtype != torch.int32 or qweight.dim() != 2:
+        raise TypeError(
+            f"qweight must be a 2-D int32 tensor [K/8, N], got {qweight.dtype} {list(qweight.shape)}"
+        )
+    if qzeros.dtype != torch.int32 or qzeros.dim() != 2:
+        raise TypeError(
+            f"qzeros must be a 2-D int32 tensor [K/G, N/8], got {qzeros.dtype} {list(qzeros.shape)}"
+        )
+    if scales.dtype != torch.float16 or scales.dim() != 2:
+        raise TypeError(
+            f"scales must be a 2-D float16 tensor [K/G, N] (GPTQ stores fp16 scales), got {scales.dtype} "
+            f"{list(scales.shape)}"
+        )
+    if group_size not in GROUP_SIZES:
+        raise ValueError(f"group_size must be one of {GROUP_SIZES}, got {group_size}")
+    K, N = GPTQ_PACK * qweight.shape[0], qweight.shape[1]
+    if N % GPTQ_PACK:
+        raise ValueError(
+            f"N = {N} is not a multiple of 8: GPTQ packs 8 zero points per int32 along N (qzeros [K/G, N/8])"
+        )
+    if K % group_size:
+        raise ValueError(f"K = {K} (8 x qweight's {qweight.shape[0]} rows) is not a multiple of {group_size}")
+    groups = K // group_size
+    if tuple(scales.shape) != (groups, N):
+        raise ValueError(f"scales must have shape [K/G, N] = [{groups}, {N}], got {list(scales.shape)}")
+    if tuple(qzeros.shape) != (groups, N // GPTQ_PACK):
+        raise ValueError(
+            f"qzeros must have shape [K/G, N/8] = [{groups}, {N // GPTQ_PACK}], got {list(qzeros.shape)}"
+        )
+    if not (qweight.device == qzeros.device == scales.device):
+        raise ValueError("qweight, qzeros and scales must be on one device")
+    return K, N
+
+
+def _unpack_int32(words: torch.Tensor, dim: int) -> torch.Tensor:
+    """The eight 4-bit fields of each int32, nibble j (bits 4j..4j+3) at index 8i + j along `dim`, as int32.
+
+    Shift, then mask: `>>` on int32 is arithmetic, so without `& 0xF` the top nibble of a negative word would
+    come out negative."""
+    shifts = 4 * torch.arange(GPTQ_PACK, dtype=torch.int32, device=words.device)
+    w = words.unsqueeze(dim + 1)
+    shape = [1] * w.dim()
+    shape[dim + 1] = GPTQ_PACK
+    fields = (w >> shifts.reshape(shape)) & 0xF
+    return fields.flatten(dim, dim + 1)
+
+
+def _pack_int32(codes: torch.Tensor, dim: int) -> torch.Tensor:
+    """Inverse of _unpack_int32: codes 0..15 along `dim` (a multiple of 8) -> int32 words, code 8i + j in
+    bits 4j..4j+3 of word i. Built in int64, then wrapped to int32 by hand (words with bit 31 set are negative)."""
+    c = codes.to(torch.int64)
+    if bool(((c < 0) | (c > 15)).any()):
+        raise ValueError("codes must lie in 0..15")
+    c = c.unflatten(dim, (-1, GPTQ_PACK))
+    word = torch.zeros_like(c.select(dim + 1, 0))
+    for j in range(GPTQ_PACK):
+        word |= c.select(dim + 1, j) << (4 * j)
+    return torch.where(word >= 2**31, word - 2**32, word).to(torch.int32)
+
+
+def to_gptq(packed, scales, zeros, group_size):
+    """The course layout -> GPTQ v1: (qweight int32 [K/8, N], qzeros int32 [K/G, N/8], scales fp16 [K/G, N]).
+
+    Zeros are stored minus one (v1), so they must lie in 1..16; scales must be exactly representable in fp16."""
+    N, half = packed.shape
+    K = 2 * half
+    if N % GPTQ_PACK or K % group_size:
+        raise ValueError(f"N = {N} must be a multiple of 8 and K = {K} of the group size {group_size}")
+    z = zeros.to(torch.int64)
+    if bool(((z < 1) | (z > 16)).any()):
+        raise ValueError(
+            "GPTQ v1 stores zero - 1 in a nibble: zero points must lie in 1..16 (a zero of 0 would be stored as "
+            "-1; that is the v1 format's known flaw, which GPTQModel's v2 format removes)"
+        )
+    s16 = scales.to(torch.float16)
+    if not torch.equal(s16.float(), scales.float()):
+        raise ValueError("scales must be exactly representable in float16 (GPTQ stores fp16 scales)")
+    qweight = _pack_int32(unpack(packed).T, dim=0)  # [K, N] codes -> [K/8, N]
+    qzeros = _pack_int32((z - 1).T, dim=1)  # [K/G, N] stored zeros -> [K/G, N/8]
+    return qweight.contiguous(), qzeros.contiguous(), s16.T.contiguous()
+
+
+def gptq_dequantize(qweight, qzeros, scales, group_size) -> torch.Tensor:
+    """GPTQ v1 dequantized, as AutoGPTQ's torch path computes it (shifts and masks, zeros + 1), in float32,
+    returned in nn.Linear's layout [N, K]: w[n, k] = (q[k, n] - (stored zero + 1)) * scale. The product of a
+    small integer and an fp16 scale is exact in float32."""
+    K, N = gptq_prepare(qweight, qzeros, scales, group_size)
+    q = _unpack_int32(qweight, dim=0)  # [K, N]
+    z = _unpack_int32(qzeros, dim=1) + 1  # [K/G, N]
+    s = scales.float().repeat_interleave(group_size, dim=0)
+    return ((q - z.repeat_interleave(group_size, dim=0)).float() * s).T.contiguous()
+
+
+def _gptq_inputs(g: torch.Generator, hidden: bool):
+    """(packed, scales, zeros, G) in the course layout, zeros in 1..16 and fp16-exact scales."""
+    if not hidden:
+        # N = 40 is ragged (not a multiple of 64); the second is symmetric: every zero 8, qzeros 0x77777777.
+        shapes = [(40, 64, 32, False), (24, 256, 128, True)]
+    else:
+        shapes = []
+        for G in GROUP_SIZES:
+            K = G * int(torch.randint(1, 5, (1,), generator=g))
+            N = GPTQ_PACK * int(torch.randint(1, 40, (1,), generator=g))
+            while N in (K // 2, K // G):  # no square shapes: a transposed answer must show in its shape
+                N += GPTQ_PACK
+            shapes.append((N, K, G, False))
+    cases = []
+    for N, K, G, symmetric in shapes:
+        q = torch.randint(0, 16, (N, K), dtype=torch.uint8, generator=g)
+        k = min(K, 64)
+        q[0, :k] = torch.arange(k) % 16  # every code appears, in every position of a word
+        if symmetric:
+            z = torch.full((N, K // G), 8, dtype=torch.uint8)
+        else:
+            z = torch.randint(1, 17, (N, K // G), dtype=torch.uint8, generator=g)
+            z.view(-1)[: min(16, z.numel())] = torch.arange(1, 17, dtype=torch.uint8)[: min(16, z.numel())]
+            z[7, 0] = 16  # stored 15 in the top nibble of a qzeros word: the word is negative
+        s = (torch.rand(N, K // G, generator=g) * 0.05 + 1e-4).half().float()
+        cases.append((pack(q), s, z, G))
+    return cases
+
+
+def _gptq_mistakes(packed, scales, zeros, qzeros, G):
+    """(name, explanation, tensor name, wrong value) for the known mistakes of a GPTQ reader."""
+    N, half = packed.shape
+    K = 2 * half
+    groups = K // G
+    q = unpack(packed)
+    stored = zeros.to(torch.int32) - 1  # [N, K/G]: the nibbles of qzeros
+    rev_q = q.reshape(N, K // 8, 8).flip(-1).reshape(N, K)
+    rev_z = stored.T.reshape(groups, N // 8, 8).flip(-1).reshape(groups, N).T + 1
+    # Arithmetic shift of the int32 without a mask on the top nibble: nibble 7 of a negative word comes out
+    # negative (stored - 16). In the packed bytes the wrap to uint8 hides it; in the zeros it shows.
+    top = (torch.arange(N) % 8 == 7)[:, None] & (stored >= 8)
+    signed = torch.where(top, stored - 16, stored) + 1
+    # qzeros unpacked as if packed along K/G (qweight's axis): [8 K/G, N/8], then reshaped to fit.
+    wrong_axis = _unpack_int32(qzeros, dim=0) + 1
+    out = [
+        ("zero offset: forgot the +1 of GPTQ's stored zeros",
+         "The v1 format (checkpoint_format \"gptq\") stores zero − 1: the zero point is the nibble + 1.",
+         "zeros", stored.to(torch.uint8)),
+        ("nibble order reversed within the int32",
+         "Element 8i + j of a word is bits 4j..4j+3 (j = 0 in the lowest bits): shift right by 4·j.",
+         "packed", pack(rev_q)),
+        ("nibble order reversed within the int32",
+         "Zero point 8c + j of a qzeros word is bits 4j..4j+3 (j = 0 in the lowest bits): shift right by 4·j.",
+         "zeros", rev_z.to(torch.uint8)),
+        ("sign: used arithmetic shift on int32 so code 8..15 became negative",
+         "qzeros and qweight are signed int32 and `>>` copies the sign bit into the top: mask every field, "
+         "top nibble included, with & 0xF (or reinterpret the bytes as uint8).",
+         "zeros", signed.to(torch.uint8)),
+        ("unpacked qzeros along the wrong axis",
+         "qweight packs 8 codes along K (its rows), qzeros 8 zero points along N (its columns): qzeros[g, c] "
+         "holds the zeros of n = 8c … 8c + 7 in group g.",
+         "zeros", wrong_axis.reshape(groups, N).T.contiguous().to(torch.uint8)),
+        ("unpacked qzeros along the wrong axis",
+         "qweight packs 8 codes along K (its rows), qzeros 8 zero points along N (its columns): qzeros[g, c] "
+         "holds the zeros of n = 8c … 8c + 7 in group g.",
+         "zeros", wrong_axis.T.reshape(N, groups).contiguous().to(torch.uint8)),
+    ]  # fmt: skip
+    return out
+
+
+def _check_gptq_types(result, what, N, K, G, ctx):
+    if not (isinstance(result, (tuple, list)) and len(result) == 3):
+        raise CheckFailed(
+            f"{what} must return a triple (packed, scales, zeros), got {type(result).__name__}{ctx}"
+        )
+    for name, t in zip(("packed", "scales", "zeros"), result, strict=True):
+        if not isinstance(t, torch.Tensor):
+            raise CheckFailed(f"{what} must return three tensors; {name} is a {type(t).__name__}{ctx}")
+    packed, s, z = result
+    groups = K // G
+    if tuple(packed.shape) == (K // 8, N) and packed.dtype == torch.int32:
+        raise CheckFailed(f"packed is qweight unchanged (int32 [K/8, N]): the course layout is uint8 [N, K/2] = "
+                          f"[{N}, {K // 2}], two codes per byte along K.{ctx}")  # fmt: skip
+    if tuple(packed.shape) == (K // 2, N) != (N, K // 2):
+        raise CheckFailed(f"transposed: returned [K/2, N] = [{K // 2}, {N}] for packed. GPTQ stores [K/8, N] "
+                          f"(in_features first); the course layout is [N, K/2] = [{N}, {K // 2}]: one row per "
+                          f"output channel n.{ctx}")  # fmt: skip
+    if packed.dtype != torch.uint8 or tuple(packed.shape) != (N, K // 2):
+        raise CheckFailed(f"packed must be uint8 of shape [N, K/2] = [{N}, {K // 2}], got {packed.dtype} "
+                          f"{list(packed.shape)}{ctx}")  # fmt: skip
+    for name, t in (("scales", s), ("zeros", z)):
+        if tuple(t.shape) == (groups, N) != (N, groups):
+            raise CheckFailed(f"transposed: returned [K/G, N] = [{groups}, {N}] for {name}, GPTQ's layout; the "
+                              f"course layout is [N, K/G] = [{N}, {groups}].{ctx}")  # fmt: skip
+    if tuple(z.shape) in ((N // 8, 8 * groups), (8 * groups, N // 8)) and tuple(z.shape) != (N, groups):
+        raise CheckFailed(f"zeros has shape {list(z.shape)}: unpacked qzeros along the wrong axis. qzeros "
+                          f"[K/G, N/8] packs 8 zero points per int32 along N; zeros must be [N, K/G] = "
+                          f"[{N}, {groups}].{ctx}")  # fmt: skip
+    if tuple(s.shape) != (N, groups):
+        raise CheckFailed(f"scales must have shape [N, K/G] = [{N}, {groups}], got {list(s.shape)}{ctx}")
+    if s.dtype != torch.float32:
+        raise CheckFailed(f"scales must be float32, got {s.dtype}: .float() converts GPTQ's fp16 scales "
+                          f"exactly (every fp16 value is a float32 value).{ctx}")  # fmt: skip
+    if tuple(z.shape) != (N, groups) or z.dtype != torch.uint8:
+        raise CheckFailed(f"zeros must be uint8 of shape [N, K/G] = [{N}, {groups}], got {z.dtype} "
+                          f"{list(z.shape)}{ctx}")  # fmt: skip
+    for name, t in (("packed", packed), ("scales", s), ("zeros", z)):
+        if not t.is_contiguous():
+            raise CheckFailed(f"{name} is not contiguous (a transposed view?): w4a16_matmul's prepare() refuses "
+                              f"it. Call .contiguous().{ctx}")  # fmt: skip
+    return packed, s, z
+
+
+def check_from_gptq(fn, *, hidden: bool = False, seed: int | None = None) -> None:
+    """Bonus: fn(qweight, qzeros, scales, group_size) -> (packed, scales, zeros) in the course layout, bit for bit,
+    reading GPTQ's v1 format (zeros stored minus one). Ragged N (a multiple of 8), G = 32/64/128."""
+    seed = checks.fresh_seed() if seed is None else seed
+    g = checks.generator(seed)
+    what = "from_gptq"
+    for packed, s, z, G in _gptq_inputs(g, hidden):
+        N, K = packed.shape[0], 2 * packed.shape[1]
+        qweight, qzeros, s16 = to_gptq(packed, s, z, G)
+        ctx = (
+            f" (qweight [{K // 8}, {N}], qzeros [{K // G}, {N // 8}], scales [{K // G}, {N}], group_size={G})"
+        )
+        inputs = dict(qweight=qweight, qzeros=qzeros, scales=s16)
+        before = {k: v.clone() for k, v in inputs.items()}
+        result = checks.call_learner(fn, qweight, qzeros, s16, G, what=what)
+        for name, t in inputs.items():
+            if not torch.equal(t, before[name]):
+                raise CheckFailed(
+                    f"{what} modified its input {name} in place; leave the checkpoint untouched.{ctx}"
+                )
+        got = dict(
+            zip(("packed", "scales", "zeros"), _check_gptq_types(result, what, N, K, G, ctx), strict=True)
+        )
+        got = {k: v.cpu() for k, v in got.items()}
+        expected = dict(packed=packed, scales=s, zeros=z)
+        wrong = [k for k in expected if not torch.equal(got[k], expected[k])]
+        if wrong:
+            lines = [f"{what}: {' and '.join(wrong)} differ{'s' if len(wrong) == 1 else ''} from the course "
+                     f"layout of the same weight{ctx}"]  # fmt: skip
+            for name, explanation, tensor, value in _gptq_mistakes(packed, s, z, qzeros, G):
+                line = f"This matches a known mistake: {name}. {explanation}"
+                if tensor in wrong and torch.equal(got[tensor], value) and line not in lines:
+                    lines.append(line)
+            for name in wrong:
+                bad = (got[name] != expected[name]).nonzero().tolist()
+                r, c = bad[0]
+                fmt = (lambda v: f"{float(v):.8g}") if name == "scales" else (lambda v: f"{int(v)}")
+                lines.append(f"{name}: {len(bad)} of {expected[name].numel()} differ, first at [{r}, {c}]: got "
+                             f"{fmt(got[name][r, c])}, expected {fmt(expected[name][r, c])}")  # fmt: skip
+            deq = dequantize(got["packed"], got["scales"], got["zeros"], G)
+            n_bad = int((deq != gptq_dequantize(qweight, qzeros, s16, G)).sum())
+            lines.append(f"Dequantized, {n_bad} of {N * K} weights differ from GPTQ's (q − (stored zero + 1)) · "
+                         "scale.")  # fmt: skip
+            raise CheckFailed("\n".join(lines))
+    checks.passed(f"{what}: bit-exact on {'hidden' if hidden else 'visible'} inputs, the dequantized weights equal "
+                  f"GPTQ's (seed {seed})")  # fmt: skip

@@ -1,5 +1,7 @@
 """W4A16: the reference against an independent oracle, and every check shown to fail on a wrong answer."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -333,3 +335,253 @@ def test_unpack_magic_mistakes_are_named(env, old, new, match):
 def test_unpack_magic_in_torch_is_refused():
     with pytest.raises(CheckFailed, match="computed floats with PyTorch"):
         w4a16.check_unpack_magic(lambda p: w4a16.unpack(p).half(), seed=0)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Bonus: reading a GPTQ checkpoint
+
+
+def python_gptq_dequantize(qweight, qzeros, scales, G):
+    """An independent oracle: GPTQ v1 dequantized weight by weight with Python ints (the words read as unsigned
+    32-bit), in numpy float32, in nn.Linear's layout [N, K]."""
+    K, N = 8 * qweight.shape[0], qweight.shape[1]
+    qw, qz, sc = qweight.tolist(), qzeros.tolist(), scales.float().numpy()
+    w = np.zeros((N, K), dtype=np.float32)
+    for k in range(K):
+        for n in range(N):
+            q = ((qw[k // 8][n] & 0xFFFFFFFF) >> (4 * (k % 8))) & 0xF
+            z = (((qz[k // G][n // 8] & 0xFFFFFFFF) >> (4 * (n % 8))) & 0xF) + 1
+            w[n, k] = np.float32(q - z) * sc[k // G, n]
+    return w
+
+
+def autogptq_pack(q: np.ndarray, zeros: np.ndarray):
+    """AutoGPTQ's QuantLinear.pack (qlinear_cuda_old.py), 4 bits, as numpy uint32 loops: codes q [N, K] and zero
+    points [N, K/G] (1..16) -> (qweight, qzeros) int32."""
+    intweight = q.T.astype(np.uint32)  # [K, N]
+    qweight = np.zeros((intweight.shape[0] // 8, intweight.shape[1]), dtype=np.uint32)
+    for row in range(qweight.shape[0]):
+        for j in range(8):
+            qweight[row] |= intweight[8 * row + j] << np.uint32(4 * j)
+    z = (zeros.T.astype(np.int64) - 1).astype(np.uint32)  # `zeros -= 1`: the v1 offset
+    qzeros = np.zeros((z.shape[0], z.shape[1] // 8), dtype=np.uint32)
+    for col in range(qzeros.shape[1]):
+        for j in range(8):
+            qzeros[:, col] |= z[:, 8 * col + j] << np.uint32(4 * j)
+    return torch.from_numpy(qweight.astype(np.int32)), torch.from_numpy(qzeros.astype(np.int32))
+
+
+def _random_gptq(N, K, G, seed):
+    """Every int32 bit pattern is a valid v1 checkpoint: random words, negative ones included."""
+    g = checks.generator(seed)
+    qweight = torch.randint(-(2**31), 2**31, (K // 8, N), dtype=torch.int32, generator=g)
+    qzeros = torch.randint(-(2**31), 2**31, (K // G, N // 8), dtype=torch.int32, generator=g)
+    scales = (torch.rand(K // G, N, generator=g) * 0.05).half()
+    return qweight, qzeros, scales
+
+
+def test_platform_is_little_endian():
+    # The solution reinterprets int32 words as bytes: byte b holds fields 2b (low nibble) and 2b + 1 (high).
+    import sys
+
+    assert sys.byteorder == "little"
+    assert torch.tensor([0x76543210], dtype=torch.int32).view(torch.uint8).tolist() == [
+        0x10,
+        0x32,
+        0x54,
+        0x76,
+    ]
+
+
+def test_fp16_to_fp32_is_exact():
+    bits = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16)
+    h = bits.view(torch.float16)
+    finite = torch.isfinite(h)
+    assert torch.equal(h.float().half()[finite].view(torch.int16), bits[finite])
+
+
+@pytest.mark.parametrize("G", w4a16.GROUP_SIZES)
+def test_gptq_dequantize_matches_python_oracle(G):
+    qweight, qzeros, scales = _random_gptq(16, 2 * G, G, seed=G)
+    assert bool((qweight < 0).any()) and bool((qzeros < 0).any())
+    got = w4a16.gptq_dequantize(qweight, qzeros, scales, G)
+    assert got.dtype == torch.float32 and tuple(got.shape) == (16, 2 * G)
+    assert torch.equal(got, torch.from_numpy(python_gptq_dequantize(qweight, qzeros, scales, G)))
+
+
+@pytest.mark.parametrize("G", w4a16.GROUP_SIZES)
+def test_to_gptq_matches_autogptq_pack_and_dequantizes_equal(G):
+    g = checks.generator(G)
+    N, K = 24, 3 * G
+    q = torch.randint(0, 16, (N, K), dtype=torch.uint8, generator=g)
+    z = torch.randint(1, 17, (N, K // G), dtype=torch.uint8, generator=g)
+    s = (torch.rand(N, K // G, generator=g) * 0.05).half().float()
+    qweight, qzeros, s16 = w4a16.to_gptq(w4a16.pack(q), s, z, G)
+    aw, az = autogptq_pack(q.numpy(), z.numpy())
+    assert torch.equal(qweight, aw) and torch.equal(qzeros, az)
+    assert qweight.dtype == qzeros.dtype == torch.int32 and s16.dtype == torch.float16
+    assert tuple(qweight.shape) == (K // 8, N) and tuple(qzeros.shape) == (K // G, N // 8)
+    assert torch.equal(s16, s.T.half())
+    # The course's dequantization of the weight and GPTQ's of its checkpoint: equal, bit for bit.
+    assert torch.equal(
+        w4a16.dequantize(w4a16.pack(q), s, z, G), w4a16.gptq_dequantize(qweight, qzeros, s16, G)
+    )
+
+
+def test_gptq_layout_facts():
+    # Code k = 8r + j in bits 4j..4j+3 of qweight[r, n]; zero n = 8c + j in bits 4j.. of qzeros[g, c], minus one.
+    q = torch.zeros(8, 32, dtype=torch.uint8)
+    q[0, :8] = torch.arange(8)
+    z = torch.full((8, 1), 8, dtype=torch.uint8)  # symmetric: every zero 8
+    z[1, 0] = 16
+    qweight, qzeros, _ = w4a16.to_gptq(w4a16.pack(q), torch.ones(8, 1), z, 32)
+    assert int(qweight[0, 0]) == 0x76543210
+    assert int(qzeros[0, 0]) & 0xFFFFFFFF == 0x777777F7
+
+
+def test_to_gptq_refuses_what_v1_cannot_store():
+    p = torch.zeros(8, 16, dtype=torch.uint8)
+    with pytest.raises(ValueError, match="1..16"):
+        w4a16.to_gptq(p, torch.ones(8, 1), torch.zeros(8, 1, dtype=torch.uint8), 32)
+    with pytest.raises(ValueError, match="exactly representable in float16"):
+        w4a16.to_gptq(p, torch.full((8, 1), 0.1), torch.ones(8, 1, dtype=torch.uint8), 32)
+
+
+@pytest.mark.parametrize(
+    "change,match",
+    [
+        (lambda w, z, s: (w[:, :12], z, s[:, :12]), "N = 12 is not a multiple of 8"),
+        (lambda w, z, s: (w.float(), z, s), "qweight must be a 2-D int32"),
+        (lambda w, z, s: (w, z.to(torch.int64), s), "qzeros must be a 2-D int32"),
+        (lambda w, z, s: (w, z, s.float()), "GPTQ stores fp16 scales"),
+        (lambda w, z, s: (w, z[:, :1], s), "qzeros must have shape"),
+        (lambda w, z, s: (w, z, s[:1]), "scales must have shape"),
+        (lambda w, z, s: (w[:3], z, s), "not a multiple of 32"),
+    ],
+)
+def test_gptq_prepare_messages(change, match):
+    qweight, qzeros, scales = _random_gptq(16, 64, 32, seed=0)
+    with pytest.raises((TypeError, ValueError), match=match):
+        w4a16.gptq_prepare(*change(qweight, qzeros, scales), 32)
+
+
+def test_from_gptq_solution_round_trips(w4a16_solution):
+    for G in w4a16.GROUP_SIZES:
+        qweight, qzeros, scales = _random_gptq(40, 2 * G, G, seed=G + 1)
+        packed, s, z = w4a16_solution.from_gptq(qweight, qzeros, scales, G)
+        assert packed.dtype == torch.uint8 and s.dtype == torch.float32 and z.dtype == torch.uint8
+        assert int(z.min()) >= 1 and int(z.max()) <= 16
+        back = w4a16.to_gptq(packed, s, z, G)
+        for a, b in zip(back, (qweight, qzeros, scales), strict=True):
+            assert torch.equal(a, b)
+        assert torch.equal(
+            w4a16.dequantize(packed, s, z, G), w4a16.gptq_dequantize(qweight, qzeros, scales, G)
+        )
+
+
+def test_from_gptq_solution_passes(w4a16_solution):
+    w4a16.check_from_gptq(w4a16_solution.from_gptq, seed=0)
+    for seed in range(4):
+        w4a16.check_from_gptq(w4a16_solution.from_gptq, hidden=True, seed=seed)
+
+
+def test_kernel_reads_a_gptq_checkpoint(w4a16_solution):
+    # Zero points of 16 (a stored nibble of 15) go through the course's kernel as they are.
+    qweight, qzeros, scales = _random_gptq(40, 64, 32, seed=9)
+    qzeros[:] = -1  # every stored zero 15: zero point 16
+    packed, s, z = w4a16_solution.from_gptq(qweight, qzeros, scales, 32)
+    assert int(z.max()) == 16
+    x = torch.randn(3, 64, generator=checks.generator(9)).half()
+    y = w4a16_solution.w4a16_matmul(x, packed, s, z, 32)
+    expected = x.float() @ w4a16.gptq_dequantize(qweight, qzeros, scales, 32).T
+    checks.compare(y, expected, what="gptq", rtol=checks.tolerance_for(torch.float16))
+
+
+def _gptq_reader(plus=1, mask_top=True, reverse=False, zeros_axis=1):
+    """A shift-and-mask reader with one mistake switched on."""
+
+    def fn(qweight, qzeros, scales, G):
+        K, N = w4a16.gptq_prepare(qweight, qzeros, scales, G)
+
+        def fields(words, dim):
+            parts = []
+            for j in range(8):
+                jj = 7 - j if reverse else j
+                v = words >> (4 * jj)
+                parts.append(v & 0xF if (mask_top or jj != 7) else v)
+            return torch.stack(parts, dim=dim + 1).flatten(dim, dim + 1)
+
+        q = fields(qweight, 0).T
+        packed = (q[:, 0::2] | (q[:, 1::2] << 4)).to(torch.uint8).contiguous()
+        z = fields(qzeros, zeros_axis) + plus
+        z = z.T if zeros_axis == 1 else z.reshape(K // G, N).T
+        return packed, scales.float().T.contiguous(), z.to(torch.uint8).contiguous()
+
+    return fn
+
+
+def test_shift_and_mask_reader_passes():
+    w4a16.check_from_gptq(_gptq_reader(), seed=0)
+    w4a16.check_from_gptq(_gptq_reader(), hidden=True, seed=1)
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+@pytest.mark.parametrize(
+    "kwargs,name",
+    [
+        (dict(plus=0), "zero offset: forgot the +1 of GPTQ's stored zeros"),
+        (dict(reverse=True), "nibble order reversed within the int32"),
+        (dict(mask_top=False), "sign: used arithmetic shift on int32 so code 8..15 became negative"),
+        (dict(zeros_axis=0), "unpacked qzeros along the wrong axis"),
+    ],
+)
+def test_gptq_mistakes_are_named(kwargs, name, hidden):
+    with pytest.raises(CheckFailed, match=f"known mistake: {re.escape(name)}"):
+        w4a16.check_from_gptq(_gptq_reader(**kwargs), hidden=hidden, seed=2)
+
+
+def _solution_triple(qweight, qzeros, scales, G):
+    return _gptq_reader()(qweight, qzeros, scales, G)
+
+
+@pytest.mark.parametrize(
+    "fn,match",
+    [
+        (lambda *a: (a[0], *_solution_triple(*a)[1:]), "packed is qweight unchanged"),
+        (lambda *a: (_solution_triple(*a)[0].T.contiguous(), *_solution_triple(*a)[1:]),
+         r"transposed: returned \[K/2, N\]"),
+        (lambda *a: (_solution_triple(*a)[0], a[2].float(), _solution_triple(*a)[2]), r"transposed: returned \[K/G, N\]"),
+        (lambda *a: (*_solution_triple(*a)[:2], _solution_triple(*a)[2].T.contiguous()),
+         r"transposed: returned \[K/G, N\] = \[\d+, \d+\] for zeros"),
+        (lambda *a: (_solution_triple(*a)[0], a[2].T.contiguous(), _solution_triple(*a)[2]), "converts GPTQ's fp16"),
+        (lambda *a: (_solution_triple(*a)[0], a[2].float().T, _solution_triple(*a)[2]), "not contiguous"),
+        (lambda *a: (*_solution_triple(*a)[:2], (w4a16._unpack_int32(a[1], 0) + 1).to(torch.uint8)),
+         "unpacked qzeros along the wrong axis"),
+        (lambda *a: (*_solution_triple(*a)[:2], _solution_triple(*a)[2].int()), "zeros must be uint8"),
+        (lambda *a: _solution_triple(*a)[:2], "must return a triple"),
+    ],
+)  # fmt: skip
+def test_gptq_wrong_shapes_and_types_are_explained(fn, match):
+    with pytest.raises(CheckFailed, match=match):
+        w4a16.check_from_gptq(fn, seed=3)
+
+
+def test_gptq_input_modified_in_place_is_caught():
+    def in_place(qweight, qzeros, scales, G):
+        out = _solution_triple(qweight, qzeros, scales, G)
+        qzeros.zero_()
+        return out
+
+    with pytest.raises(CheckFailed, match="modified its input qzeros in place"):
+        w4a16.check_from_gptq(in_place, seed=4)
+
+
+def test_gptq_inputs_cover_the_traps():
+    for hidden in (False, True):
+        for packed, s, z, G in w4a16._gptq_inputs(checks.generator(5), hidden):
+            qweight, qzeros, _ = w4a16.to_gptq(packed, s, z, G)
+            assert bool((qweight < 0).any())  # top nibbles 8..15: negative words
+            if not bool((z == 8).all()):  # the symmetric checkpoint has qzeros 0x77777777
+                assert bool((qzeros < 0).any()) and int(z.max()) == 16
+            N, K = packed.shape[0], 2 * packed.shape[1]
+            assert N % 8 == 0 and N not in (K // 2, K // G)
