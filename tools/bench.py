@@ -100,6 +100,9 @@ def main(argv=None) -> int:
             record(f"{chapter} {kind}", label, M, N, K, fn, nbytes, check)
 
         module.benchmark(sol, chapter_record, env, quick=args.quick)
+        # Written after every chapter: a run cut short keeps what it measured.
+        (out_dir / "bench.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1, default=str))
+        (out_dir / "bench.md").write_text(markdown(meta, rows))
 
     sweep = []
     if args.sweep:
