@@ -6,13 +6,14 @@ BIN    := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 ASSIGNMENTS := $(notdir $(wildcard solutions/*))
 
-.PHONY: help setup release demo autograde gradebook feedback test lint format mutate gpu-check bench clean
+.PHONY: help setup system-deps release demo autograde gradebook feedback test lint format mutate gpu-check bench clean
 # SANDBOX=1: grade untrusted submissions in bubblewrap (no network, no other students' files, no gradebook).
 SANDBOX_FLAG := $(if $(filter 1,$(SANDBOX)),--sandbox,)
 
 help:
 	@echo "make demo       set up, release every assignment, autograde the embedded demo class, print the gradebook"
 	@echo "make test       lint, unit tests, notebooks in sync, solution notebook and demo class under the interpreter"
+	@echo "make system-deps  Debian packages for the browser test and the sandbox (chromium, bubblewrap; needs root)"
 	@echo "make release    regenerate notebooks/ (student versions) from solutions/ with nbgrader"
 	@echo "make autograde  grade autograder/submitted/<student>/<assignment>/ and print the gradebook (SANDBOX=1: in bubblewrap)"
 	@echo "make feedback   write feedback HTML and export grades to autograder/grades.csv"
@@ -29,6 +30,12 @@ $(VENV)/.installed: requirements-dev.txt pyproject.toml
 	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps -e .
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $@
+
+# Debian's chromium (the browser test drives it through Playwright) and bubblewrap (the grading sandbox).
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+system-deps:
+	$(SUDO) apt-get update -qq
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium bubblewrap
 
 release: setup
 	for a in $(ASSIGNMENTS); do $(BIN)/nbgrader generate_assignment $$a --force || exit 1; done
