@@ -136,7 +136,7 @@ def dump(out, expert, w4a16, dtype):
     x = torch.randn(1, K, device="cuda").to(dtype)
     y = torch.empty(16, N, device="cuda", dtype=dtype)
     x16 = torch.randn(16, K, device="cuda").to(dtype)
-    cfg = expert.gemv_config(N, "cuda")
+    cfg = expert.gemv_config(N, K, "cuda")
     grid = (N // cfg["BLOCK_N"],)
     kernels = {
         "gemv": expert._w4_gemv_kernel[grid](x, words, s, z, y, N, K, 1, words.stride(0), s.stride(0), 1,
