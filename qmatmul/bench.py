@@ -40,6 +40,21 @@ def matmul_flops(device: str = "cuda", dtype: torch.dtype = torch.bfloat16, n: i
     return 2 * n**3 / (ms * 1e-3)
 
 
+def time_paths(fns) -> list[float | None]:
+    """Median µs of each zero-argument function; None (with the reason printed) for one that fails, so that
+    an unfinished exercise or a path this GPU lacks shows as "not measured"."""
+    times = []
+    for fn in fns:
+        try:
+            fn()
+            times.append(median_ms(fn) * 1e3)
+        except Exception as exc:  # noqa: BLE001 - reported, not fatal
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            print(f"not measured: {type(exc).__name__}: {first}")
+            times.append(None)
+    return times
+
+
 @dataclass
 class Timing:
     label: str

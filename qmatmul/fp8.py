@@ -1173,19 +1173,9 @@ def compare_paths(env, matmul_fn, decode_fn, M: int = 1):
         x = torch.randn(M, K, device="cuda", generator=g).to(env.act_dtype)
         fns = [lambda: x @ w.T, lambda: naive(xq, sx, wq, sw, env.act_dtype), lambda: scaled_mm(xq, sx, wq, sw),
                lambda: matmul_fn(xq, sx, wq, sw), lambda: decode_fn(xq, sx, wq, sw)]  # fmt: skip
-        times = []
-        for fn in fns:
-            try:
-                fn()
-                times.append(bench.median_ms(fn) * 1e3)
-            except Exception as exc:  # noqa: BLE001 - an unfinished exercise or a missing path shows as such
-                print(f"not measured: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
-                times.append(None)
+        times = bench.time_paths(fns)
         note = f"measured on {env.gpu_name}, L2 flushed, median"
-    table = [(label, nbytes / 1e6, t) for (label, nbytes), t in zip(rows, times, strict=True)]
-    for label, mb, t in table:
-        print(f"{label:<34}{mb:>9.1f} MB  " + ("not measured" if t is None else f"{t:>8.1f} µs"))
-    return plots.paths(table, f"M={M}, N x K = {N} x {K}: {note}")
+    return plots.paths_report(rows, times, f"M={M}, N x K = {N} x {K}: {note}")
 
 
 def benchmark(sol, record, env, quick: bool = False) -> None:

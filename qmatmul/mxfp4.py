@@ -802,19 +802,9 @@ def compare_paths(env, prefill_fn, decode_fn, dot_scaled_fn=None, M: int = 1):
                lambda: decode_fn(x, packed, scales)]  # fmt: skip
         if dot_scaled_fn is not None:
             fns.append(lambda: dot_scaled_fn(x, packed, scales))
-        times = []
-        for fn in fns:
-            try:
-                fn()
-                times.append(bench.median_ms(fn) * 1e3)
-            except Exception as exc:  # noqa: BLE001 - an unfinished exercise shows as "not measured"
-                print(f"not measured: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
-                times.append(None)
+        times = bench.time_paths(fns)
         note = f"measured on {env.gpu_name}, L2 flushed, median"
-    table = [(label, nbytes / 1e6, t) for (label, nbytes), t in zip(rows, times, strict=True)]
-    for label, mb, t in table:
-        print(f"{label:<34}{mb:>9.1f} MB  " + ("not measured" if t is None else f"{t:>8.1f} µs"))
-    return plots.paths(table, f"M={M}, N x K = {N} x {K}: {note}")
+    return plots.paths_report(rows, times, f"M={M}, N x K = {N} x {K}: {note}")
 
 
 # ----------------------------------------------------------------------------------------------------------
