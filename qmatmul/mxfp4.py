@@ -410,6 +410,8 @@ def _quantizer_inputs(g: torch.Generator, hidden: bool):
         cases.append(
             adversarial_weight(N, K, g).to(dtype) if dtype == torch.float32 else random_weight(N, K, g, dtype)
         )
+    # A long row: more than 31 blocks, where a block count computed with a wrong divisor stops coinciding.
+    cases.append(random_weight(3, BLOCK * int(torch.randint(32, 48, (1,), generator=g)), g))
     return cases
 
 
