@@ -261,3 +261,15 @@ def test_hidden_prefill_shapes_keep_activations_unlike_the_weight(monkeypatch, c
         mxfp4.check_prefill(None, hidden=True, seed=seed)
     capsys.readouterr()
     assert not [s for s in seen if s[0] in (s[1], s[2])]
+
+
+def test_hidden_quantizer_inputs_include_a_row_longer_than_31_blocks(mxfp4_solution):
+    """A mutant that reshapes with K // 31 survived every row of fewer than 31 blocks (32 j // 31 == j)."""
+    import inspect
+
+    src = inspect.getsource(mxfp4_solution.quantize_mxfp4)
+    assert "K // 32, 32" in src
+    scope = dict(vars(mxfp4_solution))
+    exec(src.replace("K // 32, 32", "K // 31, 32"), scope)  # noqa: S102 - the solution's own source
+    with pytest.raises(CheckFailed):
+        mxfp4.check_quantizer(scope["quantize_mxfp4"], hidden=True, seed=0)
