@@ -273,3 +273,29 @@ def test_hidden_quantizer_inputs_include_a_row_longer_than_31_blocks(mxfp4_solut
     exec(src.replace("K // 32, 32", "K // 31, 32"), scope)  # noqa: S102 - the solution's own source
     with pytest.raises(CheckFailed):
         mxfp4.check_quantizer(scope["quantize_mxfp4"], hidden=True, seed=0)
+
+
+@pytest.mark.parametrize("chapter,fn_name,line", [("mxfp4", "mxfp4_decode", "ks = k0 // 32"),
+                                                  ("nvfp4", "nvfp4_decode", "ks = k0 // 16")])  # fmt: skip
+def test_hidden_decode_cases_include_a_long_row(env, chapter, fn_name, line):
+    """`k0 // 31` for `k0 // 32` (MXFP4) and `// 15` for `// 16` (NVFP4) survived the short CPU shapes."""
+    import importlib
+    import json
+
+    from qmatmul import course
+
+    nb = json.loads((course.repo_root() / "solutions" / chapter / f"{chapter}.ipynb").read_text())
+    src = next(
+        "".join(c["source"])
+        for c in nb["cells"]
+        if c["metadata"].get("nbgrader", {}).get("grade_id") == "ex3_decode"
+    )
+    assert line in src
+    wrong = line.replace("32", "31") if "32" in line else line.replace("16", "15")
+    module = course.load_notebook_code(
+        chapter, {"ex3_decode": src.replace(line, wrong)}, name=f"{chapter}_k31"
+    )
+    with pytest.raises(CheckFailed, match="differ from the reference"):
+        importlib.import_module(f"qmatmul.{chapter}").check_decode(
+            getattr(module, fn_name), hidden=True, seed=1
+        )
