@@ -103,7 +103,7 @@ def _w4_tc_kernel(
     x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, M, N, K,
     stride_xm, stride_xk, stride_wn, stride_sn, stride_ym, stride_yn,
     GROUP: tl.constexpr, MAGIC: tl.constexpr, BASE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SWAP: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
     """All M rows (padded to BLOCK_M) in one program, BLOCK_N output columns, one group of K per step."""
     WG: tl.constexpr = GROUP // 8
@@ -115,10 +115,7 @@ def _w4_tc_kernel(
     m_mask = offs_m < M
     offs_w = tl.arange(0, WG)
     offs_k = tl.arange(0, GROUP)
-    if SWAP:
-        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-    else:
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for grp in range(0, K // GROUP):
         words = tl.load(w_ptr + offs_n[:, None] * stride_wn + (grp * WG + offs_w)[None, :],
                         mask=n_mask[:, None], other=0)  # fmt: skip
@@ -135,18 +132,11 @@ def _w4_tc_kernel(
         w = tl.reshape(tl.join(y0, y1), (BLOCK_N, GROUP))
         xk = tl.load(x_ptr + offs_m[:, None] * stride_xm + (grp * GROUP + offs_k)[None, :] * stride_xk,
                      mask=m_mask[:, None], other=0.0)  # fmt: skip
-        # Folding the zero into a per-group sum of x (as the GEMV does) measured slower here: 25 % against 35 %
-        # of the copy bandwidth, the sum of x has to change layout every step.
-        if SWAP:
-            acc += tl.dot(w, tl.trans(xk)) * s[:, None]
-        else:
-            acc += tl.dot(xk, tl.trans(w)) * s[None, :]
+        # Measured slower on the H200 (docs/expert-h200.md): the weights as the MMA's first operand (x^T as the
+        # second), and folding the zero into a per-group sum of x as the GEMV does (25 % against 35 % of copy).
+        acc += tl.dot(xk, tl.trans(w)) * s[None, :]
     y_ptrs = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
-    mask = m_mask[:, None] & n_mask[None, :]
-    if SWAP:
-        tl.store(y_ptrs, tl.trans(acc).to(DT), mask=mask)
-    else:
-        tl.store(y_ptrs, acc.to(DT), mask=mask)
+    tl.store(y_ptrs, acc.to(DT), mask=m_mask[:, None] & n_mask[None, :])
 
 
 def _magic(dtype) -> dict:
@@ -176,9 +166,9 @@ def gemv_config(N: int, K: int, device: str) -> dict:
 
 def tc_config(M: int, N: int, device: str) -> dict:
     if device != "cuda":
-        return dict(BLOCK_M=16, BLOCK_N=64, SWAP=False, num_warps=4, num_stages=1)
+        return dict(BLOCK_M=16, BLOCK_N=64, num_warps=4, num_stages=1)
     # Best of 24 on the H200 (docs/expert-h200.md): 35 % of copy at 28672 x 8192 for M = 1..16.
-    return dict(BLOCK_M=16, BLOCK_N=32, SWAP=False, num_warps=4, num_stages=5)
+    return dict(BLOCK_M=16, BLOCK_N=32, num_warps=4, num_stages=5)
 
 
 def w4a16_gemv(x, packed, scales, zeros, group_size, out=None, **cfg):

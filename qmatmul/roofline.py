@@ -40,6 +40,11 @@ def ceilings(env) -> Ceilings:
         from qmatmul import bench
 
         return Ceilings(env.gpu_name, bench.copy_bandwidth(), bench.matmul_flops(dtype=env.act_dtype), True)
+    return recorded_ceilings()
+
+
+def recorded_ceilings() -> Ceilings:
+    """The H200's recorded figures (bf16 matmul), the course's data where nothing can be measured."""
     return Ceilings(H200["gpu"], H200["copy_bandwidth"], H200["bf16_flops"], False)
 
 
@@ -355,20 +360,29 @@ def check_linear_bytes(fn, *, hidden: bool = False, seed: int | None = None) -> 
 # ---- exercise 2: FLOPs, intensity, floor time
 
 
+def _gpus(g, hidden: bool, n: int) -> list[tuple[float, float]]:
+    """n (bandwidth, FLOP rate) pairs: the H200 and GPUs like a T4 and an A100, or random ones when hidden."""
+    import torch
+
+    if hidden:
+        return [(float(torch.empty(1).uniform_(0.2e12, 8e12, generator=g)),
+                 float(torch.empty(1).uniform_(50e12, 2000e12, generator=g))) for _ in range(n)]  # fmt: skip
+    known = [
+        (H200["copy_bandwidth"], H200["bf16_flops"]),
+        (0.27e12, 65e12),
+        (1.6e12, 290e12),
+    ]  # T4, A100 40 GB
+    return known[:n]
+
+
 def _floor_cases(g, hidden: bool):
     """(nbytes, nflops, bandwidth, flops_rate): decode (memory-bound) and prefill (compute-bound) layers."""
     import torch
 
-    gpus = [
-        (H200["copy_bandwidth"], H200["bf16_flops"]),
-        (0.27e12, 65e12),  # about a T4
-        (1.6e12, 290e12),  # about an A100 40 GB
-    ]
+    gpus = _gpus(g, hidden, 3)
     shapes = [("w8a16", 1, 28672, 8192), ("w4a16", 16, 8192, 8192), ("bf16", 4096, 8192, 8192),
               ("fp8", 2048, 4096, 4096)]  # fmt: skip
     if hidden:
-        gpus = [(float(torch.empty(1).uniform_(0.2e12, 8e12, generator=g)),
-                 float(torch.empty(1).uniform_(50e12, 2000e12, generator=g))) for _ in range(3)]  # fmt: skip
         fmts = [FORMATS[int(torch.randint(0, len(FORMATS), (1,), generator=g))] for _ in range(4)]
         shapes = [(f, M, 128 * int(torch.randint(8, 200, (1,), generator=g)),
                    128 * int(torch.randint(8, 200, (1,), generator=g)))
@@ -482,7 +496,6 @@ def naive_mistakes(fmt: str, M: int, N: int, K: int, group_size: int = 128) -> l
 
 def check_naive(bytes_fn, slowdown_fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 3: naive_bytes(fmt, M, N, K, group_size) and naive_slowdown(fmt, M, N, K, bw, rate, group_size)."""
-    import torch
 
     from qmatmul import checks
     from qmatmul.checks import CheckFailed
@@ -495,10 +508,7 @@ def check_naive(bytes_fn, slowdown_fn, *, hidden: bool = False, seed: int | None
         _check_bytes_value(
             bytes_fn, "naive_bytes", fmt, M, N, K, G, expected, naive_mistakes(fmt, M, N, K, G)
         )
-    gpus = [(H200["copy_bandwidth"], H200["bf16_flops"]), (0.27e12, 65e12)]
-    if hidden:
-        gpus = [(float(torch.empty(1).uniform_(0.2e12, 8e12, generator=g)),
-                 float(torch.empty(1).uniform_(50e12, 2000e12, generator=g))) for _ in range(2)]  # fmt: skip
+    gpus = _gpus(g, hidden, 2)
     slow_cases = [(fmt, M, N, K, G) for fmt, M, N, K, G in cases if M in (1, 2048) or hidden]
     slow_cases += [("w8a16", 8192, 8192, 8192, 128), ("w4a16", 8192, 4096, 4096, 64)]
     for bw, rate in gpus:
@@ -612,11 +622,10 @@ def naive_gap(env, bytes_fn=None, floor_fn=None) -> None:
         return
     import torch
 
-    from qmatmul import bench, w8a16
+    from qmatmul import bench, checks, w8a16
 
     dtype = env.act_dtype
-    gen = torch.Generator(device="cuda")
-    gen.manual_seed(0)
+    gen = checks.generator(0, "cuda")
     q = torch.randint(-127, 128, (N, K), dtype=torch.int8, device="cuda", generator=gen)
     s = torch.rand(N, device="cuda", generator=gen) * 1e-3 + 1e-4
     x = torch.randn(M, K, device="cuda", generator=gen).to(dtype)

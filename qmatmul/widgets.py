@@ -76,9 +76,7 @@ def roofline_explorer(ceil=None):
 
     from qmatmul import roofline
 
-    ceil = ceil or roofline.Ceilings(
-        roofline.H200["gpu"], roofline.H200["copy_bandwidth"], roofline.H200["bf16_flops"], False
-    )
+    ceil = ceil or roofline.recorded_ceilings()
     out = W.HTML()
 
     def show(fmt: str, M: int, group_size: int) -> None:

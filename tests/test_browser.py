@@ -22,6 +22,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from conftest import skip_unless_required
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "build" / "test-artifacts"
@@ -36,15 +37,10 @@ LAB_SETTINGS = {
     "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
     "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false"},
 }
+REQUIRE = "QMATMUL_REQUIRE_BROWSER"
 NOTEBOOK = "w8a16"  # its cells 0-6: title, setup, imports, format text and table, widget text, the widget
 
 pytestmark = [pytest.mark.xdist_group("browser"), pytest.mark.timeout(600)]
-
-
-def _missing(why: str):
-    if os.environ.get("QMATMUL_REQUIRE_BROWSER") == "1":
-        pytest.fail(f"{why} (QMATMUL_REQUIRE_BROWSER=1)")
-    pytest.skip(why)
 
 
 def _free_port() -> int:
@@ -100,11 +96,11 @@ def lab(tmp_path):
 
 def test_setup_and_widget_cells_in_jupyterlab(lab):
     if not Path(CHROMIUM).exists():
-        _missing("Debian's chromium is not installed (`make browser-deps` installs it)")
+        skip_unless_required("Debian's chromium is not installed (`make system-deps` installs it)", REQUIRE)
     try:
         from playwright.sync_api import expect, sync_playwright
     except ImportError:
-        _missing("playwright is not installed (`make setup` installs it)")
+        skip_unless_required("playwright is not installed (`make setup` installs it)", REQUIRE)
     url, work = lab
     released = (ROOT / "notebooks" / NOTEBOOK / f"{NOTEBOOK}.ipynb").read_bytes()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)

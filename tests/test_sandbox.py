@@ -1,12 +1,11 @@
 """The sandbox for untrusted submissions: no network, no other students' work, no gradebook, no solutions."""
 
 import json
-import os
 import socket
 
 import classroom
 import pytest
-from conftest import HAS_GPU, ROOT
+from conftest import HAS_GPU, ROOT, skip_unless_required
 
 pytestmark = [pytest.mark.slow]
 
@@ -15,12 +14,10 @@ pytestmark = [pytest.mark.slow]
 def _needs_bubblewrap():
     if classroom.sandbox_available():
         return
-    why = (
-        "bubblewrap (bwrap) with user namespaces is not available here: `make system-deps` enables this test"
+    skip_unless_required(
+        "bubblewrap (bwrap) with user namespaces is not available here: `make system-deps` enables this test",
+        "QMATMUL_REQUIRE_SANDBOX",
     )
-    if os.environ.get("QMATMUL_REQUIRE_SANDBOX") == "1":
-        pytest.fail(f"{why} (QMATMUL_REQUIRE_SANDBOX=1)")
-    pytest.skip(why)
 
 
 def _snoop_line(notebook) -> str:

@@ -100,9 +100,7 @@ def main(argv=None) -> int:
             record(f"{chapter} {kind}", label, M, N, K, fn, nbytes, check)
 
         module.benchmark(sol, chapter_record, env, quick=args.quick)
-        # Written after every chapter: a run cut short keeps what it measured.
-        (out_dir / "bench.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1, default=str))
-        (out_dir / "bench.md").write_text(markdown(meta, rows))
+        save(out_dir, meta, rows)  # after every chapter: a run cut short keeps what it measured
 
     sweep = []
     if args.sweep:
@@ -113,12 +111,16 @@ def main(argv=None) -> int:
         sweep += prefill_sweep(
             course.load_notebook_code("w8a16", name="sweep_w8a16p"), w8a16, bench, dtype, cublas, g
         )
-    (out_dir / "bench.json").write_text(
-        json.dumps({"meta": meta, "rows": rows, "sweep": sweep}, indent=1, default=str)
-    )
-    (out_dir / "bench.md").write_text(markdown(meta, rows))
+    save(out_dir, meta, rows, sweep)
     print(f"\nwrote {out_dir}/bench.json and bench.md")
     return 0
+
+
+def save(out_dir, meta, rows, sweep=()) -> None:
+    (out_dir / "bench.json").write_text(
+        json.dumps({"meta": meta, "rows": rows, "sweep": list(sweep)}, indent=1, default=str)
+    )
+    (out_dir / "bench.md").write_text(markdown(meta, rows))
 
 
 def course_assignments() -> list[str]:

@@ -101,7 +101,7 @@ def main(argv=None) -> int:
             if M == 4 or args.gemv_only:
                 continue
             for bn, nw, ns in ((32, 4, 5), (32, 4, 3), (16, 2, 5), (16, 4, 5), (64, 4, 5)):
-                cfg = dict(BLOCK_M=16, BLOCK_N=bn, SWAP=False, num_warps=nw, num_stages=ns)
+                cfg = dict(BLOCK_M=16, BLOCK_N=bn, num_warps=nw, num_stages=ns)
 
                 def fn(x_, p_, s_, z_, cfg=cfg):
                     return expert.w4a16_decode_tc(x_, p_, s_, z_, G, **cfg)
