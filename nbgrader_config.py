@@ -21,3 +21,32 @@ c.Execute.interrupt_on_timeout = True
 c.Execute.allow_errors = True
 
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+
+# --- trusted grader ---
+# Scores come from the course's trusted grader (qmatmul/grader), never from the notebook's own kernel: test
+# cells are set aside before Execute and graded afterwards, outside the process that runs the student's code.
+import os  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from nbconvert.preprocessors import ClearMetadataPreprocessor  # noqa: E402
+from nbgrader.preprocessors import (  # noqa: E402
+    AssignLatePenalties,
+    CheckCellMetadata,
+    IgnorePattern,
+    LimitOutput,
+    SaveAutoGrades,
+)
+
+from qmatmul.grader.nbhooks import ResilientExecute, StashTests, TrustedGrades  # noqa: E402
+
+c.Autograde.autograde_preprocessors = [
+    StashTests, ResilientExecute, TrustedGrades, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
+    SaveAutoGrades, AssignLatePenalties, CheckCellMetadata,
+]  # fmt: skip
+c.TrustedGrades.timeout = float(os.environ.get("QMATMUL_CHECK_TIMEOUT", "240"))
+if os.environ.get("QMATMUL_SANDBOX") == "1":  # untrusted classes: `make autograde SANDBOX=1`
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "autograder"))
+    import sandbox  # noqa: E402
+
+    sandbox.configure(c)

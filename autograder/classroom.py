@@ -22,11 +22,18 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import sandbox
+
+from qmatmul.grader import notebook
+
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_CLASS = ROOT / "autograder" / "demo_class"
 DEMO_DIR = ROOT / "build" / "demo"
 DELETED_CELL = "# (this cell was deleted)"
 SECTION = re.compile(r"^# %% (\S+)\s*$", re.M)
+STUDENT_TIMEOUT = float(
+    os.environ.get("QMATMUL_STUDENT_TIMEOUT", "3600")
+)  # seconds for one student's notebook
 EXPECT = re.compile(r"^expect(?:\[(cpu|gpu)\])? (\S+): (\d+(?:\.\d+)?) /(.*)$", re.M)
 
 
@@ -43,7 +50,7 @@ class CourseDirs:
     feedback: str = "autograder/feedback"
     release: str = "notebooks"
     db: str = "autograder/gradebook.db"
-    sandbox: bool = False  # run each student's kernel in bubblewrap (sandbox_kernel.sh)
+    sandbox: bool = False  # run each student's code in bubblewrap (sandbox_exec.sh)
 
     def flags(self) -> list[str]:
         return [
@@ -64,58 +71,45 @@ DEMO_DIRS = CourseDirs(
 )
 
 
-def nbgrader(*args: str, dirs: CourseDirs, quiet: bool = True) -> subprocess.CompletedProcess:
+def nbgrader(
+    *args: str, dirs: CourseDirs, quiet: bool = True, timeout: float | None = None
+) -> subprocess.CompletedProcess:
+    """Run nbgrader with the course's folders. Output goes to files, not pipes (a process the student's code
+    left behind cannot hold the grader up), and past `timeout` seconds nbgrader and its process group are
+    killed."""
+    import signal
+    import tempfile
+
     cmd = [sys.executable, "-m", "nbgrader", *args, *dirs.flags()]
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
-    env["QMATMUL_GRADING"] = "1"  # kernel checks run in a process of their own (qmatmul.checks.isolatable)
     if dirs.sandbox and args and args[0] == "autograde":
-        flags, sandbox_env = sandbox_setup(dirs)
-        cmd += flags
-        env.update(sandbox_env)
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=quiet, text=True)
-
-
-SANDBOX_KERNEL = "qmatmul-sandbox"
+        env["QMATMUL_SANDBOX"] = "1"  # nbgrader_config.py: sandbox.configure()
+        private = [dirs.submitted, dirs.autograded, dirs.feedback, dirs.db, dirs.release]
+        env[sandbox.EXTRA_ENV] = os.pathsep.join(str(ROOT / p) for p in private)
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out if quiet else None, stderr=err if quiet else None,
+                                stdin=subprocess.DEVNULL, text=True, start_new_session=True)  # fmt: skip
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            code = -9
+            err.write(f"\nTimeoutError: nbgrader {args[0]} ran past {timeout:.0f} s and was stopped\n")
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # whatever the run left behind in its process group
+            except (ProcessLookupError, PermissionError):
+                pass
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(
+            cmd, code, out.read() if quiet else "", err.read() if quiet else ""
+        )
 
 
 def sandbox_available() -> bool:
-    if shutil.which("bwrap") is None:
-        return False
-    probe = subprocess.run(["bwrap", "--ro-bind", "/", "/", "--unshare-net", "true"], capture_output=True)
-    return probe.returncode == 0
-
-
-def sandbox_setup(dirs: CourseDirs) -> tuple[list[str], dict]:
-    """nbgrader flags and environment that start every kernel through sandbox_kernel.sh."""
-    import tempfile
-
-    if not sandbox_available():
-        raise SystemExit("the sandbox needs bubblewrap with user namespaces: apt-get install bubblewrap")
-    base = ROOT / "build" / "sandbox"
-    spec = base / "kernels" / SANDBOX_KERNEL
-    spec.mkdir(parents=True, exist_ok=True)
-    argv = [str(ROOT / "autograder" / "sandbox_kernel.sh"), sys.executable, "-m", "ipykernel_launcher", "-f",
-            "{connection_file}"]  # fmt: skip
-    kernel = {"argv": argv, "display_name": "Python 3 (qmatmul sandbox)", "language": "python"}
-    (spec / "kernel.json").write_text(json.dumps(kernel))
-    runtime = tempfile.mkdtemp(prefix="qms-")  # short: unix socket paths are limited to ~100 characters
-    private = [
-        dirs.submitted,
-        dirs.autograded,
-        dirs.feedback,
-        dirs.db,
-        "solutions",
-        "build/source_with_tests",
-    ]
-    flags = [f"--Execute.kernel_name={SANDBOX_KERNEL}", "--KernelManager.transport=ipc",
-             f"--KernelManager.ip={runtime}/kernel"]  # fmt: skip
-    env = {
-        "JUPYTER_PATH": str(base),
-        "JUPYTER_RUNTIME_DIR": runtime,
-        "QMATMUL_SANDBOX_RUNTIME": runtime,
-        "QMATMUL_SANDBOX_HIDE": ":".join(str(ROOT / p) for p in private),
-    }
-    return flags, env
+    return sandbox.available()
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -149,14 +143,8 @@ def demo_students(assignment: str) -> list[DemoStudent]:
 
 
 def _solution_cells(assignment: str) -> dict:
-    out = {}
-    for nb in (ROOT / "solutions" / assignment).glob("*.ipynb"):
-        for cell in json.loads(nb.read_text())["cells"]:
-            meta = cell.get("metadata", {}).get("nbgrader", {})
-            if meta.get("solution"):
-                src = "".join(cell["source"])
-                out[meta["grade_id"]] = "\n".join(ln for ln in src.splitlines() if "### " not in ln) + "\n"
-    return out
+    cells = [c for nb in sorted((ROOT / "solutions" / assignment).glob("*.ipynb")) for c in notebook.read(nb)]
+    return notebook.solutions(cells)
 
 
 def build_submission(student: DemoStudent, release: Path, dest: Path) -> None:
@@ -189,7 +177,9 @@ def autograde(assignment: str, students: list[str], dirs: CourseDirs) -> dict:
     for i, student in enumerate(students, 1):
         t0 = time.time()
         print(f"[{i}/{len(students)}] {assignment} · {student} ...", end=" ", flush=True)
-        res = nbgrader("autograde", assignment, f"--student={student}", "--force", dirs=dirs)
+        res = nbgrader(
+            "autograde", assignment, f"--student={student}", "--force", dirs=dirs, timeout=STUDENT_TIMEOUT
+        )
         seconds = time.time() - t0
         if res.returncode != 0 or "ERROR" in res.stderr:
             failures[student] = nbgrader_error(res)

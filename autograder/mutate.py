@@ -4,12 +4,12 @@
 
 Each solution region of each solution notebook is mutated one change at a time (a constant ±1, an operator,
 a comparison, a shift, a mask or broadcast axis, a reduction dim, an index offset, a dropped line), and every
-mutant is graded by the course's own test cells, hidden tests included (`gpu_check.grade`: the statements
-nbgrader runs). A mutant is killed when it scores less than the solution. Survivors are printed; those listed
+mutant is graded by the course's own test cells, hidden tests included (`gpu_check.grade`: the trusted grader
+that nbgrader runs). A mutant is killed when it scores less than the solution. Survivors are printed; those listed
 in autograder/equivalent_mutants.json with a reason are counted as equivalent. Exit status 1 when a chapter's
 kill rate over non-equivalent mutants is under --target (0.9).
 
-Mutants are graded by a worker process, restarted if a mutant crashes it (a crash counts as killed).
+Mutants are graded by the trusted grader, each in a worker process of its own (a crash counts as killed).
 """
 
 from __future__ import annotations
@@ -18,8 +18,6 @@ import argparse
 import json
 import random
 import re
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -27,6 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "autograder"))
+
+from qmatmul.grader import notebook  # noqa: E402
 
 EQUIVALENT = ROOT / "autograder" / "equivalent_mutants.json"
 
@@ -56,19 +56,9 @@ OPERATORS = [
 
 
 def solution_cells(assignment: str) -> dict[str, str]:
-    out = {}
-    for nb in sorted((ROOT / "solutions" / assignment).glob("*.ipynb")):
-        for cell in json.loads(nb.read_text())["cells"]:
-            meta = cell.get("metadata", {}).get("nbgrader", {})
-            if meta.get("solution"):
-                out[meta["grade_id"]] = "".join(cell["source"])
-    return out
-
-
-def _strip(src: str) -> str:
-    return "\n".join(
-        ln for ln in src.splitlines() if "### BEGIN SOLUTION" not in ln and "### END SOLUTION" not in ln
-    )
+    """grade_id -> source of each solution cell, markers included (mutants change the lines between them)."""
+    cells = [c for nb in sorted((ROOT / "solutions" / assignment).glob("*.ipynb")) for c in notebook.read(nb)]
+    return {c.grade_id: c.source for c in cells if c.role == "solution"}
 
 
 def mutants(assignment: str) -> list[dict]:
@@ -96,7 +86,7 @@ def mutants(assignment: str) -> list[dict]:
                         line=line.strip(),
                         kind=kind,
                         new=new.strip(),
-                        source=_strip("\n".join(mutated)),
+                        source=notebook.strip_markers("\n".join(mutated)),
                     )
                 )
 
@@ -117,108 +107,59 @@ def mutants(assignment: str) -> list[dict]:
 
 
 # ----------------------------------------------------------------------------------------------------------
-# The worker: grades mutants sent as JSON lines on stdin, answers JSON lines on stdout.
+# Grading: the trusted grader (each mutant's code in a worker process of its own, every call under a timeout)
 
 
-def worker(timeout: float) -> None:
+def grade(job: dict, timeout: float) -> dict:
     import contextlib
     import io
 
     import gpu_check
 
-    from qmatmul import course, environment
-
-    environment.start(quiet=True)
-
-    def alarm(*_):
-        raise TimeoutError("mutant ran past its time limit")
-
-    signal.signal(signal.SIGALRM, alarm)
-    for line in sys.stdin:
-        job = json.loads(line)
-        t0 = time.time()
-        signal.alarm(int(timeout))
-        try:
-            with contextlib.redirect_stdout(io.StringIO()):
-                module = course.load_notebook_code(
-                    job["assignment"], job.get("overrides"), name=f"m{job['id']}"
-                )
-                res = gpu_check.grade(module, job["assignment"])
-            points = sum(p for p, _, _ in res.values())
-            why = "; ".join(m for _, m, _ in res.values() if m and not m.startswith("NotMeasured"))[:300]
-        except BaseException as exc:  # noqa: BLE001 - a mutant that fails to load loses everything
-            points, why = 0.0, f"{type(exc).__name__}: {exc}"[:300]
-        finally:
-            signal.alarm(0)
-        print(json.dumps(dict(id=job["id"], points=points, why=why, seconds=time.time() - t0)), flush=True)
-
-
-class Pool:
-    """One worker process; restarted when a mutant kills it."""
-
-    def __init__(self, timeout: float):
-        self.timeout = timeout
-        self.proc = None
-
-    def grade(self, job: dict) -> dict:
-        if self.proc is None or self.proc.poll() is not None:
-            self.proc = subprocess.Popen(
-                [sys.executable, __file__, "--worker", f"--timeout={self.timeout}"],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT,
-            )  # fmt: skip
-        self.proc.stdin.write(json.dumps(job) + "\n")
-        self.proc.stdin.flush()
-        answer = self.proc.stdout.readline()
-        if not answer:
-            self.proc = None
-            return dict(id=job["id"], points=0.0, why="the mutant crashed the grading process", seconds=0)
-        return json.loads(answer)
-
-    def close(self):
-        if self.proc is not None:
-            self.proc.stdin.close()
-            self.proc.wait(timeout=30)
+    t0 = time.time()
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            res = gpu_check.grade(job["assignment"], job.get("overrides"), timeout=timeout)
+        points = sum(p for p, _, _ in res.values())
+        why = "; ".join(m for _, m, _ in res.values() if m and not m.startswith("NotMeasured"))[:300]
+    except Exception as exc:  # noqa: BLE001 - a mutant the grader cannot even start loses everything
+        points, why = 0.0, f"{type(exc).__name__}: {exc}"[:300]
+    return dict(id=job["id"], points=points, why=why, seconds=time.time() - t0)
 
 
 def run(assignments, sample, seed, timeout, target) -> int:
     equivalent = json.loads(EQUIVALENT.read_text()) if EQUIVALENT.exists() else []
-    pool = Pool(timeout)
     status = 0
-    try:
-        for assignment in assignments:
-            baseline = pool.grade(dict(id="solution", assignment=assignment))
-            all_mutants = mutants(assignment)
-            chosen = (
-                random.Random(seed).sample(all_mutants, min(sample, len(all_mutants)))
-                if sample
-                else all_mutants
-            )
-            print(
-                f"{assignment}: solution scores {baseline['points']:g}; grading {len(chosen)} of {len(all_mutants)} mutants"
-            )
-            killed, survivors, eq = 0, [], 0
-            for i, m in enumerate(chosen, 1):
-                res = pool.grade(dict(id=i, assignment=assignment, overrides={m["cell"]: m["source"]}))
-                if res["points"] < baseline["points"]:
-                    killed += 1
-                    continue
-                reason = next((e["reason"] for e in equivalent if e["assignment"] == assignment and
-                               e["cell"] == m["cell"] and e["line"] == m["line"] and e["new"] == m["new"]), None)  # fmt: skip
-                if reason:
-                    eq += 1
-                    print(f"  equivalent  {m['cell']}: {m['line']!r} -> {m['new']!r} ({reason})")
-                else:
-                    survivors.append(m)
-                    print(f"  SURVIVED    {m['cell']} [{m['kind']}]: {m['line']!r} -> {m['new']!r}")
-            counted = len(chosen) - eq
-            rate = killed / counted if counted else 1.0
-            print(
-                f"{assignment}: killed {killed} of {counted} non-equivalent mutants ({rate:.0%}); {eq} equivalent"
-            )
-            if rate < target:
-                status = 1
-    finally:
-        pool.close()
+    for assignment in assignments:
+        baseline = grade(dict(id="solution", assignment=assignment), timeout)
+        all_mutants = mutants(assignment)
+        chosen = (
+            random.Random(seed).sample(all_mutants, min(sample, len(all_mutants))) if sample else all_mutants
+        )
+        print(
+            f"{assignment}: solution scores {baseline['points']:g}; grading {len(chosen)} of {len(all_mutants)} mutants"
+        )
+        killed, survivors, eq = 0, [], 0
+        for i, m in enumerate(chosen, 1):
+            res = grade(dict(id=i, assignment=assignment, overrides={m["cell"]: m["source"]}), timeout)
+            if res["points"] < baseline["points"]:
+                killed += 1
+                continue
+            reason = next((e["reason"] for e in equivalent if e["assignment"] == assignment and
+                           e["cell"] == m["cell"] and e["line"] == m["line"] and e["new"] == m["new"]), None)  # fmt: skip
+            if reason:
+                eq += 1
+                print(f"  equivalent  {m['cell']}: {m['line']!r} -> {m['new']!r} ({reason})")
+            else:
+                survivors.append(m)
+                print(f"  SURVIVED    {m['cell']} [{m['kind']}]: {m['line']!r} -> {m['new']!r}")
+        counted = len(chosen) - eq
+        rate = killed / counted if counted else 1.0
+        print(
+            f"{assignment}: killed {killed} of {counted} non-equivalent mutants ({rate:.0%}); {eq} equivalent"
+        )
+        if rate < target:
+            status = 1
     return status
 
 
@@ -234,11 +175,7 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=float, default=120, help="seconds per mutant")
     parser.add_argument("--target", type=float, default=0.9)
     parser.add_argument("--list", action="store_true", help="only list the mutants")
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.worker:
-        worker(args.timeout)
-        return 0
     import classroom
 
     selected = args.assignments or classroom.assignments()

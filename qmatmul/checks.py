@@ -8,10 +8,7 @@ mistake the output matches, if any.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
-import os
-import re
 import secrets
 import traceback
 from collections.abc import Callable, Sequence
@@ -27,6 +24,42 @@ class CheckFailed(AssertionError):
 
 class NotMeasured(CheckFailed):
     """A performance check that cannot measure here (no CUDA GPU): it awards nothing, and says so."""
+
+
+class LearnerError(Exception):
+    """An exception the learner's code raised in the worker process, as the trusted side received it."""
+
+    def __init__(self, type_name: str, message: str, *, unfilled: bool = False, where: str = "",
+                 compile_summary: str = ""):  # fmt: skip
+        super().__init__(message)
+        self.type_name, self.unfilled, self.where, self.compile_summary = (
+            type_name,
+            unfilled,
+            where,
+            compile_summary,
+        )
+
+
+# Set by the trusted grader (and the course's own tools): a check that cannot measure raises NotMeasured, which
+# scores 0. In a learner's notebook a performance cell only says so, so that Run All goes on to the end.
+STRICT = False
+
+
+def not_measured(message: str) -> None:
+    """A performance check that cannot measure here: raise NotMeasured when grading, else say it and go on."""
+    if STRICT:
+        raise NotMeasured(message)
+    print(f"not measured here: {message}")
+
+
+# Module state the learner's scaffolding reads (e.g. which FP8 path the configs choose): "module:attribute" ->
+# value. The trusted grader sends it with every call, so the worker's scaffolding sees what the check set.
+WORKER_STATE: dict = {}
+
+
+def is_remote(fn) -> bool:
+    """True for the trusted grader's stand-in for a learner's function (it runs in the worker process)."""
+    return bool(getattr(fn, "__qmatmul_remote__", False))
 
 
 def fresh_seed() -> int:
@@ -50,6 +83,8 @@ def call_learner(fn: Callable, *args, what: str, **kwargs):
         return fn(*args, **kwargs)
     except CheckFailed:
         raise
+    except LearnerError as exc:
+        raise CheckFailed(_learner_error_message(exc, what)) from None
     except (ValueError, TypeError) as exc:
         if _is_unfilled(exc):
             raise CheckFailed(_unfilled_message(what)) from exc
@@ -68,6 +103,19 @@ def call_learner(fn: Callable, *args, what: str, **kwargs):
                 "a tensor. The CUDA context is now unusable: restart the kernel before running more cells."
             ) from exc
         raise CheckFailed(f"{what} raised {name}: {first}{_where(exc)}") from exc
+
+
+def _learner_error_message(exc: LearnerError, what: str) -> str:
+    if exc.unfilled:
+        return _unfilled_message(what)
+    text = str(exc).strip().splitlines()
+    first = text[0] if text else ""
+    if "CompilationError" in exc.type_name:
+        return f"{what}: the Triton kernel did not compile: {exc.compile_summary or first[:300]}"
+    if "illegal memory access" in str(exc) or "unspecified launch failure" in str(exc):
+        return (f"{what} faulted on the GPU ({first}). Usually an unmasked load or store past the end of a "
+                "tensor. It ran in a process of its own: the other exercises keep their points.")  # fmt: skip
+    return f"{what} raised {exc.type_name}: {first[:500]}{exc.where}"
 
 
 def _is_unfilled(exc: BaseException) -> bool:
@@ -114,6 +162,19 @@ MATMUL_OPS = {
 }  # fmt: skip
 
 
+# The aten ops a kernel wrapper (and Triton's interpreter, which copies arguments) may run: allocation, views,
+# copies and dtype conversions. Any other op computes, and a kernel exercise computes in its kernel.
+MEMORY_OPS = {
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like", "new_zeros",
+    "ones", "ones_like", "full", "full_like", "new_full", "fill_", "zero_", "view", "_unsafe_view", "reshape",
+    "as_strided", "t", "transpose", "permute", "expand", "slice", "select", "unsqueeze", "squeeze", "contiguous",
+    "clone", "copy_", "_to_copy", "to", "detach", "alias", "lift_fresh", "lift_fresh_copy", "_reshape_alias",
+    "unbind", "split", "split_with_sizes", "chunk", "narrow", "view_as", "resize_", "set_", "_copy_from",
+    "_copy_from_and_resize", "is_same_size", "unfold", "flatten", "unflatten", "movedim", "swapaxes", "_conj",
+    "resolve_conj", "resolve_neg", "record_stream", "empty_permuted", "view_as_real", "view_as_complex",
+}  # fmt: skip
+
+
 @dataclass
 class OpRecord:
     name: str
@@ -147,6 +208,14 @@ def run_audited(fn: Callable, *args, what: str, **kwargs):
     """
     from qmatmul import traffic
 
+    if is_remote(fn):
+        require_own_kernel(fn, what=what)
+        try:
+            result, ops, outside = fn.audited(*args, what=what, **kwargs)
+        except LearnerError as exc:
+            raise CheckFailed(_learner_error_message(exc, what)) from None
+        _raise_outside(what, outside)
+        return result, ops
     recorder = _Recorder()
     tensors = {
         f"argument {i}": a for i, a in enumerate([*args, *kwargs.values()]) if isinstance(a, torch.Tensor)
@@ -154,14 +223,34 @@ def run_audited(fn: Callable, *args, what: str, **kwargs):
     watch = traffic.available() and all(t.device.type == "cpu" for t in tensors.values())
     with recorder, traffic.count(tensors) if watch else contextlib.nullcontext() as seen:
         result = call_learner(fn, *args, what=what, **kwargs)
-    if watch and any(seen.outside):
-        loads, stores = seen.outside
+    if watch:
+        _raise_outside(what, seen.outside)
+    return result, recorder.ops
+
+
+def _raise_outside(what: str, outside) -> None:
+    loads, stores = outside
+    if loads or stores:
         raise CheckFailed(
             f"{what} accessed memory outside its tensors ({loads} loads, {stores} stores): a mask lets through "
             "elements past an edge (k >= K, n >= N or m >= M). The output may still look right, because the "
             "other operand is masked to 0, but on a GPU such an access can fault. Mask every load and store."
         )
-    return result, recorder.ops
+
+
+def require_own_kernel(fn, *, what: str) -> None:
+    """Fail unless `fn` computes in a Triton kernel of the notebook's own, as read from the submitted source.
+
+    The trusted grader decides this from the notebook file, which the learner's code cannot change. A wrapper
+    may validate, allocate and launch; every multiply-add belongs to the kernel."""
+    if not is_remote(fn):
+        return  # in the learner's own notebook the op audit below gives the same feedback
+    problems = fn.own_kernel_problems()
+    if problems:
+        raise CheckFailed(
+            f"{what} does not compute in a Triton kernel of your own, so this cell earns nothing: "
+            + "; ".join(problems[:4])
+        )
 
 
 def assert_fused(
@@ -193,6 +282,13 @@ def assert_fused(
                     "dequantize-then-matmul path, which moves the weights through memory three times. "
                     "Dequantize tiles in registers inside the kernel instead."
                 )
+
+    computed = sorted({op.name for op in ops if op.name not in MEMORY_OPS})
+    if computed:
+        raise CheckFailed(
+            f"{what} computed with PyTorch outside your Triton kernel ({', '.join('torch.' + u for u in computed)}): "
+            "a wrapper may check shapes, allocate and launch; the arithmetic belongs in the kernel."
+        )
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -357,209 +453,3 @@ def check_finite(t: torch.Tensor, *, what: str) -> None:
 def passed(message: str) -> None:
     """Print a short success line (a check that passes says what it checked)."""
     print(f"✓ {message}")
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Isolation: under the autograder, run each kernel check in a fresh process, so that a kernel that faults
-# (an illegal memory access poisons the CUDA context), crashes the interpreter or hangs costs only its own
-# cell's points. The child rebuilds the learner's definitions from the notebook's executed cells.
-
-GRADING_ENV = "QMATMUL_GRADING"  # set by autograder/classroom.py for nbgrader runs
-CHILD_ENV = "QMATMUL_ISOLATED_CHILD"
-TIMEOUT_ENV = "QMATMUL_CHECK_TIMEOUT"  # seconds a check may take in its process (default 240)
-_KEEP = ("Import", "ImportFrom", "FunctionDef", "AsyncFunctionDef", "ClassDef", "Assign", "AnnAssign", "If")
-
-
-def _history() -> list[str] | None:
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return None
-    shell = get_ipython()
-    return None if shell is None else list(shell.user_ns.get("In", []))
-
-
-def isolation_enabled() -> bool:
-    return os.environ.get(GRADING_ENV) == "1" and os.environ.get(CHILD_ENV) != "1" and bool(_history())
-
-
-def notebook_definitions(cells: Sequence[str]) -> str:
-    """The definitions the executed cells made: imports, functions, classes, assignments and if-blocks.
-
-    Bare expressions (figures, widgets, checks) are left out, so the child only rebuilds what it needs.
-    """
-    import ast
-
-    out = []
-    for src in cells:
-        try:
-            tree = ast.parse(src)
-        except SyntaxError:  # IPython magics, or a cell that never ran
-            continue
-        if any(type(n).__name__ == "Expr" and "check_" in ast.unparse(n) for n in tree.body):
-            continue  # a test cell
-        kept = [n for n in tree.body if type(n).__name__ in _KEEP]
-        if kept:
-            out.append(ast.unparse(ast.Module(body=kept, type_ignores=[])))
-    return "\n\n".join(out) + "\n"
-
-
-# The worker: one process per notebook, reused from check to check (starting Python with torch and triton
-# takes seconds), and replaced after anything that could leave it broken: a crash, a hang, a GPU fault.
-_WORKER = """
-import contextlib, importlib, importlib.util, io, json, os, sys, traceback
-os.environ[{child!r}] = "1"
-from qmatmul import checks
-for n, line in enumerate(sys.stdin):
-    job = json.loads(line)
-    try:
-        spec = importlib.util.spec_from_file_location(f"learner_notebook_{{n}}", job["path"])
-        learner = importlib.util.module_from_spec(spec)
-        with contextlib.redirect_stdout(io.StringIO()):
-            spec.loader.exec_module(learner)
-        check = getattr(importlib.import_module(job["module"]), job["check"])
-        check(*[getattr(learner, name) for name in job["names"]], **job["kwargs"])
-        result = ["ok", ""]
-    except checks.CheckFailed as exc:
-        result = [type(exc).__name__, str(exc)]
-    except BaseException:
-        result = ["error", traceback.format_exc()]
-    print({marker!r} + json.dumps(result), flush=True)
-"""
-_MARKER = "@@qmatmul-check-result@@"
-GPU_FAULT = r"illegal memory access|misaligned address|unspecified launch failure|illegal instruction|device-side assert"
-_worker = None  # (process, path of its stderr)
-
-
-def _start_worker():
-    import subprocess
-    import sys
-    import tempfile
-
-    global _worker
-    if _worker is not None and _worker[0].poll() is None:
-        return _worker
-    err = tempfile.NamedTemporaryFile("w", prefix="qmatmul-worker-", suffix=".err", delete=False)
-    code = _WORKER.format(child=CHILD_ENV, marker=_MARKER)
-    proc = subprocess.Popen([sys.executable, "-u", "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=err, bufsize=0)  # fmt: skip
-    _worker = (proc, err.name)
-    return _worker
-
-
-def _stop_worker() -> None:
-    global _worker
-    if _worker is not None:
-        _worker[0].kill()
-        _worker[0].wait()
-        _worker = None
-
-
-def _read_result(proc, timeout: float):
-    """Forward the worker's output until its result line; None when it died first."""
-    import select
-    import time
-
-    deadline = time.monotonic() + timeout
-    fd, buf = proc.stdout.fileno(), b""
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError
-        ready, _, _ = select.select([fd], [], [], left)
-        if not ready:
-            continue
-        chunk = os.read(fd, 1 << 16)
-        if not chunk:
-            proc.wait()
-            return None
-        buf += chunk
-        while b"\n" in buf:
-            line, buf = buf.split(b"\n", 1)
-            text = line.decode(errors="replace")
-            if text.startswith(_MARKER):
-                return json.loads(text[len(_MARKER) :])
-            print(text)
-
-
-def isolatable(check=None, *, gpu_only: bool = False):
-    """Decorator for checks that run learner kernels: under the autograder, run them in a fresh process.
-
-    gpu_only: a performance check, which without a GPU only says so (no process needed for that).
-    """
-    import functools
-
-    if check is None:
-        return functools.partial(isolatable, gpu_only=gpu_only)
-
-    @functools.wraps(check)
-    def wrapper(*fns, **kwargs):
-        if not isolation_enabled() or (gpu_only and not torch.cuda.is_available()):
-            return check(*fns, **kwargs)
-        code = notebook_definitions(_history())
-        names = [getattr(f, "__name__", "") for f in fns]
-        if not all(n.isidentifier() and re.search(rf"^(def {n}\b|{n} =)", code, re.M) for n in names):
-            return check(*fns, **kwargs)  # not a notebook definition the child could rebuild
-        return run_isolated(check, fns, kwargs, code)
-
-    return wrapper
-
-
-def run_isolated(check, fns, kwargs, code: str) -> None:
-    import signal
-    import tempfile
-
-    folder = tempfile.mkdtemp(prefix="qmatmul-check-")
-    path = os.path.join(folder, "learner_notebook.py")
-    with open(path, "w") as f:
-        f.write(code)
-    job = dict(
-        path=path,
-        module=check.__module__,
-        check=check.__name__,
-        names=[f.__name__ for f in fns],
-        kwargs=kwargs,
-    )
-    timeout = float(os.environ.get(TIMEOUT_ENV, "240"))
-    what = check.__name__.removeprefix("check_")
-    proc, err_path = _start_worker()
-    proc.stdin.write((json.dumps(job) + "\n").encode())
-    proc.stdin.flush()
-    try:
-        result = _read_result(proc, timeout)
-    except TimeoutError:
-        _stop_worker()
-        raise CheckFailed(
-            f"{what}: your code did not finish within {timeout:.0f} s and was stopped (a loop that never ends? "
-            "a grid far larger than the output?). The other exercises keep their points."
-        ) from None
-    with open(err_path) as f:
-        stderr = f.read()
-    if result is None:  # the worker died
-        _stop_worker()
-        fault = next((ln for ln in stderr.splitlines() if re.search(GPU_FAULT, ln)), None)
-        if fault:
-            raise CheckFailed(
-                f"{what}: the kernel faulted on the GPU ({fault.strip()[:200]}): usually an unmasked load or store "
-                "past the end of a tensor. It ran in a process of its own: the other exercises keep their points."
-            )
-        code_ = proc.returncode
-        name = signal.Signals(-code_).name if code_ < 0 else f"exit status {code_}"
-        raise CheckFailed(
-            f"{what}: your code crashed the process that ran it ({name}), e.g. a load or store far outside a "
-            "tensor. The grader ran it in a process of its own: the other exercises keep their points."
-        )
-    status, message = result
-    if status == "ok":
-        return
-    if status == "error":  # not a check's verdict: the worker may be unusable (a GPU fault poisons CUDA)
-        _stop_worker()
-        fault = next((ln for ln in message.splitlines() if re.search(GPU_FAULT, ln)), None)
-        if fault:
-            raise CheckFailed(
-                f"{what}: the kernel faulted on the GPU ({fault.strip()[:200]}): usually an unmasked load or store "
-                "past the end of a tensor. It ran in a process of its own: the other exercises keep their points."
-            )
-        last = [ln for ln in message.strip().splitlines() if ln.strip()][-1:]
-        raise CheckFailed(f"{what}: the process running your code failed: {' '.join(last)[:400]}")
-    raise (NotMeasured if status == "NotMeasured" else CheckFailed)(message)

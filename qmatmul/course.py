@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from qmatmul.grader import notebook
 
 
 def repo_root(start: Path | None = None) -> Path | None:
@@ -20,20 +21,12 @@ def solution_notebooks(root: Path | None = None) -> list[Path]:
     return sorted(root.glob("solutions/*/*.ipynb")) if root else []
 
 
-def cells(path: Path) -> list[dict]:
-    return json.loads(path.read_text())["cells"]
-
-
-def grade_id(cell: dict) -> str | None:
-    return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-
-
 def solution_source(cell_id: str) -> str:
-    """The source of the solution cell `cell_id` (its nbgrader grade_id)."""
-    for nb in solution_notebooks():
-        for cell in cells(nb):
-            if grade_id(cell) == cell_id:
-                return "".join(cell["source"])
+    """The source of the solution cell `cell_id` (its nbgrader grade_id), markers included."""
+    for path in solution_notebooks():
+        for cell in notebook.read(path):
+            if cell.grade_id == cell_id:
+                return cell.source
     raise LookupError(
         f"no solution cell {cell_id!r} found: the solutions/ folder of the course checkout is needed "
         "(instructors may withhold it during a graded class)"
@@ -42,31 +35,17 @@ def solution_source(cell_id: str) -> str:
 
 def show_solution(cell_id: str) -> None:
     """Print a solution, markers removed. For self-study: try the hints first."""
-    lines = [ln for ln in solution_source(cell_id).splitlines() if "### BEGIN SOLUTION" not in ln]
-    print("\n".join(ln for ln in lines if "### END SOLUTION" not in ln))
-
-
-def _strip_markers(src: str) -> str:
-    return "\n".join(
-        ln for ln in src.splitlines() if "### BEGIN SOLUTION" not in ln and "### END SOLUTION" not in ln
-    )
+    print(notebook.strip_markers(solution_source(cell_id)).rstrip("\n"))
 
 
 def notebook_code(assignment: str, overrides: dict | None = None, root: Path | None = None) -> str:
-    """The code a learner's notebook defines: the 'imports' cell and every solution cell, in order.
+    """The code a learner's notebook defines (what the grader's worker runs), as one module's source.
 
     overrides maps a solution cell's grade_id to other source (a demo student's cell, say).
     """
     root = root or repo_root()
-    overrides = overrides or {}
-    parts = ["from qmatmul import environment\nenv = environment.start(quiet=True)"]
-    for nb in sorted((root / "solutions" / assignment).glob("*.ipynb")):
-        for cell in cells(nb):
-            meta = cell.get("metadata", {}).get("nbgrader", {})
-            gid = meta.get("grade_id")
-            if gid == "imports" or meta.get("solution"):
-                parts.append(overrides.get(gid, _strip_markers("".join(cell["source"]))))
-    return "\n\n".join(parts) + "\n"
+    cells = [c for nb in sorted((root / "solutions" / assignment).glob("*.ipynb")) for c in notebook.read(nb)]
+    return "\n\n".join(src for _, src in notebook.program(cells, overrides)) + "\n"
 
 
 def load_notebook_code(assignment: str, overrides: dict | None = None, name: str | None = None):

@@ -588,7 +588,6 @@ def _check_kernel(fn, what, cases, device, dtypes, g, strided_cases=(False, True
     return n
 
 
-@checks.isolatable
 def check_prefill(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 2: the tiled kernel on ragged M and N, every group size, poisoned and strided outputs, fused."""
     seed = checks.fresh_seed() if seed is None else seed
@@ -611,7 +610,6 @@ def check_prefill(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     )
 
 
-@checks.isolatable
 def check_decode(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 3 (correctness): M = 1..16, ragged N, every group size."""
     seed = checks.fresh_seed() if seed is None else seed
@@ -633,14 +631,13 @@ def check_decode(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     )
 
 
-@checks.isolatable(gpu_only=True)
 def check_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: int | None = None) -> list:
     """Exercise 3 (performance): bandwidth over the bytes that must move, against the copy bandwidth.
 
     Awards nothing without a CUDA GPU. After timing, correctness is checked again on fresh inputs.
     """
     if not torch.cuda.is_available():
-        raise checks.NotMeasured(
+        return checks.not_measured(
             "Performance not measured: no CUDA GPU here (the interpreter's timings say nothing about a GPU). "
             f"This cell awards its points only on a GPU, where the decode kernel must reach "
             f"{threshold:.0%} of the copy bandwidth."
@@ -867,7 +864,6 @@ def _kernel_source(kernel) -> str:
     return src
 
 
-@checks.isolatable
 def check_unpack_magic(fn, kernel=None, *, hidden: bool = False, seed: int | None = None) -> None:
     """Bonus: fn(packed) -> float16 codes [N, K], bit for bit, computed by a Triton kernel that bitcasts."""
     seed = checks.fresh_seed() if seed is None else seed

@@ -381,7 +381,6 @@ def _device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-@checks.isolatable
 def check_prefill(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 2: the tiled kernel on ragged shapes, poisoned output, strided views, fused (no torch matmul)."""
     seed = checks.fresh_seed() if seed is None else seed
@@ -404,7 +403,6 @@ def check_prefill(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     )
 
 
-@checks.isolatable
 def check_decode(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 3 (correctness): M = 1..16, ragged N and K."""
     seed = checks.fresh_seed() if seed is None else seed
@@ -431,11 +429,9 @@ def check_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: 
     Awards nothing without a CUDA GPU. After timing, correctness is checked again on fresh inputs.
     """
     if not torch.cuda.is_available():
-        try:
+        if not checks.is_remote(fn):  # feedback in the learner's notebook: it patches the local interpreter
             traffic_feedback(fn)
-        except CheckFailed as exc:  # under the autograder it runs isolated: a crash lands here
-            print(f"Memory-traffic audit skipped: {str(exc).splitlines()[0]}")
-        raise checks.NotMeasured(
+        return checks.not_measured(
             "Performance not measured: no CUDA GPU here (the interpreter's timings say nothing about a GPU). "
             f"This cell awards its points only on a GPU, where the decode kernel must reach "
             f"{threshold:.0%} of the copy bandwidth."
@@ -443,7 +439,6 @@ def check_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: 
     measure_decode_bandwidth(fn, threshold=threshold, seed=seed)
 
 
-@checks.isolatable
 def traffic_feedback(fn, M: int = 16, N: int = 256, K: int = 512) -> None:
     """In the interpreter: how often the decode kernel reads each tensor (feedback only, no points)."""
     from qmatmul import traffic
@@ -466,7 +461,6 @@ def traffic_feedback(fn, M: int = 16, N: int = 256, K: int = 512) -> None:
           f"read {verdict}.\n  {t.describe()}")  # fmt: skip
 
 
-@checks.isolatable
 def measure_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: int | None = None) -> None:
     from qmatmul import bench
 

@@ -1,8 +1,8 @@
 """Dequantizes the weights and calls torch.matmul: right numbers, none of the exercise.
 
 expect test_quantizer: 2 /
-expect test_prefill: 0 / computed the product with PyTorch
-expect test_decode: 0 / computed the product with PyTorch
+expect test_prefill: 0 / the product with PyTorch
+expect test_decode: 0 / the product with PyTorch
 expect test_decode_bandwidth: 0 /
 """
 

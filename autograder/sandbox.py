@@ -1,0 +1,63 @@
+"""The sandbox for untrusted classes, as nbgrader configuration: nbgrader_config.py calls configure() when
+QMATMUL_SANDBOX=1, so every way to autograde (classroom.py, `nbgrader autograde`, Formgrader) honours it.
+
+Both processes that run a submission's code go through sandbox_exec.sh (bubblewrap): the notebook kernel (its
+outputs and figures) and the trusted grader's worker (the graded calls).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "autograder" / "sandbox_exec.sh"
+KERNEL = "qmatmul-sandbox"
+# The course's private files, hidden inside the sandbox (the student's own working folder is bound back).
+PRIVATE = [".git", "solutions", "build/source_with_tests", "build/demo", "build/sandbox", "autograder/submitted",
+           "autograder/autograded", "autograder/feedback", "autograder/gradebook.db", "autograder/grades.csv",
+           "autograder/exchange"]  # fmt: skip
+EXTRA_ENV = (
+    "QMATMUL_SANDBOX_EXTRA_HIDE"  # more paths to hide (os.pathsep-separated), e.g. a class's own folders
+)
+
+
+def available() -> bool:
+    if shutil.which("bwrap") is None:
+        return False
+    probe = subprocess.run(["bwrap", "--ro-bind", "/", "/", "--unshare-net", "--unshare-pid", "--unshare-user",
+                            "--cap-drop", "ALL", "true"], capture_output=True)  # fmt: skip
+    return probe.returncode == 0
+
+
+def hidden() -> list[str]:
+    extra = [p for p in os.environ.get(EXTRA_ENV, "").split(os.pathsep) if p]
+    return [str(ROOT / p) for p in PRIVATE] + [str(Path(p).resolve()) for p in extra]
+
+
+def configure(c) -> None:
+    """Point nbgrader's kernel and the trusted grader's worker at sandbox_exec.sh."""
+    if not available():
+        raise SystemExit(
+            "QMATMUL_SANDBOX=1 needs bubblewrap with user namespaces: apt-get install bubblewrap"
+        )
+    spec = ROOT / "build" / "sandbox" / "kernels" / KERNEL
+    spec.mkdir(parents=True, exist_ok=True)
+    argv = [str(SCRIPT), sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    (spec / "kernel.json").write_text(json.dumps({"argv": argv, "display_name": "Python 3 (qmatmul sandbox)",
+                                                  "language": "python"}))  # fmt: skip
+    runtime = tempfile.mkdtemp(prefix="qms-")  # short: unix socket paths are limited to ~100 characters
+    hide = ":".join(hidden())
+    os.environ.update(JUPYTER_PATH=str(spec.parent.parent), JUPYTER_RUNTIME_DIR=runtime,
+                      QMATMUL_SANDBOX_RUNTIME=runtime, QMATMUL_SANDBOX_HIDE=hide)  # fmt: skip
+    c.Execute.kernel_name = KERNEL
+    c.KernelManager.transport = "ipc"
+    c.KernelManager.ip = f"{runtime}/kernel"
+    c.TrustedGrades.sandbox = True
+    c.TrustedGrades.sandbox_command = [str(SCRIPT)]
+    c.TrustedGrades.sandbox_env = {"QMATMUL_SANDBOX_HIDE": hide}

@@ -1,0 +1,9 @@
+"""The trusted grader: every graded verdict is decided here, outside the process that runs the learner's code.
+
+notebook  reads a notebook's cells and their nbgrader roles (the one place that does)
+static    reads the learner's source: own Triton kernel launched? constructs that escape the audit?
+worker    the untrusted process: runs the learner's cells, answers calls with data
+remote    the trusted side of that process: start, call with a timeout, mirror results, kill
+trusted   grades one notebook: each test cell's checks run here, on the learner's functions as proxies
+nbhooks   nbgrader preprocessors that put the trusted verdicts into the gradebook
+"""

@@ -1,0 +1,81 @@
+"""nbgrader preprocessors that make the trusted verdicts the gradebook's scores (nbgrader_config.py lists them).
+
+    StashTests        before Execute: test cells are not run in the learner's kernel (their code is kept)
+    ResilientExecute  nbgrader's Execute, but a kernel that dies (a segfault, a GPU fault) ends only the run
+                      of the notebook's own cells: the grading goes on
+    TrustedGrades     after Execute: test cells get their code back and, as outputs, the trusted verdicts
+                      (a printed line when passed, an error when not): nbgrader's SaveAutoGrades scores those
+
+Every way to autograde (classroom.py, `nbgrader autograde`, Formgrader's button) runs this pipeline, since
+nbgrader reads it from nbgrader_config.py.
+"""
+
+from __future__ import annotations
+
+import os
+
+from nbformat.notebooknode import NotebookNode
+from nbgrader.preprocessors import Execute, NbGraderPreprocessor
+from traitlets import Bool, Dict, Float, List, Unicode
+
+PLACEHOLDER = (
+    "# Graded by the course's trusted grader, outside this notebook's kernel: this code runs there.\n"
+)
+
+
+class StashTests(NbGraderPreprocessor):
+    def preprocess(self, nb, resources):
+        stash = {}
+        for i, cell in enumerate(nb.cells):
+            meta = cell.metadata.get("nbgrader", {})
+            if cell.cell_type == "code" and meta.get("grade") and not meta.get("solution"):
+                stash[i] = cell.source
+                cell.source = PLACEHOLDER
+        resources.setdefault("qmatmul", {})["tests"] = stash
+        return nb, resources
+
+
+class ResilientExecute(Execute):
+    def preprocess(self, nb, resources, *args, **kwargs):
+        try:
+            return super().preprocess(nb, resources, *args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - DeadKernelError and friends: the notebook's own cells stop here
+            self.log.warning(
+                "the notebook's kernel stopped (%s: %s); grading goes on", type(exc).__name__, exc
+            )
+            resources.setdefault("qmatmul", {})["kernel_stopped"] = f"{type(exc).__name__}: {exc}"
+            return nb, resources
+
+
+class TrustedGrades(NbGraderPreprocessor):
+    sandbox = Bool(False, help="run the learner's code in the sandbox (bubblewrap)").tag(config=True)
+    sandbox_command = List(Unicode(), [], help="the command that wraps the worker in the sandbox").tag(
+        config=True
+    )
+    sandbox_env = Dict({}, help="environment for the sandbox command (paths to hide)").tag(config=True)
+    timeout = Float(240.0, help="seconds one call of the learner's code may take").tag(config=True)
+
+    def preprocess(self, nb, resources):
+        from qmatmul.grader import notebook, trusted
+
+        for i, src in resources.get("qmatmul", {}).get("tests", {}).items():
+            nb.cells[i].source = src
+        cells = notebook.cells_of(nb)
+        cwd = resources.get("metadata", {}).get("path") or None
+        wrap, env = (), None
+        if self.sandbox:
+            if not self.sandbox_command:
+                raise RuntimeError("TrustedGrades.sandbox is set but no sandbox_command is configured")
+            wrap, env = self.sandbox_command, {**os.environ, **self.sandbox_env}
+        verdicts = trusted.grade(cells, cwd=cwd, wrap=wrap, env=env, timeout=self.timeout, log=self.log.info)
+        for v in verdicts:
+            outputs = []
+            if v.output:
+                outputs.append(NotebookNode(output_type="stream", name="stdout", text=v.output))
+            if v.error:
+                name, message = v.error
+                outputs.append(NotebookNode(output_type="error", ename=name, evalue=message,
+                                            traceback=[f"{name}: {message}"]))  # fmt: skip
+            nb.cells[v.index].outputs = outputs
+            nb.cells[v.index].execution_count = None
+        return nb, resources

@@ -1,0 +1,100 @@
+"""A notebook's cells and what each is for: the one place that reads notebook sources and solution markers."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
+HIDDEN_BEGIN, HIDDEN_END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
+# The setup cell finds the package and prints the machine; a process that is not a notebook starts quietly.
+QUIET_START = "from qmatmul import environment\nenv = environment.start(quiet=True)\n"
+
+
+@dataclass
+class Cell:
+    index: int
+    kind: str  # "code" or "markdown"
+    source: str
+    grade_id: str | None
+    role: str  # "setup", "scaffold" (locked code), "solution", "test", "plain" (unmarked code), "markdown"
+    points: float = 0.0
+
+
+def _role(cell: dict) -> str:
+    meta = cell.get("metadata", {}).get("nbgrader", {})
+    if cell.get("cell_type") != "code":
+        return "markdown"
+    if meta.get("solution"):
+        return "solution"
+    if meta.get("grade"):
+        return "test"
+    if meta.get("grade_id") == "setup":
+        return "setup"
+    if meta.get("locked"):
+        return "scaffold"
+    return "plain"
+
+
+def cells_of(nb: dict) -> list[Cell]:
+    """The cells of a notebook given as a dict (nbformat's NotebookNode is one)."""
+    out = []
+    for i, cell in enumerate(nb["cells"]):
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        src = cell.get("source", "")
+        src = "".join(src) if isinstance(src, list) else src
+        out.append(Cell(i, cell.get("cell_type", "code"), src, meta.get("grade_id"), _role(cell),
+                        float(meta.get("points", 0) or 0)))  # fmt: skip
+    return out
+
+
+def read(path: Path) -> list[Cell]:
+    return cells_of(json.loads(Path(path).read_text()))
+
+
+def strip_markers(src: str) -> str:
+    """Source without the solution markers (what a learner's finished cell would hold)."""
+    return "\n".join(ln for ln in src.splitlines() if BEGIN not in ln and END not in ln) + "\n"
+
+
+def without_hidden_tests(src: str) -> str:
+    out, hidden = [], False
+    for ln in src.splitlines():
+        if HIDDEN_BEGIN in ln:
+            hidden = True
+        elif HIDDEN_END in ln:
+            hidden = False
+        elif not hidden:
+            out.append(ln)
+    return "\n".join(out) + "\n"
+
+
+def program(cells: list[Cell], overrides: dict | None = None) -> list[tuple[str, str]]:
+    """(label, source) of the code that defines the learner's functions, in notebook order: a quiet start in
+    place of the setup cell, the locked scaffolding, and the solution cells as written (or as `overrides`
+    gives them by grade_id). Test cells and unmarked cells (figures, widgets) are left out."""
+    overrides = overrides or {}
+    out = []
+    for c in cells:
+        if c.role == "setup":
+            out.append(("setup", QUIET_START))
+        elif c.role == "scaffold":
+            out.append((c.grade_id or f"cell {c.index}", c.source))
+        elif c.role == "solution":
+            out.append((c.grade_id, overrides.get(c.grade_id, strip_markers(c.source))))
+    return out
+
+
+def solutions(cells: list[Cell]) -> dict[str, str]:
+    """grade_id -> source of each solution cell, markers removed."""
+    return {c.grade_id: strip_markers(c.source) for c in cells if c.role == "solution"}
+
+
+def tests(cells: list[Cell]) -> list[Cell]:
+    return [c for c in cells if c.role == "test"]
+
+
+def scaffold_source(cells: list[Cell]) -> str:
+    """The locked non-setup code cells (the imports): what the trusted side needs for the test cells' names."""
+    return "\n\n".join(c.source for c in cells if c.role == "scaffold") + "\n"

@@ -1,0 +1,307 @@
+"""The trusted side of the worker: start it, call the learner's functions with a timeout, read their results.
+
+Arguments travel as torch.save files the trusted side writes; results come back the same way and are read
+with `torch.load(weights_only=True)`, so nothing the worker sends is ever unpickled as code. After a call, the
+worker's copies of the arguments are written back into the caller's tensors (storage and all), so a check sees
+exactly what an in-process call would have left: what the kernel wrote into `out` (and past it), inputs it
+modified, a result that is `out` itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from qmatmul.checks import WORKER_STATE, CheckFailed, LearnerError, OpRecord
+
+GPU_FAULT = r"illegal memory access|misaligned address|unspecified launch failure|illegal instruction|device-side assert"
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+class WorkerGone(Exception):
+    pass
+
+
+class RemoteObject:
+    """A value the worker returned that is not plain data (its type name is all that came back)."""
+
+    def __repr__(self):
+        return f"<{type(self).__name__} returned by your code>"
+
+
+def _unsupported(type_name: str) -> RemoteObject:
+    name = type_name if type_name.isidentifier() else "object"
+    return type(name, (RemoteObject,), {})()
+
+
+class Worker:
+    """One untrusted process per notebook: it runs `program` (label, source pairs) and then serves calls."""
+
+    def __init__(self, program, *, source=None, cwd=None, wrap=(), env=None, timeout: float = 240.0,
+                 start_timeout: float = 300.0):  # fmt: skip
+        self.program, self.source, self.cwd = list(program), source, cwd
+        self.wrap, self.env = list(wrap), env
+        self.timeout, self.start_timeout = timeout, start_timeout
+        self.proc = None
+        self.dir = Path(tempfile.mkdtemp(prefix="qmatmul-worker-"))
+        self.failed_cells: list[str] = []
+        self._buf = b""
+
+    # -- process ------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        program_path = self.dir / "program.json"
+        program_path.write_text(json.dumps(self.program))
+        r, w = os.pipe()
+        self.log_path = self.dir / "log"
+        log = open(self.log_path, "w")  # noqa: SIM115 - the child keeps it
+        env = dict(self.env if self.env is not None else os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        env["QMATMUL_WORKER_DIR"] = str(self.dir)
+        cmd = [*self.wrap, sys.executable, "-u", "-m", "qmatmul.grader.worker", str(program_path), str(w)]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+                                     pass_fds=(w,), cwd=self.cwd, env=env, start_new_session=True)  # fmt: skip
+        os.close(w)
+        log.close()
+        self.reply_fd, self._buf = r, b""
+        try:
+            ready = self._read(self.start_timeout, None)
+        except TimeoutError:
+            self.stop()
+            raise CheckFailed(
+                f"your notebook's code did not finish defining its functions within {self.start_timeout:.0f} s "
+                "(a cell that runs forever?)"
+            ) from None
+        except WorkerGone:
+            why = self._death()
+            self.stop()
+            raise CheckFailed(
+                f"the process running your notebook's cells died while defining them ({why})"
+            ) from None
+        self.failed_cells = ready.get("failed", [])
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self) -> None:
+        """Kill the worker and everything in its process group (a sandbox also takes its PID namespace)."""
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.kill()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        for f in (self.proc.stdin,):
+            try:
+                f.close()
+            except OSError:
+                pass
+        try:
+            os.close(self.reply_fd)
+        except OSError:
+            pass
+        self.proc = None
+
+    def close(self) -> None:
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def log_tail(self, n: int = 4000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+    def _death(self) -> str:
+        code = None
+        if self.proc is not None:
+            try:
+                code = self.proc.wait(timeout=5)  # its channel closed: it is exiting
+            except subprocess.TimeoutExpired:
+                code = None
+        fault = next((ln for ln in self.log_tail().splitlines() if re.search(GPU_FAULT, ln)), None)
+        if fault:
+            return f"a GPU fault: {fault.strip()[:200]}"
+        if code is None:
+            return "it stopped answering"
+        return signal.Signals(-code).name if code < 0 else f"exit status {code}"
+
+    def _read(self, timeout: float, nonce: str | None) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            if b"\n" in self._buf:
+                line, self._buf = self._buf.split(b"\n", 1)
+                try:
+                    reply = json.loads(line)
+                except ValueError:
+                    raise CheckFailed("the process running your code wrote something the grader did not ask for "
+                                      "on the grader's channel: flagged for your instructor") from None  # fmt: skip
+                if nonce is not None and reply.get("nonce") != nonce:
+                    raise CheckFailed("the process running your code sent a reply the grader did not ask for: "
+                                      "flagged for your instructor")  # fmt: skip
+                return reply
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            ready, _, _ = select.select([self.reply_fd], [], [], min(left, 0.5))
+            if ready:
+                chunk = os.read(self.reply_fd, 1 << 16)
+                if not chunk:
+                    raise WorkerGone
+                self._buf += chunk
+            elif self.proc.poll() is not None:
+                raise WorkerGone
+
+    # -- calls --------------------------------------------------------------------------------------------
+    def call(self, name: str, args, kwargs, *, grid=None, audit: bool = False, what: str | None = None):
+        """Run name(*args, **kwargs) (or name[grid](...)) in the worker. Returns (result, ops, outside)."""
+        what = what or name
+        if not self.alive():
+            self.start()
+        nonce = secrets.token_hex(16)
+        args_path, result_path = self.dir / f"args-{nonce}.pt", self.dir / f"result-{nonce}.pt"
+        torch.save((list(args), dict(kwargs)), args_path)
+        job = {"nonce": nonce, "name": name, "grid": grid, "args": str(args_path), "result": str(result_path),
+               "audit": audit, "state": dict(WORKER_STATE)}  # fmt: skip
+        try:
+            self.proc.stdin.write((json.dumps(job) + "\n").encode())
+            self.proc.stdin.flush()
+            reply = self._read(self.timeout, nonce)
+        except TimeoutError:
+            self.stop()
+            raise CheckFailed(
+                f"{what}: your code did not finish within {self.timeout:.0f} s and was stopped (a loop that never "
+                "ends? a grid far larger than the output?). The other exercises keep their points."
+            ) from None
+        except (WorkerGone, BrokenPipeError):
+            why = self._death()
+            self.stop()
+            if why.startswith("a GPU fault"):
+                raise CheckFailed(
+                    f"{what}: the kernel faulted on the GPU ({why[13:]}): usually an unmasked load or store past "
+                    "the end of a tensor. It ran in a process of its own: the other exercises keep their points."
+                ) from None
+            raise CheckFailed(
+                f"{what}: your code crashed the process that ran it ({why}), e.g. a load or store far outside a "
+                "tensor. The grader ran it in a process of its own: the other exercises keep their points."
+            ) from None
+        except CheckFailed:
+            self.stop()
+            raise
+        finally:
+            args_path.unlink(missing_ok=True)
+        status = reply.get("status")
+        if status == "missing":
+            raise LearnerError(
+                "NameError", f"name '{name}' is not defined (its cell was deleted, or did not run)"
+            )
+        if status == "error":
+            result_path.unlink(missing_ok=True)
+            if re.search(GPU_FAULT, reply.get("message", "")):
+                self.stop()  # a GPU fault poisons the worker's CUDA context
+            raise LearnerError(reply.get("type", "Exception"), reply.get("message", ""),
+                               unfilled=bool(reply.get("unfilled")), where=reply.get("where", ""),
+                               compile_summary=reply.get("compile_summary", ""))  # fmt: skip
+        try:
+            loaded = torch.load(result_path, weights_only=True)
+        except Exception as exc:  # noqa: BLE001 - whatever is in the file, it is not a result we can read
+            raise CheckFailed(f"{what}: its result could not be read ({type(exc).__name__})") from None
+        finally:
+            result_path.unlink(missing_ok=True)
+        originals = [*args, *kwargs.values()]
+        copies = [*loaded["args"], *loaded["kwargs"].values()]
+        _mirror(originals, copies)
+        result = _map_result(loaded["result"], originals, copies)
+        ops = [OpRecord(n, [tuple(s) for s in shapes], [_dtype(d) for d in dtypes])
+               for n, shapes, dtypes in reply.get("ops", [])]  # fmt: skip
+        return result, ops, tuple(reply.get("outside", (0, 0)))
+
+
+def _dtype(name: str):
+    d = getattr(torch, str(name), None)
+    return d if isinstance(d, torch.dtype) else torch.uint8
+
+
+def _mirror(originals, copies) -> None:
+    """Write the worker's view of each tensor argument back into the caller's tensor, whole storage included."""
+    for orig, copy in zip(originals, copies, strict=False):
+        if isinstance(orig, torch.Tensor) and isinstance(copy, torch.Tensor):
+            src, dst = copy.untyped_storage(), orig.untyped_storage()
+            if src.nbytes() == dst.nbytes():
+                dst.copy_(src.to(dst.device) if src.device != dst.device else src)
+
+
+def _map_result(value, originals, copies):
+    if isinstance(value, torch.Tensor):
+        ptr = value.untyped_storage().data_ptr()
+        for orig, copy in zip(originals, copies, strict=False):
+            if (
+                isinstance(orig, torch.Tensor)
+                and isinstance(copy, torch.Tensor)
+                and copy.untyped_storage().data_ptr() == ptr
+            ):
+                view = torch.empty(0, dtype=value.dtype, device=orig.device)
+                return view.set_(orig.untyped_storage(), value.storage_offset(), value.size(), value.stride())
+        return value
+    if isinstance(value, dict) and set(value) == {"__unsupported__"}:
+        return _unsupported(str(value["__unsupported__"]))
+    if isinstance(value, (tuple, list)):
+        return type(value)(_map_result(v, originals, copies) for v in value)
+    if isinstance(value, dict):
+        return {k: _map_result(v, originals, copies) for k, v in value.items()}
+    return value
+
+
+class RemoteFunction:
+    """Stands for a function of the learner's inside the trusted process: calling it runs it in the worker."""
+
+    __qmatmul_remote__ = True
+
+    def __init__(self, worker: Worker, name: str, grid=None):
+        self.worker, self.__name__, self.grid = worker, name, grid
+
+    def __call__(self, *args, **kwargs):
+        return self.worker.call(self.__name__, args, kwargs, grid=self.grid)[0]
+
+    def audited(self, *args, what: str | None = None, **kwargs):
+        return self.worker.call(self.__name__, args, kwargs, grid=self.grid, audit=True, what=what)
+
+    def __getitem__(self, grid):
+        grid = grid if isinstance(grid, tuple) else (grid,)
+        return RemoteFunction(self.worker, self.__name__, tuple(int(g) for g in grid))
+
+    def own_kernel_problems(self) -> list[str]:
+        """Reasons, read from the submitted source, why this function does not compute in its own Triton kernel."""
+        from qmatmul.grader import static
+
+        src = self.worker.source
+        if src is None:
+            return []
+        problems = static.own_kernel_problems(src, self.__name__)
+        if src.escapes:
+            shown = "; ".join(f.describe() for f in src.escapes[:3])
+            more = f" and {len(src.escapes) - 3} more" if len(src.escapes) > 3 else ""
+            problems.append(
+                f"your notebook uses constructs that could hide work from the grader ({shown}{more}): kernel "
+                "exercises earn nothing while they are there; flagged for your instructor"
+            )
+        return problems
+
+    def __repr__(self):
+        return f"<your {self.__name__}, run by the grader in a process of its own>"

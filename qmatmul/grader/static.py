@@ -1,0 +1,240 @@
+"""What the trusted side reads in the learner's source, which their code cannot switch off.
+
+Two questions, answered from the submitted cells (never from the learner's process):
+  * escapes: constructs that could hide work from the worker's op audit, forge its replies or rewrite the
+    grader's view of the process (threads, ctypes, dynamic code, frame introspection, monkeypatching, fd-level
+    I/O). None is needed by any exercise; each is flagged with its cell and line for the instructor, and a
+    kernel exercise graded while one is present earns nothing.
+  * own kernel: does a graded wrapper launch a `@triton.jit` kernel defined in the notebook, and does the host
+    code it reaches stay clear of PyTorch/numpy arithmetic (matmuls, `@`, `.tolist()`, `.item()`, numpy)?
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+ESCAPE_MODULES = {
+    "ctypes", "cffi", "threading", "_thread", "multiprocessing", "concurrent", "subprocess", "signal",
+    "importlib", "builtins", "gc", "inspect", "faulthandler", "code", "codeop", "marshal", "types",
+    "numba", "cupy", "jax", "pycuda", "cuda", "asyncio", "sched", "pty", "mmap", "resource", "ptrace",
+}  # fmt: skip
+ESCAPE_CALLS = {"exec", "eval", "compile", "__import__", "globals", "locals", "vars", "breakpoint"}
+NAME_CALLS = {"getattr", "setattr", "delattr", "hasattr"}  # flagged when the attribute name is not a literal
+ESCAPE_ATTRS = {
+    "_C", "_python_dispatch", "_disable_current_modes", "_DisableTorchDispatch", "cpp_extension", "library",
+    "_dynamo", "tb_frame", "f_back", "f_locals", "f_globals", "f_code", "f_builtins", "gi_frame", "cr_frame",
+    "ag_frame", "__globals__", "__code__", "__closure__", "__builtins__", "__dict__", "__class__",
+    "__subclasses__", "__mro__", "__bases__", "__getattribute__", "__import__", "__loader__", "__spec__",
+    "__func__", "__wrapped__", "_getframe", "settrace", "setprofile", "addaudithook", "meta_path",
+    "path_hooks", "__stdout__", "__stderr__",
+}  # fmt: skip
+SYS_ATTRS = {"modules", "stdout", "stderr", "stdin", "exit"}
+OS_ATTRS = {
+    "write", "writev", "dup", "dup2", "fdopen", "fork", "forkpty", "system", "popen", "kill", "killpg",
+    "setsid", "setpgid", "setpgrp", "_exit", "pipe", "pipe2", "open", "execv", "execve", "execl", "execle",
+    "execlp", "execvp", "execvpe", "spawnv", "spawnve", "spawnl", "posix_spawn", "posix_spawnp", "abort",
+    "environ",
+}  # fmt: skip
+# Host code reached from a kernel wrapper must leave the arithmetic to the kernel.
+HOST_ARITHMETIC_ATTRS = {
+    "matmul", "mm", "bmm", "baddbmm", "addbmm", "addmm", "mv", "addmv", "dot", "vdot", "einsum", "tensordot",
+    "linear", "_scaled_mm", "_int_mm", "_weight_int8pack_mm", "_weight_int4pack_mm", "conv1d", "conv2d",
+    "tolist", "item", "numpy", "from_numpy", "frombuffer", "inner", "outer", "kron", "chain_matmul",
+    "multi_dot",
+}  # fmt: skip
+READS_VALUES = {"tolist", "item", "numpy", "from_numpy", "frombuffer"}
+HOST_MODULES = {"numpy", "np", "math_np", "scipy"}
+
+
+@dataclass
+class Finding:
+    cell: str
+    line: int
+    code: str
+    what: str
+
+    def describe(self) -> str:
+        return f"cell {self.cell}, line {self.line}: `{self.code}` ({self.what})"
+
+
+@dataclass
+class Source:
+    """The learner's cells, parsed. `defs` maps each top-level name to the statements that bind it."""
+
+    cells: list[tuple[str, str, ast.Module | None]]  # (label, source, tree)
+    defs: dict = field(default_factory=dict)  # name -> list of (label, node)
+    jit: set = field(default_factory=set)  # names bound to @triton.jit functions
+    modules: dict = field(default_factory=dict)  # alias -> module name, from the cells' imports
+    escapes: list = field(default_factory=list)  # Findings in the learner's own cells
+    unparsable: list = field(default_factory=list)  # labels of cells that are not Python
+
+
+def _python(src: str) -> str:
+    """IPython magics and shell escapes turned into plain Python (as the notebook kernel runs them)."""
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+
+        return TransformerManager().transform_cell(src)
+    except Exception:  # noqa: BLE001 - without IPython the source is read as it is
+        return src
+
+
+def _is_jit(node: ast.AST) -> bool:
+    for dec in getattr(node, "decorator_list", []):
+        target = dec.func if isinstance(dec, ast.Call) else dec
+        name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+        if name in {"jit", "autotune", "heuristics"}:
+            return True
+    return False
+
+
+def _line(src: str, node: ast.AST) -> str:
+    lines = src.splitlines()
+    n = getattr(node, "lineno", 1) - 1
+    return lines[n].strip()[:120] if 0 <= n < len(lines) else ""
+
+
+def parse(cells: list[tuple[str, str, bool]]) -> Source:
+    """cells: (label, source, is_learners) in notebook order; escapes are looked for in the learner's cells."""
+    out = Source(cells=[])
+    for label, src, learners in cells:
+        py = _python(src)
+        try:
+            tree = ast.parse(py)
+        except SyntaxError:
+            out.cells.append((label, py, None))
+            if learners:
+                out.unparsable.append(label)
+            continue
+        out.cells.append((label, py, tree))
+        for node in tree.body:
+            names = []
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names = [node.name]
+                if _is_jit(node):
+                    out.jit.add(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names = [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+            for n in names:
+                out.defs.setdefault(n, []).append((label, node))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    out.modules[a.asname or a.name.split(".")[0]] = a.name
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                for a in node.names:
+                    out.modules[a.asname or a.name] = f"{node.module}.{a.name}"
+        if learners:
+            out.escapes += _escapes(label, py, tree, out.modules)
+    return out
+
+
+def _root(node: ast.AST) -> str | None:
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
+        node = node.value if not isinstance(node, ast.Call) else node.func
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _escapes(label: str, src: str, tree: ast.Module, known: dict) -> list[Finding]:
+    found = []
+    module_aliases = dict(known)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                module_aliases[a.asname or a.name.split(".")[0]] = a.name
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            for a in node.names:
+                module_aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+
+    def add(node, what):
+        found.append(Finding(label, getattr(node, "lineno", 0), _line(src, node), what))
+
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            if isinstance(node, ast.ImportFrom):
+                mods += [f"{node.module}.{a.name}" for a in node.names]
+            for m in mods:
+                parts = set(m.split("."))
+                if parts & ESCAPE_MODULES or parts & {"_C", "cpp_extension", "_python_dispatch", "library"}:
+                    add(node, f"imports {m}")
+                    break
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            if node.func.id in ESCAPE_CALLS:
+                add(node, f"calls {node.func.id}()")
+            elif node.func.id in NAME_CALLS and (
+                len(node.args) < 2 or not isinstance(node.args[1], ast.Constant)
+            ):
+                add(node, f"{node.func.id}() with an attribute name that is not written out")
+        elif isinstance(node, ast.Attribute):
+            base = _root(node)
+            mod = module_aliases.get(base, base)
+            if node.attr in ESCAPE_ATTRS:
+                add(node, f"uses .{node.attr}")
+            elif mod == "sys" and node.attr in SYS_ATTRS:
+                add(node, f"uses sys.{node.attr}")
+            elif mod == "os" and node.attr in OS_ATTRS - {"environ"}:
+                add(node, f"uses os.{node.attr}")
+        elif isinstance(node, ast.Name) and node.id in {"__builtins__", "__loader__", "__spec__"}:
+            add(node, f"uses {node.id}")
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+            targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+            for t in targets:
+                if isinstance(t, ast.Attribute) and _root(t) in module_aliases:
+                    add(
+                        node,
+                        f"rebinds {ast.unparse(t)} (an attribute of the module {module_aliases[_root(t)]})",
+                    )
+    return found
+
+
+def _reached(src: Source, name: str) -> tuple[list[tuple[str, ast.AST]], set[str]]:
+    """The top-level statements a function reaches through names bound in the notebook (itself included)."""
+    seen, todo, nodes = set(), [name], []
+    while todo:
+        n = todo.pop()
+        if n in seen or n not in src.defs:
+            continue
+        seen.add(n)
+        for label, node in src.defs[n]:
+            nodes.append((label, node))
+            if n in src.jit:
+                continue  # device code: Triton's rules, not the host's
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.Name) and sub.id in src.defs and sub.id not in seen:
+                    todo.append(sub.id)
+    return nodes, seen
+
+
+def own_kernel_problems(src: Source, name: str) -> list[str]:
+    """Why `name` does not compute in a Triton kernel of the notebook's own ([] when it does)."""
+    if name in src.jit:
+        return []
+    if name not in src.defs:
+        return []  # not defined: calling it fails with its own message
+    nodes, reached = _reached(src, name)
+    problems = []
+    launches = set()
+    text = dict((label, s) for label, s, _ in src.cells)
+    for label, node in nodes:
+        if getattr(node, "name", None) in src.jit:
+            continue
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Subscript):
+                base = _root(sub.func.value)
+                if base in src.jit:
+                    launches.add(base)
+            line = f"`{_line(text[label], sub)}` (cell {label})"
+            if isinstance(sub, ast.BinOp) and isinstance(sub.op, ast.MatMult):
+                problems.append(f"it computes the product with PyTorch's `@` on the host: {line}")
+            elif isinstance(sub, ast.Attribute) and sub.attr in READS_VALUES:
+                problems.append(f"it reads tensor values into Python (.{sub.attr}): {line}")
+            elif isinstance(sub, ast.Attribute) and sub.attr in HOST_ARITHMETIC_ATTRS:
+                problems.append(f"it computes the product with PyTorch (.{sub.attr}) on the host: {line}")
+            elif isinstance(sub, ast.Name) and src.modules.get(sub.id, "").split(".")[0] in HOST_MODULES:
+                problems.append(f"it computes with numpy: {line}")
+    if not launches:
+        problems.insert(0, f"{name} launches no @triton.jit kernel defined in the notebook")
+    return sorted(set(problems), key=problems.index)

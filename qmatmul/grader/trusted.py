@@ -1,0 +1,113 @@
+"""Grade one notebook: each test cell's checks run in this (trusted) process, on the learner's functions as
+stand-ins that run in a worker process. What the worker says can only take points away; inputs, seeds,
+references and every comparison stay here.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import contextlib
+import io
+import time
+from dataclasses import dataclass
+
+from qmatmul.grader import notebook, static
+from qmatmul.grader.remote import RemoteFunction, Worker
+
+
+@dataclass
+class Verdict:
+    index: int  # the cell's position in the notebook
+    grade_id: str
+    points: float
+    max_points: float
+    output: str  # what the checks printed
+    error: tuple[str, str] | None  # (name, message) when the cell earns nothing
+    seconds: float
+
+    @property
+    def message(self) -> str:
+        return "" if self.error is None else f"{self.error[0]}: {self.error[1]}"
+
+
+_NAMESPACES: dict = {}
+
+
+def trusted_namespace(cells: list[notebook.Cell]) -> dict:
+    """The names the test cells use (torch, the chapter modules, env), from the release's locked imports."""
+    from qmatmul import checks, environment
+
+    checks.STRICT = True
+    scaffold = notebook.scaffold_source(cells)
+    if scaffold not in _NAMESPACES:
+        ns = {"env": environment.start(quiet=True), "__name__": "qmatmul_trusted"}
+        with contextlib.redirect_stdout(io.StringIO()):
+            exec(compile(scaffold, "<course scaffolding>", "exec"), ns)  # noqa: S102
+        _NAMESPACES[scaffold] = ns
+    return dict(_NAMESPACES[scaffold])
+
+
+def learner_source(cells: list[notebook.Cell], overrides: dict | None = None) -> static.Source:
+    program = notebook.program(cells, overrides)
+    learners = {c.grade_id for c in cells if c.role == "solution"}
+    return static.parse([(label, src, label in learners) for label, src in program])
+
+
+def _names(src: str) -> set[str]:
+    try:
+        tree = ast.parse(src)
+    except SyntaxError:
+        return set()
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def grade(cells: list[notebook.Cell], *, cwd=None, wrap=(), env=None, timeout: float = 240.0,
+          overrides: dict | None = None, only=None, log=None) -> list[Verdict]:  # fmt: skip
+    """Verdicts of the notebook's test cells (those whose grade_id contains one of `only`, if given)."""
+    from qmatmul.checks import CheckFailed, LearnerError
+
+    ns = trusted_namespace(cells)
+    worker = Worker(notebook.program(cells, overrides), source=learner_source(cells, overrides), cwd=cwd,
+                    wrap=wrap, env=env, timeout=timeout)  # fmt: skip
+    verdicts = []
+    try:
+        for cell in notebook.tests(cells):
+            if only and not any(o in cell.grade_id for o in only):
+                continue
+            t0 = time.time()
+            scope = dict(ns)
+            for name in _names(cell.source) - set(ns) - set(dir(builtins)):
+                scope[name] = RemoteFunction(worker, name)
+            out = io.StringIO()
+            error = None
+            try:
+                with contextlib.redirect_stdout(out):
+                    exec(compile(cell.source, f"<test cell {cell.grade_id}>", "exec"), scope)  # noqa: S102
+            except CheckFailed as exc:
+                error = (type(exc).__name__, str(exc))
+            except LearnerError as exc:
+                error = (
+                    "CheckFailed",
+                    f"your code raised {exc.type_name}: {str(exc).splitlines()[0] if str(exc) else ''}",
+                )
+            except Exception as exc:  # noqa: BLE001 - the grader's own failure costs the cell, and is reported
+                error = ("GraderError", f"the grader could not check this cell ({type(exc).__name__}: {exc})")
+            v = Verdict(cell.index, cell.grade_id, 0.0 if error else cell.points, cell.points, out.getvalue(),
+                        error, time.time() - t0)  # fmt: skip
+            verdicts.append(v)
+            if log:
+                log(
+                    f"{cell.grade_id}: {v.points:g}/{v.max_points:g} ({v.seconds:.1f} s){' ' + v.message.splitlines()[0][:200] if error else ''}"
+                )
+        if worker.source is not None and worker.source.escapes and log:
+            for f in worker.source.escapes:
+                log(f"flagged: {f.describe()}")
+    finally:
+        worker.close()
+    return verdicts
+
+
+def flags(cells: list[notebook.Cell]) -> list[str]:
+    """The constructs in the learner's cells that the instructor should see (static.ESCAPE_*)."""
+    return [f.describe() for f in learner_source(cells).escapes]

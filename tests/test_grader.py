@@ -1,0 +1,226 @@
+"""The trusted grader's pieces: the worker runs the learner's code and only ever returns data; the trusted
+side mirrors what a call did, survives crashes and hangs, and reads the learner's source for escapes."""
+
+
+import pytest
+import torch
+
+from qmatmul import checks
+from qmatmul.checks import CheckFailed
+from qmatmul.grader import notebook, static, trusted
+from qmatmul.grader.remote import RemoteFunction, RemoteObject, Worker
+
+PROGRAM = [
+    ("setup", notebook.QUIET_START),
+    (
+        "imports",
+        "import torch\nimport triton\nimport triton.language as tl\nfrom qmatmul import checks, w8a16\n",
+    ),
+    (
+        "learner",
+        """
+def add_one(x, out):
+    out.copy_(x)  # a copy is a memory op: allowed
+    return out
+
+def other_buffer(x, out):
+    return x.clone()
+
+def scribble(x, out):
+    x.zero_()
+    out.data_ptr()
+    return out
+
+def past_n(x, out):
+    full = torch.as_strided(out, (out.shape[0], out.shape[1] + 1), out.stride())
+    full.fill_(1.0)
+    return out
+
+def gives_numpy(x):
+    return x.numpy()
+
+def boom(x):
+    raise ValueError("boom at the learner's line")
+
+def unfinished(x):
+    raise NotImplementedError()
+
+def crash(x):
+    import ctypes
+    ctypes.string_at(0)
+
+def hang(x):
+    import time
+    time.sleep(120)
+
+for _i in range(2):  # top-level set-up code of any shape runs as written
+    try:
+        import warnings
+        warnings.warn("a warning costs nothing")
+    finally:
+        pass
+with open("/dev/null") as _f:
+    pass
+""",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def worker():
+    w = Worker(PROGRAM, timeout=20)
+    yield w
+    w.close()
+
+
+def test_a_call_returns_out_itself_and_its_writes(worker):
+    x = torch.arange(6.0).reshape(2, 3)
+    full = torch.full((2, 4), float("nan"))
+    out = full[:, :3]
+    y = RemoteFunction(worker, "add_one")(x, out=out)
+    assert y.data_ptr() == out.data_ptr() and torch.equal(out, x)
+    assert torch.isnan(full[:, 3]).all()
+
+
+def test_a_fresh_tensor_is_not_out(worker):
+    x = torch.ones(2, 3)
+    y = RemoteFunction(worker, "other_buffer")(x, out=torch.empty(2, 3))
+    assert torch.equal(y, x)
+    assert y.data_ptr() != x.data_ptr()
+
+
+def test_in_place_changes_and_writes_past_the_view_come_back(worker):
+    x = torch.ones(2, 3)
+    RemoteFunction(worker, "scribble")(x, out=torch.empty(2, 3))
+    assert torch.equal(x, torch.zeros(2, 3))
+    full = torch.full((2, 4), float("nan"))
+    RemoteFunction(worker, "past_n")(torch.ones(2, 3), out=full[:, :3])
+    assert not torch.isnan(full[:, 3]).any()
+
+
+def test_results_that_are_not_plain_data_come_back_as_a_name(worker):
+    y = RemoteFunction(worker, "gives_numpy")(torch.ones(3))
+    assert isinstance(y, RemoteObject) and type(y).__name__ == "ndarray"
+
+
+def test_errors_come_back_as_learner_errors(worker):
+    with pytest.raises(CheckFailed, match="f raised ValueError: boom"):
+        checks.call_learner(RemoteFunction(worker, "boom"), torch.ones(1), what="f")
+    with pytest.raises(CheckFailed, match="not implemented yet"):
+        checks.call_learner(RemoteFunction(worker, "unfinished"), torch.ones(1), what="f")
+    with pytest.raises(CheckFailed, match="name 'nothing_here' is not defined"):
+        checks.call_learner(RemoteFunction(worker, "nothing_here"), torch.ones(1), what="f")
+
+
+def test_a_crash_and_a_hang_cost_only_their_call(worker):
+    with pytest.raises(CheckFailed, match=r"crashed the process that ran it \(SIGSEGV\)"):
+        RemoteFunction(worker, "crash")(torch.ones(1))
+    with pytest.raises(CheckFailed, match="did not finish within 20 s"):
+        RemoteFunction(worker, "hang")(torch.ones(1))
+    y = RemoteFunction(worker, "add_one")(torch.ones(2), out=torch.empty(2))  # a new worker takes over
+    assert torch.equal(y, torch.ones(2))
+
+
+def test_a_reply_without_the_nonce_is_refused():
+    """Code in the worker can write on the reply channel (its fd is in argv), but it cannot know the nonce."""
+    forger = [("setup", notebook.QUIET_START), ("learner", (
+        "import json, os, sys\n"
+        "def forge(x):\n"
+        "    os.write(int(sys.argv[2]), (json.dumps({'status': 'ok'}) + '\\n').encode())\n"
+        "    return x\n"))]  # fmt: skip
+    w = Worker(forger, timeout=20)
+    try:
+        with pytest.raises(CheckFailed, match="a reply the grader did not ask for"):
+            RemoteFunction(w, "forge")(torch.ones(1))
+    finally:
+        w.close()
+
+
+def test_the_audit_sees_torch_arithmetic_in_the_worker(worker):
+    w = Worker(
+        [
+            *PROGRAM[:2],
+            (
+                "learner",
+                "def chunked(x, out):\n    out.copy_((x * 2).sum(dim=1, keepdim=True))\n    return out\n",
+            ),
+        ],
+        timeout=20,
+    )
+    try:
+        _, ops, _ = RemoteFunction(w, "chunked").audited(torch.ones(2, 3), out=torch.empty(2, 1))
+        assert {"mul", "sum"} <= {op.name for op in ops}
+        with pytest.raises(
+            CheckFailed, match=r"computed with PyTorch outside your Triton kernel \(torch.mul, torch.sum\)"
+        ):
+            checks.assert_fused(ops, what="f", weight_shape=(5, 3))
+    finally:
+        w.close()
+
+
+SOURCE = [
+    ("imports", "import torch\nimport triton\nimport triton.language as tl\n", False),
+    (
+        "ex",
+        """
+@triton.jit
+def k(x_ptr, y_ptr):
+    tl.store(y_ptr, tl.load(x_ptr) @ tl.load(x_ptr))
+
+def honest(x, out):
+    k[(1,)](x, out)
+    return out
+
+def helper(x):
+    return x.float() @ x.float().T
+
+def via_helper(x, out):
+    k[(1,)](x, out)
+    out.copy_(helper(x))
+    return out
+
+def no_launch(x, out):
+    return out.copy_(torch.matmul(x, x))
+""",
+        True,
+    ),
+]
+
+
+def test_own_kernel_rules_read_the_source():
+    src = static.parse(SOURCE)
+    assert static.own_kernel_problems(src, "honest") == []
+    assert static.own_kernel_problems(src, "k") == []
+    assert any(
+        "`@`" in p and "helper" in p or "return x.float() @" in p
+        for p in static.own_kernel_problems(src, "via_helper")
+    )
+    problems = static.own_kernel_problems(src, "no_launch")
+    assert problems[0].startswith("no_launch launches no @triton.jit kernel") and ".matmul" in problems[1]
+
+
+@pytest.mark.parametrize(
+    "code,what",
+    [("import threading", "imports threading"), ("import ctypes as c", "imports ctypes"),
+     ("x = eval('1')", "calls eval()"), ("getattr(torch, name)", "not written out"),
+     ("torch._C._DisableTorchDispatch()", "uses ._C"), ("checks.compare = print", "rebinds checks.compare"),
+     ("import sys\nsys.modules['x'] = 1", "uses sys.modules"), ("import os\nos.write(3, b'')", "uses os.write"),
+     ("f = (lambda: 0).__globals__", "uses .__globals__"), ("from torch.utils import cpp_extension", "imports torch.utils.cpp_extension"),
+     ("torch.Tensor.any = lambda self: False", "rebinds torch.Tensor.any")],
+)  # fmt: skip
+def test_escapes_are_flagged_with_cell_and_line(code, what):
+    src = static.parse(
+        [("imports", "import torch\nfrom qmatmul import checks\n", False), ("ex1", code, True)]
+    )
+    assert any(what in f.describe() and f.cell == "ex1" for f in src.escapes), [
+        f.describe() for f in src.escapes
+    ]
+
+
+def test_every_solution_is_clean():
+    from conftest import ROOT
+
+    for path in sorted(ROOT.glob("solutions/*/*.ipynb")):
+        cells = notebook.read(path)
+        src = trusted.learner_source(cells)
+        assert src.escapes == [], (path, [f.describe() for f in src.escapes])
