@@ -16,7 +16,7 @@ import math
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from qmatmul import checks
+from qmatmul import checks, harness
 from qmatmul.checks import CheckFailed, Mistake
 
 E4M3 = torch.float8_e4m3fn
@@ -852,11 +852,8 @@ def check_decode(fn, *, hidden: bool = False, seed: int | None = None) -> None:
 
 
 def _timing_problem(M, N, K, g):
-    xq = (torch.randn(M, K, device="cuda", generator=g) * 100).clamp(-448, 448).to(E4M3)
-    wq = (torch.randn(N, K, device="cuda", generator=g) * 100).clamp(-448, 448).to(E4M3)
-    sx = torch.rand(M, device="cuda", generator=g) * 1e-2 + 1e-3
-    sw = torch.rand(N, device="cuda", generator=g) * 1e-4 + 1e-5
-    return xq, sx, wq, sw
+    (xq,), (sx,) = (t.unbind(0) for t in timing_inputs(M, K, g, 1))
+    return (xq, sx, *timing_weights(N, K, g))
 
 
 def _timing_block_problem(M, N, K, g):
@@ -876,6 +873,20 @@ def _recheck(fn, what, M, N, K, g):
                    poisoned=True, context=f" (M={M}, N={N}, K={K})")  # fmt: skip
 
 
+def timing_weights(N: int, K: int, g: torch.Generator) -> tuple:
+    """The timed weight (qmatmul/harness.py): e4m3 codes across the range and per-row scales."""
+    wq = (torch.randn(N, K, device=g.device, generator=g) * 100).clamp(-448, 448).to(E4M3)
+    sw = torch.rand(N, device=g.device, generator=g) * 1e-4 + 1e-5
+    return wq, sw
+
+
+def timing_inputs(M: int, K: int, g: torch.Generator, n: int) -> tuple:
+    """n quantized activations [M, K] with their per-row scales, stacked."""
+    xq = (torch.randn(n, M, K, device=g.device, generator=g) * 100).clamp(-448, 448).to(E4M3)
+    sx = torch.rand(n, M, device=g.device, generator=g) * 1e-2 + 1e-3
+    return xq, sx
+
+
 def check_prefill_speed(fn, *, threshold: float = PREFILL_THRESHOLD, seed: int | None = None):
     """Exercise 3 (performance): TFLOP/s as a fraction of torch._scaled_mm (row-wise scales), same process."""
     if not torch.cuda.is_available():
@@ -890,22 +901,16 @@ def check_prefill_speed(fn, *, threshold: float = PREFILL_THRESHOLD, seed: int |
         )
     from qmatmul import bench
 
+    checks.require_own_kernel(fn, what="fp8_matmul")
     seed = checks.fresh_seed() if seed is None else seed
-    g = checks.generator(seed, "cuda")
     M, N, K = PREFILL_SHAPE
-    xq, sx, wq, sw = _timing_problem(M, N, K, g)
-    out = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
-    checks.call_learner(fn, xq, sx, wq, sw, out=out, what="fp8_matmul")
     nbytes, nflops = bytes_moved(M, N, K), flops(M, N, K)
-    mine = bench.time_it(
-        f"fp8_matmul M={M}, N={N}, K={K}", lambda: fn(xq, sx, wq, sw, out=out), nbytes, nflops, False
-    )
-    ref = bench.time_it(
-        "torch._scaled_mm (row-wise)", lambda: scaled_mm(xq, sx, wq, sw), nbytes, nflops, False
-    )
-    print(mine.describe())
+    ref_problem = _timing_problem(M, N, K, checks.generator(seed, "cuda"))
+    ref = bench.time_it("torch._scaled_mm (row-wise)", lambda: scaled_mm(*ref_problem), nbytes, nflops, False)
+    mine = harness.time_calls(fn, what="fp8_matmul", module=__name__, N=N, K=K, M=M, out_dtype=out_dtype("cuda"),
+                              nbytes=nbytes, seed=seed, est_ms=2 * ref.ms)  # fmt: skip
+    print(mine.describe().split(" (copy")[0] + f", {nflops / (mine.ms * 1e-3) / 1e12:.0f} TFLOP/s")
     print(ref.describe())
-    _recheck(fn, "fp8_matmul", 300, 1000, 777, g)
     frac = ref.ms / mine.ms
     if frac < threshold:
         raise CheckFailed(
@@ -930,33 +935,12 @@ def check_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: 
             "no fp8 tensor cores, so fp8_decode runs the portable path, whose e4m3 decode costs more arithmetic "
             "than the bytes save (15 % of the copy bandwidth on an H200). Only correctness is graded here."
         )
-    from qmatmul import bench
-
-    seed = checks.fresh_seed() if seed is None else seed
-    g = checks.generator(seed, "cuda")
     N, K = BANDWIDTH_SHAPE
-    _, _, wq, sw = _timing_problem(1, N, K, g)
-    results = []
-    for M in BANDWIDTH_MS:
-        xq, sx, _, _ = _timing_problem(M, 1, K, g)
-        out = torch.empty(M, N, dtype=out_dtype("cuda"), device="cuda")
-        checks.call_learner(fn, xq, sx, wq, sw, out=out, what="fp8_decode")
-        t = bench.time_it(f"fp8_decode M={M}, N={N}, K={K}", lambda xq=xq, sx=sx, out=out: fn(xq, sx, wq, sw, out=out),
-                          bytes_moved(M, N, K))  # fmt: skip
-        results.append(t)
-        print(t.describe())
-    _recheck(fn, "fp8_decode", 16, 4096, 4096, g)
-    worst = min(results, key=lambda t: t.fraction_of_copy)
-    if worst.fraction_of_copy < threshold:
-        raise CheckFailed(
-            f"fp8_decode reaches {worst.fraction_of_copy:.0%} of the copy bandwidth at {worst.label.split(':')[0]}; "
-            f"it must reach {threshold:.0%}. Read each weight byte once, in wide tiles (BLOCK_K 256+), with every "
-            "program busy on a strip of N."
-        )
-    checks.passed(
-        f"fp8_decode: at least {worst.fraction_of_copy:.0%} of the copy bandwidth (threshold {threshold:.0%})"
-    )
-    return results
+    return harness.check_bandwidth(
+        fn, what="fp8_decode", module=__name__, N=N, K=K, Ms=BANDWIDTH_MS, out_dtype=out_dtype("cuda"),
+        nbytes=lambda M: bytes_moved(M, N, K), threshold=threshold, seed=seed,
+        hint="Read each weight byte once, in wide tiles (BLOCK_K 256+), with every program busy on a strip of N.",
+    )  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------------------

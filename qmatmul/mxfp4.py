@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from qmatmul import checks, fp4
+from qmatmul import checks, fp4, harness
 from qmatmul.checks import CheckFailed, Mistake
 
 BLOCK = 32  # elements per MX block (one E8M0 scale)
@@ -658,9 +658,7 @@ def check_decode(fn, *, hidden: bool = False, seed: int | None = None) -> None:
 
 
 def _bandwidth_problem(N: int, K: int, g: torch.Generator):
-    packed = torch.randint(0, 256, (N, K // 2), dtype=torch.uint8, device="cuda", generator=g)
-    scales = torch.randint(118, 123, (N, K // BLOCK), dtype=torch.uint8, device="cuda", generator=g)
-    return packed, scales
+    return timing_weights(N, K, g)
 
 
 def check_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: int | None = None) -> list:
@@ -668,43 +666,28 @@ def check_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: 
     if not torch.cuda.is_available():
         return checks.not_measured(
             "Performance not measured: no CUDA GPU here (the interpreter's timings say nothing about a GPU). "
-            f"This cell awards its points only on a GPU, where the decode kernel must reach "
-            f"{threshold:.0%} of the copy bandwidth."
+            f"This cell awards its points only on a GPU, where the decode kernel must reach {threshold:.0%} of the "
+            "copy bandwidth."
         )
-    from qmatmul import bench
-
-    seed = checks.fresh_seed() if seed is None else seed
-    g = checks.generator(seed, "cuda")
-    dtype = _act_dtypes("cuda")[-1]
     N, K = BANDWIDTH_SHAPE
-    packed, scales = _bandwidth_problem(N, K, g)
-    results = []
-    for M in BANDWIDTH_MS:
-        x = torch.randn(M, K, device="cuda", generator=g).to(dtype)
-        out = torch.empty(M, N, dtype=dtype, device="cuda")
-        checks.call_learner(fn, x, packed, scales, out=out, what="mxfp4_decode")
-        t = bench.time_it(f"mxfp4_decode M={M}, N={N}, K={K}", lambda x=x, out=out: fn(x, packed, scales, out=out),
-                          bytes_moved(M, N, K, x.element_size()))  # fmt: skip
-        results.append(t)
-        print(t.describe())
-    for M in BANDWIDTH_MS:
-        x = torch.randn(M, K, device="cuda", generator=g).to(dtype)
-        out = torch.full((M, N), float("nan"), dtype=dtype, device="cuda")
-        y = checks.call_learner(fn, x, packed, scales, out=out, what="mxfp4_decode")
-        checks.compare(y, reference(x, packed, scales), what="mxfp4_decode (after timing)",
-                       rtol=checks.tolerance_for(dtype), poisoned=True, context=f" (M={M}, N={N}, K={K})")  # fmt: skip
-    worst = min(results, key=lambda t: t.fraction_of_copy)
-    if worst.fraction_of_copy < threshold:
-        raise CheckFailed(
-            f"mxfp4_decode reaches {worst.fraction_of_copy:.0%} of the copy bandwidth at "
-            f"{worst.label.split(':')[0]}; it must reach {threshold:.0%}. The naive path moves each weight about "
-            "nine times its packed size: load each packed tile once, decode it in registers, and keep the "
-            "per-element work to a few integer operations."
-        )
-    checks.passed(
-        f"mxfp4_decode: at least {worst.fraction_of_copy:.0%} of the copy bandwidth (threshold {threshold:.0%})"
-    )
-    return results
+    dtype = _act_dtypes("cuda")[-1]
+    return harness.check_bandwidth(
+        fn, what="mxfp4_decode", module=__name__, N=N, K=K, Ms=BANDWIDTH_MS, out_dtype=dtype,
+        nbytes=lambda M: bytes_moved(M, N, K, dtype.itemsize), threshold=threshold, seed=seed,
+        hint="The naive path moves each weight about nine times its packed size: load each packed tile once, "
+        "decode it in registers, and keep the per-element work to a few integer operations.",
+    )  # fmt: skip
+
+
+def timing_weights(N: int, K: int, g: torch.Generator) -> tuple:
+    """The timed weight (qmatmul/harness.py): random e2m1 pairs and e8m0 scales near 2^-7."""
+    packed = torch.randint(0, 256, (N, K // 2), dtype=torch.uint8, device=g.device, generator=g)
+    scales = torch.randint(118, 123, (N, K // BLOCK), dtype=torch.uint8, device=g.device, generator=g)
+    return packed, scales
+
+
+def timing_inputs(M: int, K: int, g: torch.Generator, n: int) -> tuple:
+    return (torch.randn(n, M, K, device=g.device, generator=g).to(_act_dtypes(g.device.type)[-1]),)
 
 
 # ----------------------------------------------------------------------------------------------------------

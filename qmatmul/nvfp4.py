@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from qmatmul import checks, fp4, mxfp4
+from qmatmul import checks, fp4, harness, mxfp4
 from qmatmul.checks import CheckFailed, Mistake
 
 BLOCK = 16
@@ -494,51 +494,38 @@ def check_decode(fn, *, hidden: bool = False, seed: int | None = None) -> None:
 
 
 def _bandwidth_problem(N, K, gen):
-    packed = torch.randint(0, 256, (N, K // 2), dtype=torch.uint8, device="cuda", generator=gen)
-    scales = torch.randint(0x30, 0x60, (N, K // BLOCK), dtype=torch.uint8, device="cuda", generator=gen)
-    return packed, scales, torch.full((1,), 1e-3, device="cuda")
+    return timing_weights(N, K, gen)
 
 
 def check_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: int | None = None) -> list:
+    """Exercise 3 (performance): bandwidth over the bytes that must move, against the copy bandwidth."""
     if not torch.cuda.is_available():
         return checks.not_measured(
             "Performance not measured: no CUDA GPU here (the interpreter's timings say nothing about a GPU). "
             f"This cell awards its points only on a GPU, where the decode kernel must reach {threshold:.0%} of the "
             "copy bandwidth."
         )
-    from qmatmul import bench
-
-    seed = checks.fresh_seed() if seed is None else seed
-    gen = checks.generator(seed, "cuda")
-    dtype = mxfp4._act_dtypes("cuda")[-1]
     N, K = BANDWIDTH_SHAPE
-    packed, scales, g = _bandwidth_problem(N, K, gen)
-    results = []
-    for M in BANDWIDTH_MS:
-        x = torch.randn(M, K, device="cuda", generator=gen).to(dtype)
-        out = torch.empty(M, N, dtype=dtype, device="cuda")
-        checks.call_learner(fn, x, packed, scales, g, out=out, what="nvfp4_decode")
-        t = bench.time_it(f"nvfp4_decode M={M}, N={N}, K={K}", lambda x=x, out=out: fn(x, packed, scales, g, out=out),
-                          bytes_moved(M, N, K, x.element_size()))  # fmt: skip
-        results.append(t)
-        print(t.describe())
-    for M in BANDWIDTH_MS:
-        x = torch.randn(M, K, device="cuda", generator=gen).to(dtype)
-        out = torch.full((M, N), float("nan"), dtype=dtype, device="cuda")
-        y = checks.call_learner(fn, x, packed, scales, g, out=out, what="nvfp4_decode")
-        checks.compare(y, reference(x, packed, scales, g), what="nvfp4_decode (after timing)",
-                       rtol=checks.tolerance_for(dtype), poisoned=True, context=f" (M={M}, N={N}, K={K})")  # fmt: skip
-    worst = min(results, key=lambda t: t.fraction_of_copy)
-    if worst.fraction_of_copy < threshold:
-        raise CheckFailed(
-            f"nvfp4_decode reaches {worst.fraction_of_copy:.0%} of the copy bandwidth at {worst.label.split(':')[0]}; "
-            f"it must reach {threshold:.0%}. Load each packed tile once, decode it in registers with a few integer "
-            "operations per element, and apply g once in the epilogue."
-        )
-    checks.passed(
-        f"nvfp4_decode: at least {worst.fraction_of_copy:.0%} of the copy bandwidth (threshold {threshold:.0%})"
+    dtype = mxfp4._act_dtypes("cuda")[-1]
+    return harness.check_bandwidth(
+        fn, what="nvfp4_decode", module=__name__, N=N, K=K, Ms=BANDWIDTH_MS, out_dtype=dtype,
+        nbytes=lambda M: bytes_moved(M, N, K, dtype.itemsize), threshold=threshold, seed=seed,
+        hint="Load each packed tile once, decode it in registers with a few integer operations per element, "
+        "and apply the tensor scale once in the epilogue.",
+    )  # fmt: skip
+
+
+def timing_weights(N: int, K: int, gen: torch.Generator) -> tuple:
+    """The timed weight (qmatmul/harness.py): random e2m1 pairs, e4m3 block scales, a tensor scale."""
+    packed = torch.randint(0, 256, (N, K // 2), dtype=torch.uint8, device=gen.device, generator=gen)
+    scales = torch.randint(0x30, 0x60, (N, K // BLOCK), dtype=torch.uint8, device=gen.device, generator=gen)
+    return packed, scales, torch.full((1,), 1e-3, device=gen.device)
+
+
+def timing_inputs(M: int, K: int, gen: torch.Generator, n: int) -> tuple:
+    return (
+        torch.randn(n, M, K, device=gen.device, generator=gen).to(mxfp4._act_dtypes(gen.device.type)[-1]),
     )
-    return results
 
 
 def blackwell_status() -> str:

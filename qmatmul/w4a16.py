@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from qmatmul import checks
+from qmatmul import checks, harness
 from qmatmul.checks import CheckFailed, Mistake
 
 QMAX = 15
@@ -634,49 +634,30 @@ def check_decode(fn, *, hidden: bool = False, seed: int | None = None) -> None:
 def check_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: int | None = None) -> list:
     """Exercise 3 (performance): bandwidth over the bytes that must move, against the copy bandwidth.
 
-    Awards nothing without a CUDA GPU. After timing, correctness is checked again on fresh inputs.
+    Awards nothing without a CUDA GPU. Every timed output is checked (qmatmul/harness.py).
     """
     if not torch.cuda.is_available():
         return checks.not_measured(
             "Performance not measured: no CUDA GPU here (the interpreter's timings say nothing about a GPU). "
-            f"This cell awards its points only on a GPU, where the decode kernel must reach "
-            f"{threshold:.0%} of the copy bandwidth."
+            f"This cell awards its points only on a GPU, where the decode kernel must reach {threshold:.0%} of the "
+            "copy bandwidth."
         )
-    from qmatmul import bench
-
-    seed = checks.fresh_seed() if seed is None else seed
-    g = checks.generator(seed, "cuda")
-    dtype = _act_dtypes("cuda")[-1]
     N, K = BANDWIDTH_SHAPE
-    G = BANDWIDTH_GROUP
-    p, s, z = random_packed(N, K, G, "cuda", g)
-    results = []
-    for M in BANDWIDTH_MS:
-        x = torch.randn(M, K, device="cuda", generator=g).to(dtype)
-        out = torch.empty(M, N, dtype=dtype, device="cuda")
-        checks.call_learner(fn, x, p, s, z, G, out=out, what="w4a16_decode")
-        t = bench.time_it(f"w4a16_decode M={M}, N={N}, K={K}, G={G}",
-                          lambda x=x, out=out: fn(x, p, s, z, G, out=out), bytes_moved(M, N, K, G))  # fmt: skip
-        results.append(t)
-        print(t.describe())
-    for M in BANDWIDTH_MS:
-        x = torch.randn(M, K, device="cuda", generator=g).to(dtype)
-        out = torch.full((M, N), float("nan"), dtype=dtype, device="cuda")
-        y = checks.call_learner(fn, x, p, s, z, G, out=out, what="w4a16_decode")
-        checks.compare(y, reference(x, p, s, z, G), what="w4a16_decode (after timing)",
-                       rtol=checks.tolerance_for(dtype), poisoned=True, context=f" (M={M}, N={N}, K={K})")  # fmt: skip
-    worst = min(results, key=lambda t: t.fraction_of_copy)
-    if worst.fraction_of_copy < threshold:
-        raise CheckFailed(
-            f"w4a16_decode reaches {worst.fraction_of_copy:.0%} of the copy bandwidth at "
-            f"{worst.label.split(':')[0]}; it must reach {threshold:.0%}. The naive path moves each weight "
-            "about nine times its packed size: read each packed tile once, unpack it in registers, and keep "
-            "the per-weight work to a few integer operations."
-        )
-    checks.passed(
-        f"w4a16_decode: at least {worst.fraction_of_copy:.0%} of the copy bandwidth (threshold {threshold:.0%})"
-    )
-    return results
+    return harness.check_bandwidth(
+        fn, what="w4a16_decode", module=__name__, N=N, K=K, Ms=BANDWIDTH_MS, out_dtype=_act_dtypes("cuda")[-1],
+        nbytes=lambda M: bytes_moved(M, N, K, BANDWIDTH_GROUP), threshold=threshold, seed=seed,
+        hint="The naive path moves each weight about nine times its packed size: read each packed tile once, "
+        "unpack it in registers, and keep the per-weight work to a few integer operations.",
+    )  # fmt: skip
+
+
+def timing_weights(N: int, K: int, g: torch.Generator) -> tuple:
+    """The timed weight (qmatmul/harness.py): random codes, scales and zeros at G = BANDWIDTH_GROUP."""
+    return (*random_packed(N, K, BANDWIDTH_GROUP, g.device, g), BANDWIDTH_GROUP)
+
+
+def timing_inputs(M: int, K: int, g: torch.Generator, n: int) -> tuple:
+    return (torch.randn(n, M, K, device=g.device, generator=g).to(_act_dtypes(g.device.type)[-1]),)
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from qmatmul import checks
+from qmatmul import checks, harness
 from qmatmul.checks import CheckFailed, Mistake
 
 QMAX = 127
@@ -436,7 +436,26 @@ def check_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: 
             f"This cell awards its points only on a GPU, where the decode kernel must reach "
             f"{threshold:.0%} of the copy bandwidth."
         )
-    measure_decode_bandwidth(fn, threshold=threshold, seed=seed)
+    N, K = BANDWIDTH_SHAPE
+    dtype = _act_dtypes("cuda")[-1]
+    return harness.check_bandwidth(
+        fn, what="w8a16_decode", module=__name__, N=N, K=K, Ms=BANDWIDTH_MS, out_dtype=dtype,
+        nbytes=lambda M: bytes_moved(M, N, K, dtype.itemsize), threshold=threshold, seed=seed,
+        hint="The naive dequantize-then-matmul path moves each weight about five times: load each int8 tile "
+        "once and keep it in registers.",
+    )  # fmt: skip
+
+
+def timing_weights(N: int, K: int, g: torch.Generator) -> tuple:
+    """The timed weight (qmatmul/harness.py): random int8 codes and scales, built alike on both sides."""
+    q = torch.randint(-QMAX, QMAX + 1, (N, K), dtype=torch.int8, device=g.device, generator=g)
+    s = torch.rand(N, device=g.device, generator=g) * 1e-3 + 1e-4
+    return q, s
+
+
+def timing_inputs(M: int, K: int, g: torch.Generator, n: int) -> tuple:
+    """n activations [M, K] for the timed calls, stacked."""
+    return (torch.randn(n, M, K, device=g.device, generator=g).to(_act_dtypes(g.device.type)[-1]),)
 
 
 def traffic_feedback(fn, M: int = 16, N: int = 256, K: int = 512) -> None:
@@ -459,49 +478,6 @@ def traffic_feedback(fn, M: int = 16, N: int = 256, K: int = 512) -> None:
     )  # fmt: skip
     print(f"Memory-traffic audit in the interpreter (M={M}, N={N}, K={K}; feedback, no points): your kernel "
           f"read {verdict}.\n  {t.describe()}")  # fmt: skip
-
-
-def measure_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: int | None = None) -> None:
-    from qmatmul import bench
-
-    seed = checks.fresh_seed() if seed is None else seed
-    g = checks.generator(seed, "cuda")
-    dtype = _act_dtypes("cuda")[-1]
-    N, K = BANDWIDTH_SHAPE
-    q = torch.randint(-QMAX, QMAX + 1, (N, K), dtype=torch.int8, device="cuda", generator=g)
-    s = torch.rand(N, device="cuda", generator=g) * 1e-3 + 1e-4
-    results = []
-    for M in BANDWIDTH_MS:
-        x = torch.randn(M, K, device="cuda", generator=g).to(dtype)
-        out = torch.empty(M, N, dtype=dtype, device="cuda")
-        checks.call_learner(fn, x, q, s, out=out, what="w8a16_decode")
-        t = bench.time_it(f"w8a16_decode M={M}, N={N}, K={K}", lambda x=x, out=out: fn(x, q, s, out=out),
-                          bytes_moved(M, N, K, x.element_size()))  # fmt: skip
-        results.append(t)
-        print(t.describe())
-        if bench.escaped_stream(t):
-            raise CheckFailed(
-                f"w8a16_decode: the CUDA events saw {t.ms * 1e3:.0f} µs per call but the synchronized wall clock "
-                f"{t.wall_ms * 1e3:.0f} µs: the work runs outside the current stream, where it cannot be timed. "
-                "Launch on the current stream."
-            )
-    # Correctness on fresh inputs after timing: a kernel must not special-case the timed call.
-    for M in BANDWIDTH_MS:
-        x = torch.randn(M, K, device="cuda", generator=g).to(dtype)
-        out = torch.full((M, N), float("nan"), dtype=dtype, device="cuda")
-        y = checks.call_learner(fn, x, q, s, out=out, what="w8a16_decode")
-        checks.compare(y, reference(x, q, s), what="w8a16_decode (after timing)", rtol=checks.tolerance_for(dtype),
-                       poisoned=True, context=f" (M={M}, N={N}, K={K})")  # fmt: skip
-    worst = min(results, key=lambda t: t.fraction_of_copy)
-    if worst.fraction_of_copy < threshold:
-        raise CheckFailed(
-            f"w8a16_decode reaches {worst.fraction_of_copy:.0%} of the copy bandwidth at "
-            f"{worst.label.split(':')[0]}; it must reach {threshold:.0%}. The naive dequantize-then-matmul "
-            "path moves each weight about five times: load each int8 tile once and keep it in registers."
-        )
-    checks.passed(
-        f"w8a16_decode: at least {worst.fraction_of_copy:.0%} of the copy bandwidth (threshold {threshold:.0%})"
-    )
 
 
 # ----------------------------------------------------------------------------------------------------------

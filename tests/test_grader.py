@@ -1,7 +1,6 @@
 """The trusted grader's pieces: the worker runs the learner's code and only ever returns data; the trusted
 side mirrors what a call did, survives crashes and hangs, and reads the learner's source for escapes."""
 
-
 import pytest
 import torch
 
@@ -224,3 +223,40 @@ def test_every_solution_is_clean():
         cells = notebook.read(path)
         src = trusted.learner_source(cells)
         assert src.escapes == [], (path, [f.describe() for f in src.escapes])
+
+
+TIMED = [
+    ("setup", notebook.QUIET_START),
+    ("imports", "import torch\nfrom qmatmul import w8a16\n"),
+    ("learner", (
+        "def decode(x, q, s, out=None):\n"
+        "    out.copy_(w8a16.reference(x, q, s))\n"
+        "    return out\n\n"
+        "def off_by_one(x, q, s, out=None):\n"
+        "    out.copy_(w8a16.reference(x, q, s) + 1)\n"
+        "    return out\n")),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("remote", [False, True])
+def test_the_timing_protocol_checks_every_timed_output(remote):
+    """The protocol of qmatmul/harness.py on the CPU (no graphs there: the eager batch only)."""
+    from qmatmul import harness
+
+    w = Worker(TIMED, timeout=60) if remote else None
+    module = __import__("qmatmul.w8a16").w8a16
+    if not remote:
+        fns = {"decode": lambda x, q, s, out=None: out.copy_(module.reference(x, q, s)),
+               "off_by_one": lambda x, q, s, out=None: out.copy_(module.reference(x, q, s) + 1)}  # fmt: skip
+    try:
+        get = (lambda n: RemoteFunction(w, n)) if remote else fns.get
+        kw = dict(
+            module="qmatmul.w8a16", N=48, K=64, M=2, out_dtype=torch.float16, nbytes=1 << 20, device="cpu"
+        )
+        t = harness.time_calls(get("decode"), what="decode", **kw)
+        assert t.graph_ms is None and t.eager_ms > 0
+        with pytest.raises(CheckFailed, match=r"decode \(timed, eager\).*differ from the reference"):
+            harness.time_calls(get("off_by_one"), what="decode", **kw)
+    finally:
+        if w is not None:
+            w.close()

@@ -117,15 +117,14 @@ def test_demo_class_grades_as_its_files_expect(assignment, tmp_path_factory):
 
 @pytest.mark.parametrize("assignment", PER_ASSIGNMENT)
 def test_every_demo_student_grades_as_its_file_expects(assignment):
-    """Every demo student, through the same test cells graded directly (autograder/gpu_check.py), each in a
-    process of its own: fast enough for every student on every run."""
+    """Every demo student through the trusted grader directly (autograder/gpu_check.py: the grading nbgrader
+    runs, without the notebook kernel): fast enough for every student on every run."""
     import gpu_check
 
     students = classroom.demo_students(assignment)
     rows = {}
     for st in students:
-        overrides = gpu_check._blank_overrides(assignment) if st.blank else st.cells
-        res = gpu_check.grade_in_child(assignment, overrides, f"direct_{assignment}_{st.name}")
+        res = gpu_check.grade(assignment, gpu_check.student_overrides(st))
         rows[st.name] = ({gid: (r[0], None) for gid, r in res.items()}, {gid: r[1] for gid, r in res.items()})
     assert _expectations_met(students, rows) >= 3 * len(students)
 

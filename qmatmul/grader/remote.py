@@ -169,24 +169,22 @@ class Worker:
                 raise WorkerGone
 
     # -- calls --------------------------------------------------------------------------------------------
-    def call(self, name: str, args, kwargs, *, grid=None, audit: bool = False, what: str | None = None):
-        """Run name(*args, **kwargs) (or name[grid](...)) in the worker. Returns (result, ops, outside)."""
-        what = what or name
+    def _exchange(self, job: dict, what: str, timeout: float | None = None) -> dict:
+        """Send one job and read its reply (with this job's nonce). A hang, a crash or a forged reply end the
+        worker (the next call starts a new one) and raise CheckFailed; the other cells keep their points."""
         if not self.alive():
             self.start()
         nonce = secrets.token_hex(16)
-        args_path, result_path = self.dir / f"args-{nonce}.pt", self.dir / f"result-{nonce}.pt"
-        torch.save((list(args), dict(kwargs)), args_path)
-        job = {"nonce": nonce, "name": name, "grid": grid, "args": str(args_path), "result": str(result_path),
-               "audit": audit, "state": dict(WORKER_STATE)}  # fmt: skip
+        job = {**job, "nonce": nonce, "state": dict(WORKER_STATE)}
+        timeout = self.timeout if timeout is None else timeout
         try:
             self.proc.stdin.write((json.dumps(job) + "\n").encode())
             self.proc.stdin.flush()
-            reply = self._read(self.timeout, nonce)
+            return self._read(timeout, nonce)
         except TimeoutError:
             self.stop()
             raise CheckFailed(
-                f"{what}: your code did not finish within {self.timeout:.0f} s and was stopped (a loop that never "
+                f"{what}: your code did not finish within {timeout:.0f} s and was stopped (a loop that never "
                 "ends? a grid far larger than the output?). The other exercises keep their points."
             ) from None
         except (WorkerGone, BrokenPipeError):
@@ -204,22 +202,37 @@ class Worker:
         except CheckFailed:
             self.stop()
             raise
-        finally:
-            args_path.unlink(missing_ok=True)
+
+    def _raise_for(self, reply: dict, name: str) -> None:
         status = reply.get("status")
         if status == "missing":
             raise LearnerError(
                 "NameError", f"name '{name}' is not defined (its cell was deleted, or did not run)"
             )
         if status == "error":
-            result_path.unlink(missing_ok=True)
             if re.search(GPU_FAULT, reply.get("message", "")):
                 self.stop()  # a GPU fault poisons the worker's CUDA context
             raise LearnerError(reply.get("type", "Exception"), reply.get("message", ""),
                                unfilled=bool(reply.get("unfilled")), where=reply.get("where", ""),
                                compile_summary=reply.get("compile_summary", ""))  # fmt: skip
+
+    def call(self, name: str, args, kwargs, *, grid=None, audit: bool = False, what: str | None = None):
+        """Run name(*args, **kwargs) (or name[grid](...)) in the worker. Returns (result, ops, outside)."""
+        what = what or name
+        token = secrets.token_hex(8)
+        args_path, result_path = self.dir / f"args-{token}.pt", self.dir / f"result-{token}.pt"
+        torch.save((list(args), dict(kwargs)), args_path)
+        job = {"op": "call", "name": name, "grid": grid, "args": str(args_path), "result": str(result_path),
+               "audit": audit}  # fmt: skip
         try:
+            reply = self._exchange(job, what)
+        finally:
+            args_path.unlink(missing_ok=True)
+        try:
+            self._raise_for(reply, name)
             loaded = torch.load(result_path, weights_only=True)
+        except (LearnerError, CheckFailed):
+            raise
         except Exception as exc:  # noqa: BLE001 - whatever is in the file, it is not a result we can read
             raise CheckFailed(f"{what}: its result could not be read ({type(exc).__name__})") from None
         finally:
@@ -231,6 +244,54 @@ class Worker:
         ops = [OpRecord(n, [tuple(s) for s in shapes], [_dtype(d) for d in dtypes])
                for n, shapes, dtypes in reply.get("ops", [])]  # fmt: skip
         return result, ops, tuple(reply.get("outside", (0, 0)))
+
+    def bench(self, name: str, *, module: str, N: int, K: int, M: int, calls: int, copies: int, seed: int,
+              out_dtype: str, what: str):  # fmt: skip
+        """The timing protocol of qmatmul/harness.py, trusted side: returns (graph_ms, eager_ms, outputs by
+        mode, the seed each mode's inputs came from). The clock is this process's; the worker only runs."""
+        from qmatmul import checks, harness
+
+        prep = {"op": "bench_prepare", "name": name, "module": module, "N": N, "K": K, "M": M, "calls": calls,
+                "copies": copies, "seed": seed, "out_dtype": out_dtype}  # fmt: skip
+        reply = self._exchange(prep, what)
+        try:
+            self._raise_for(reply, name)
+        except LearnerError as exc:
+            raise CheckFailed(checks._learner_error_message(exc, what)) from None
+        rtt = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            self._exchange({"op": "ping"}, what)
+            rtt.append(time.perf_counter() - t0)
+        times, outs, seeds = {}, {}, {}
+        for mode in ("graph", "eager") if reply.get("graph") else ("eager",):
+            seeds[mode] = secrets.randbits(31)
+            t0 = time.perf_counter()
+            done = self._exchange({"op": "bench_go", "mode": mode, "seed": seeds[mode]}, what)
+            elapsed = time.perf_counter() - t0
+            try:
+                self._raise_for(done, name)
+            except LearnerError as exc:
+                raise CheckFailed(checks._learner_error_message(exc, what)) from None
+            times[mode] = max(elapsed - min(rtt), 1e-7) * 1e3 / calls
+            path = self.dir / f"outs-{secrets.token_hex(8)}.pt"
+            self._exchange({"op": "bench_fetch", "result": str(path)}, what)
+            try:
+                got = torch.load(path, weights_only=True)["outs"]
+            except Exception as exc:  # noqa: BLE001
+                raise CheckFailed(
+                    f"{what}: its timed outputs could not be read ({type(exc).__name__})"
+                ) from None
+            finally:
+                path.unlink(missing_ok=True)
+            if str(harness.outputs_checksum(got)) != done.get("checksum"):
+                raise CheckFailed(
+                    f"{what}: the process running your code said the timed batch was done before its outputs were "
+                    "(the outputs handed over afterwards differ from those it answered with): flagged for your "
+                    "instructor"
+                )
+            outs[mode] = got
+        return times.get("graph"), times.get("eager"), outs, seeds
 
 
 def _dtype(name: str):

@@ -29,7 +29,9 @@ ESCAPE_ATTRS = {
     "__func__", "__wrapped__", "_getframe", "settrace", "setprofile", "addaudithook", "meta_path",
     "path_hooks", "__stdout__", "__stderr__",
 }  # fmt: skip
-SYS_ATTRS = {"modules", "stdout", "stderr", "stdin", "exit"}
+SYS_ATTRS = {
+    "modules"
+}  # reading sys.stdout is fine; rebinding it is caught as a rebind of a module attribute
 OS_ATTRS = {
     "write", "writev", "dup", "dup2", "fdopen", "fork", "forkpty", "system", "popen", "kill", "killpg",
     "setsid", "setpgid", "setpgrp", "_exit", "pipe", "pipe2", "open", "execv", "execve", "execl", "execle",
@@ -42,6 +44,11 @@ HOST_ARITHMETIC_ATTRS = {
     "linear", "_scaled_mm", "_int_mm", "_weight_int8pack_mm", "_weight_int4pack_mm", "conv1d", "conv2d",
     "tolist", "item", "numpy", "from_numpy", "frombuffer", "inner", "outer", "kron", "chain_matmul",
     "multi_dot",
+}  # fmt: skip
+# The course's own host paths, which a kernel exercise must not call for its result.
+COURSE_PATHS = {
+    "naive": "the naive dequantize-then-matmul path", "reference": "the grading reference",
+    "dequantize": "a full dequantization of the weights", "scaled_mm": "torch._scaled_mm",
 }  # fmt: skip
 READS_VALUES = {"tolist", "item", "numpy", "from_numpy", "frombuffer"}
 HOST_MODULES = {"numpy", "np", "math_np", "scipy"}
@@ -229,6 +236,12 @@ def own_kernel_problems(src: Source, name: str) -> list[str]:
             line = f"`{_line(text[label], sub)}` (cell {label})"
             if isinstance(sub, ast.BinOp) and isinstance(sub.op, ast.MatMult):
                 problems.append(f"it computes the product with PyTorch's `@` on the host: {line}")
+            elif (
+                isinstance(sub, ast.Attribute)
+                and sub.attr in COURSE_PATHS
+                and src.modules.get(_root(sub) or "", "").startswith("qmatmul")
+            ):
+                problems.append(f"it calls the course's {ast.unparse(sub)}, {COURSE_PATHS[sub.attr]}: {line}")
             elif isinstance(sub, ast.Attribute) and sub.attr in READS_VALUES:
                 problems.append(f"it reads tensor values into Python (.{sub.attr}): {line}")
             elif isinstance(sub, ast.Attribute) and sub.attr in HOST_ARITHMETIC_ATTRS:

@@ -102,6 +102,96 @@ def _call(shell, job: dict) -> dict:
     return reply
 
 
+_BENCH: dict = {}
+
+
+def _sync(device: str) -> None:
+    import torch
+
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _bench_prepare(shell, job: dict) -> dict:
+    """Build the timed problem: weight copies from the trusted side's seed, per-call buffers, maybe a graph."""
+    import torch
+
+    from qmatmul import harness
+
+    fn = shell.user_ns.get(job["name"])
+    if fn is None:
+        return {"status": "missing", "name": job["name"]}
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    M, N, K, calls, copies = job["M"], job["N"], job["K"], job["calls"], job["copies"]
+    weights = harness.weight_copies(job["module"], N, K, job["seed"], copies, device)
+    inputs = tuple(t.clone() for t in harness.inputs_for(job["module"], M, K, 0, calls, device))
+    outs = torch.empty((calls, M, N), dtype=getattr(torch, job["out_dtype"]), device=device)
+
+    def run(i):
+        return fn(*(t[i] for t in inputs), *weights[i % copies], out=outs[i])
+
+    _BENCH.clear()
+    try:
+        run(0)
+        _sync(device)
+    except BaseException as exc:  # noqa: BLE001
+        return _describe_error(exc)
+    graph = None
+    if device == "cuda":
+        try:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                run(1 % calls)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for i in range(calls):
+                    run(i)
+        except BaseException:  # noqa: BLE001 - not capturable: eager only
+            graph = None
+            _sync(device)
+    _BENCH.update(run=run, inputs=inputs, outs=outs, graph=graph, job=job, device=device)
+    return {"status": "ok", "graph": graph is not None}
+
+
+def _bench_go(job: dict) -> dict:
+    """The timed batch: fresh inputs from the seed just received, the calls, the whole device synchronized."""
+    from qmatmul import harness
+
+    b, prep = _BENCH, _BENCH["job"]
+    fresh = harness.inputs_for(prep["module"], prep["M"], prep["K"], job["seed"], prep["calls"], b["device"])
+    for dst, src in zip(b["inputs"], fresh, strict=True):
+        dst.copy_(src)
+    b["outs"].fill_(float("nan"))
+    try:
+        if job["mode"] == "graph":
+            b["graph"].replay()
+        else:
+            for i in range(prep["calls"]):
+                b["run"](i)
+        _sync(b["device"])
+    except BaseException as exc:  # noqa: BLE001
+        return _describe_error(exc)
+    return {"status": "ok", "checksum": str(harness.outputs_checksum(b["outs"]))}
+
+
+def _serve(shell, job: dict) -> dict:
+    import torch
+
+    op = job.get("op", "call")
+    if op == "ping":
+        return {"status": "ok"}
+    if op == "bench_prepare":
+        return _bench_prepare(shell, job)
+    if op == "bench_go":
+        return _bench_go(job)
+    if op == "bench_fetch":
+        torch.save({"outs": _BENCH["outs"]}, job["result"])
+        return {"status": "ok"}
+    return _call(shell, job)
+
+
 def main(argv: list[str]) -> int:
     program_path, reply_fd = argv[0], int(argv[1])
     reply_channel = os.fdopen(reply_fd, "w", buffering=1)
@@ -119,7 +209,7 @@ def main(argv: list[str]) -> int:
         job = json.loads(line)
         nonce = job.pop("nonce")
         try:
-            reply = _call(shell, job)
+            reply = _serve(shell, job)
         except BaseException:  # noqa: BLE001 - a broken job is reported, never fatal
             reply = {"status": "error", "type": "GraderError", "message": traceback.format_exc()[-2000:],
                      "unfilled": False, "where": "", "compile": False, "compile_summary": ""}  # fmt: skip

@@ -4,8 +4,8 @@ bandwidth cell measures how far it is from fused.
 
 expect test_quantizer: 2 /
 expect test_decoder: 1 /
-expect test_matmul: 0 / instead of your Triton kernel
-expect test_decode: 0 / instead of your Triton kernel
+expect test_matmul: 0 / the naive dequantize-then-matmul path
+expect test_decode: 0 / the naive dequantize-then-matmul path
 expect test_decode_bandwidth: 0 /
 expect[gpu] test_prefill_speed: 0 /
 expect test_block_matmul: 1 /

@@ -3,8 +3,8 @@ tensor in memory, then a PyTorch matmul. Right numbers; the checks name the PyTo
 bandwidth cell measures how far it is from fused.
 
 expect test_quantizer: 3 /
-expect test_prefill: 0 / instead of your Triton kernel
-expect test_decode: 0 / instead of your Triton kernel
+expect test_prefill: 0 / the naive dequantize-then-matmul path
+expect test_decode: 0 / the naive dequantize-then-matmul path
 expect test_decode_bandwidth: 0 /
 """
 

@@ -1,0 +1,202 @@
+"""Timing a learner's kernel that the grader cannot trust: the one harness every performance cell uses.
+
+A chapter describes its timed problem (a module with timing_weights(N, K, g), timing_inputs(M, K, g, n) and
+reference(*inputs, *weights)); `time_calls` times the learner's function on it and checks every timed output.
+
+In the learner's own notebook (a local function) it times in process, two ways: the kernel under CUDA-graph
+replay over weight copies that together exceed the L2 (the kernel's time), and eagerly around the Python call
+(what one call costs without graphs).
+
+Under the trusted grader (a function that runs in the worker) the trusted side times, the worker only runs:
+  prepare  the worker builds the weight copies from a seed (both sides can), allocates per-call input and output
+           buffers and may capture the calls in a CUDA graph (host overhead stays out);
+  go       the trusted side sends a fresh seed and starts its clock; the worker fills every input from that seed
+           (so nothing could be computed before), runs the batch, synchronizes its whole device and answers
+           with the sum of the outputs' bits; the clock stops when the answer arrives;
+  fetch    the worker hands over every output; the trusted side checks that the sum matches (an answer sent
+           before the work was done cannot) and compares each output with the reference on the inputs it
+           regenerates from the same seed.
+Time per call = (go-to-answer - an empty round trip) / calls. What remains in the window besides the kernels:
+one input fill (a few µs), one reduction over the outputs (µs) and the round trip's jitter (tens of µs), against
+batches of about 20 ms: well under 1 %. docs/benchmark-h200.md records the protocol against in-process replay.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import secrets
+from dataclasses import dataclass
+
+import torch
+
+from qmatmul import checks
+from qmatmul.checks import CheckFailed
+
+BATCH_MS = 20.0  # aim for a timed batch about this long
+MAX_CALLS = 400
+
+
+@dataclass
+class Timed:
+    label: str
+    M: int
+    nbytes: int
+    graph_ms: float | None  # per call, CUDA-graph replay (None when the calls could not be captured)
+    eager_ms: float | None  # per call, eager Python calls
+    copy_bw: float
+
+    @property
+    def ms(self) -> float:
+        return self.graph_ms if self.graph_ms is not None else self.eager_ms
+
+    @property
+    def fraction_of_copy(self) -> float:
+        return self.nbytes / (self.ms * 1e-3) / self.copy_bw
+
+    def describe(self) -> str:
+        parts = []
+        for name, ms in (("graph replay", self.graph_ms), ("eager", self.eager_ms)):
+            if ms is not None:
+                frac = self.nbytes / (ms * 1e-3) / self.copy_bw
+                parts.append(f"{name} {ms * 1e3:.1f} µs = {frac:.0%} of copy")
+        return f"{self.label}: " + ", ".join(parts) + f" (copy {self.copy_bw / 1e12:.2f} TB/s measured here)"
+
+
+def _module(name: str):
+    return importlib.import_module(name)
+
+
+def calls_for(nbytes: int, copy_bw: float, est_ms: float | None = None) -> int:
+    """Calls in one batch: about BATCH_MS of work, a call estimated at `est_ms` or at a third of the copy
+    bandwidth."""
+    est_ms = est_ms or nbytes / (copy_bw / 3) * 1e3
+    return max(8, min(MAX_CALLS, math.ceil(BATCH_MS / max(est_ms, 1e-3))))
+
+
+def weight_copies(module: str, N: int, K: int, seed: int, copies: int, device: str) -> list[tuple]:
+    mod = _module(module)
+    out = []
+    for c in range(copies):
+        g = checks.generator(seed + c, device)
+        out.append(tuple(mod.timing_weights(N, K, g)))
+    return out
+
+
+def inputs_for(module: str, M: int, K: int, seed: int, n: int, device: str) -> tuple:
+    return tuple(_module(module).timing_inputs(M, K, checks.generator(seed, device), n))
+
+
+def outputs_checksum(outs: torch.Tensor) -> int:
+    """The sum of the outputs' bit patterns: known only to whoever has the outputs."""
+    bits = outs.view(torch.int16) if outs.element_size() == 2 else outs.view(torch.int32)
+    return int(bits.sum(dtype=torch.int64))
+
+
+def time_calls(fn, *, what: str, module: str, N: int, K: int, M: int, out_dtype: torch.dtype, nbytes: int,
+               seed: int | None = None, device: str = "cuda", est_ms: float | None = None) -> Timed:  # fmt: skip
+    """Time fn(*inputs, *weights, out=out) at one M, check every timed output, and return both figures."""
+    from qmatmul import bench
+
+    seed = checks.fresh_seed() if seed is None else seed
+    copy_bw = bench.copy_bandwidth() if device == "cuda" else 1e12
+    copies = bench.copies_needed(nbytes, device) if device == "cuda" else 2
+    calls = calls_for(nbytes, copy_bw, est_ms)
+    calls -= calls % copies
+    label = f"{what} M={M}, N={N}, K={K}"
+    mod = _module(module)
+    weights = weight_copies(module, N, K, seed, copies, device)
+    if checks.is_remote(fn):
+        graph_ms, eager_ms, outs_by_mode, go_seeds = fn.worker.bench(
+            fn.__name__, module=module, N=N, K=K, M=M, calls=calls, copies=copies, seed=seed,
+            out_dtype=str(out_dtype).removeprefix("torch."), what=what,
+        )  # fmt: skip
+    else:
+        graph_ms, eager_ms, outs_by_mode, go_seeds = _local(
+            fn, mod, weights, N, K, M, calls, out_dtype, device, what
+        )
+    for mode, outs in outs_by_mode.items():
+        inputs = inputs_for(module, M, K, go_seeds[mode], calls, device)
+        for i in range(calls):
+            expected = mod.reference(*(t[i] for t in inputs), *weights[i % copies])
+            checks.compare(outs[i], expected, what=f"{what} (timed, {mode})", rtol=checks.tolerance_for(out_dtype),
+                           poisoned=True, context=f" (call {i} of the timed batch, M={M}, N={N}, K={K})")  # fmt: skip
+    return Timed(label, M, nbytes, graph_ms, eager_ms, copy_bw)
+
+
+def _local(fn, mod, weights, N, K, M, calls, out_dtype, device, what):
+    """In-process timing for a learner's own notebook: graph replay and eager, both over fresh inputs."""
+    import time
+
+    copies = len(weights)
+    cuda = device == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    outs = torch.empty((calls, M, N), dtype=out_dtype, device=device)
+    go_seeds, results, times = {}, {}, {}
+    buffers = tuple(t.clone() for t in mod.timing_inputs(M, K, checks.generator(0, device), calls))
+
+    def run(i):
+        return fn(*(t[i] for t in buffers), *weights[i % copies], out=outs[i])
+
+    checks.call_learner(run, 0, what=what)
+    sync()
+    graph = None
+    try:
+        if not cuda:
+            raise RuntimeError("no CUDA graphs without a GPU")
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            run(1)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for i in range(calls):
+                run(i)
+    except Exception as exc:  # noqa: BLE001 - not capturable: the eager figure stands alone
+        if cuda:
+            print(
+                f"{what}: the calls could not be captured in a CUDA graph ({type(exc).__name__}); eager only"
+            )
+        graph = None
+        sync()
+    for mode in ("graph", "eager") if graph is not None else ("eager",):
+        go_seeds[mode] = secrets.randbits(31)
+        fresh = mod.timing_inputs(M, K, checks.generator(go_seeds[mode], device), calls)
+        for dst, src in zip(buffers, fresh, strict=True):
+            dst.copy_(src)
+        outs.fill_(float("nan"))
+        sync()
+        t0 = time.perf_counter()
+        if mode == "graph":
+            graph.replay()
+        else:
+            for i in range(calls):
+                checks.call_learner(run, i, what=what)
+        sync()
+        times[mode] = (time.perf_counter() - t0) * 1e3 / calls
+        results[mode] = outs.clone()
+    return times.get("graph"), times.get("eager"), results, go_seeds
+
+
+def check_bandwidth(fn, *, what: str, module: str, N: int, K: int, Ms, out_dtype, nbytes, threshold: float,
+                    hint: str, seed: int | None = None) -> list[Timed]:  # fmt: skip
+    """A decode kernel's performance cell: at every M, at least `threshold` of the copy bandwidth."""
+    checks.require_own_kernel(fn, what=what)
+    seed = checks.fresh_seed() if seed is None else seed
+    results = []
+    for M in Ms:
+        t = time_calls(fn, what=what, module=module, N=N, K=K, M=M, out_dtype=out_dtype, nbytes=nbytes(M),
+                        seed=seed + M)  # fmt: skip
+        print(t.describe())
+        results.append(t)
+    worst = min(results, key=lambda t: t.fraction_of_copy)
+    if worst.fraction_of_copy < threshold:
+        raise CheckFailed(
+            f"{what} reaches {worst.fraction_of_copy:.0%} of the copy bandwidth at {worst.label}; it must reach "
+            f"{threshold:.0%}. {hint}"
+        )
+    checks.passed(
+        f"{what}: at least {worst.fraction_of_copy:.0%} of the copy bandwidth (threshold {threshold:.0%})"
+    )
+    return results

@@ -1,0 +1,105 @@
+"""Every way of cheating found so far, graded by the real nbgrader: each earns nothing it does not deserve,
+and honest code in unusual shapes earns full marks. Plain mode and the sandbox.
+
+The submissions live in autograder/adversarial/<chapter>/ (the demo class's format: cells that replace the
+solution's, and `expect` lines). course.md's threat model says which families each mode defends.
+"""
+
+import time
+
+import classroom
+import pytest
+from conftest import HAS_GPU, ROOT, skip_unless_required
+
+pytestmark = pytest.mark.slow
+CORPUS = ROOT / "autograder" / "adversarial"
+SANDBOX_ONLY = {"sandbox_escape"}  # unsandboxed, it would really write into the package
+
+
+def corpus(chapter: str) -> list:
+    return [classroom.load_demo_student(p) for p in sorted((CORPUS / chapter).glob("*.py"))]
+
+
+def grade(tmp_path, students, sandbox: bool, monkeypatch) -> tuple[dict, dict]:
+    dirs = classroom.CourseDirs(
+        submitted=str(tmp_path / "submitted"), autograded=str(tmp_path / "autograded"),
+        feedback=str(tmp_path / "feedback"), release=str(tmp_path / "release"), db=str(tmp_path / "gradebook.db"),
+        sandbox=sandbox,
+    )  # fmt: skip
+    monkeypatch.setenv("ESCAPE_GRADEBOOK", str(tmp_path / "gradebook.db"))
+    assert classroom.nbgrader("generate_assignment", "w8a16", "--force", dirs=dirs).returncode == 0
+    for st in students:
+        classroom.build_submission(st, ROOT / dirs.release, ROOT / dirs.submitted / st.name / "w8a16")
+    seconds = {}
+    for st in students:
+        t0 = time.time()
+        failures = classroom.autograde("w8a16", [st.name], dirs)
+        seconds[st.name] = time.time() - t0
+        assert not failures, failures
+    rows = {r["student"]: r for r in classroom.gradebook("w8a16", dirs)}
+    classroom.print_gradebook("w8a16", list(rows.values()))
+    return rows, seconds
+
+
+def assert_expected(students, rows) -> None:
+    where = "gpu" if HAS_GPU else "cpu"
+    for st in students:
+        row = rows[st.name]
+        for scope, cell, points, message in st.expects:
+            if scope not in ("any", where):
+                continue
+            got = row["scores"][cell][0]
+            msg = row["messages"].get(cell, "")
+            assert got == points, f"{st.name} · {cell}: {got} points, expected {points} ({msg})"
+            assert message in msg, f"{st.name} · {cell}: {msg!r} lacks {message!r}"
+
+
+def _autograded(tmp_path, name):
+    return tmp_path / "autograded" / name / "w8a16"
+
+
+@pytest.mark.xdist_group("adversarial-plain")
+def test_the_corpus_earns_what_it_deserves_without_the_sandbox(tmp_path, monkeypatch):
+    monkeypatch.setenv("DETACHED_MARKER", "detached-marker.txt")
+    monkeypatch.setenv("DETACHED_SLEEP", "300")
+    students = [s for s in corpus("w8a16") if s.name not in SANDBOX_ONLY]
+    rows, seconds = grade(tmp_path, students, sandbox=False, monkeypatch=monkeypatch)
+    assert_expected(students, rows)
+    assert seconds["detached"] < 200, "a detached process held the grader up"
+    for st in students:  # the scores are the trusted grader's: every graded cell carries its verdict
+        assert set(rows[st.name]["scores"]) == {
+            "test_quantizer",
+            "test_prefill",
+            "test_decode",
+            "test_decode_bandwidth",
+        }
+
+
+def _escape_line(notebook) -> str:
+    import json
+
+    for cell in json.loads(notebook.read_text())["cells"]:
+        for out in cell.get("outputs", []):
+            text = "".join(out.get("text", ""))
+            if out.get("output_type") == "stream" and "escape:" in text:
+                return next(ln for ln in text.splitlines() if ln.startswith("escape:"))
+    raise AssertionError(f"the escape attempt printed nothing in {notebook}")
+
+
+@pytest.mark.xdist_group("adversarial-sandbox")
+def test_the_sandbox_holds_what_plain_mode_cannot(tmp_path, monkeypatch):
+    if not classroom.sandbox_available():
+        skip_unless_required("bubblewrap with user namespaces is not available: `make system-deps`",
+                             "QMATMUL_REQUIRE_SANDBOX")  # fmt: skip
+    monkeypatch.setenv("DETACHED_MARKER", "detached-marker.txt")
+    monkeypatch.setenv("DETACHED_SLEEP", "3")
+    names = {"sandbox_escape", "detached", "forge_channel", "patch_checks", "honest_toplevel"}
+    students = [s for s in corpus("w8a16") if s.name in names]
+    package = (ROOT / "qmatmul" / "__init__.py").read_bytes()
+    rows, _ = grade(tmp_path, students, sandbox=True, monkeypatch=monkeypatch)
+    assert_expected(students, rows)
+    line = _escape_line(_autograded(tmp_path, "sandbox_escape") / "w8a16.ipynb")
+    assert "REACHED" not in line, line
+    assert (ROOT / "qmatmul" / "__init__.py").read_bytes() == package
+    time.sleep(5)  # the detached process would have written by now, had it outlived its grading
+    assert not (_autograded(tmp_path, "detached") / "detached-marker.txt").exists()
