@@ -51,8 +51,12 @@ def configure(c) -> None:
     argv = [str(SCRIPT), sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
     (spec / "kernel.json").write_text(json.dumps({"argv": argv, "display_name": "Python 3 (qmatmul sandbox)",
                                                   "language": "python"}))  # fmt: skip
-    runtime = tempfile.mkdtemp(prefix="qms-")  # short: unix socket paths are limited to ~100 characters
+    # nbgrader may read its configuration more than once: one runtime folder for the process.
+    runtime = os.environ.get("QMATMUL_SANDBOX_RUNTIME") or tempfile.mkdtemp(prefix="qms-")  # short: socket paths
     hide = ":".join(hidden())
+    # The kernel's connection file goes to a temporary file: into the runtime folder, which the sandbox binds
+    # (its own /tmp is private).
+    os.environ["TMPDIR"] = tempfile.tempdir = runtime
     os.environ.update(JUPYTER_PATH=str(spec.parent.parent), JUPYTER_RUNTIME_DIR=runtime,
                       QMATMUL_SANDBOX_RUNTIME=runtime, QMATMUL_SANDBOX_HIDE=hide)  # fmt: skip
     c.Execute.kernel_name = KERNEL
