@@ -106,3 +106,100 @@ def escaped_stream(t: Timing) -> bool:
     a gap of 4x counts.
     """
     return t.wall_ms is not None and t.ms < 0.25 * t.wall_ms
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Graph-timed: the kernel's own time, without the Python wrapper's host time
+
+
+def l2_bytes(device: str = "cuda") -> int:
+    """The GPU's L2 cache size in bytes (50 MB on an H100/H200, 6 MB on an A10, 4 MB on a T4)."""
+    return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 64 << 20) or (64 << 20))
+
+
+def copies_needed(nbytes: int, device: str = "cuda") -> int:
+    """How many copies of an operand of nbytes to rotate so that together they exceed three L2s (at least 2):
+    each call then reads its weights from device memory, not from what the previous call left in the L2."""
+    return max(2, -(-3 * l2_bytes(device) // max(int(nbytes), 1)))
+
+
+def graph_ms(fns, *, target_ms: float = 2.0, max_calls: int = 400, replays: int = 15) -> float:
+    """Median time per call in ms under CUDA-graph replay.
+
+    fns: a zero-argument function, or a list of them (one per copy of the weights). The graph holds calls
+    fns[0](), fns[1](), ..., fns[0](), ... back to back (a multiple of len(fns), enough for about target_ms),
+    so launch gaps shrink to the GPU's own and, with copies larger than the L2 together, nothing is served
+    from the L2. Each function must be capturable: no host synchronization, no .item(), no new compilation
+    (every function is run once first, which compiles its kernels). The median of `replays` replays, divided
+    by the number of calls.
+    """
+    fns = list(fns) if isinstance(fns, (list, tuple)) else [fns]
+    for fn in fns:  # compile, autotune, allocate outside the capture
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for fn in fns:
+        fn()
+    end.record()
+    end.synchronize()
+    per_call = max(start.elapsed_time(end) / len(fns), 1e-3)
+    rounds = max(2, min(max_calls // len(fns), int(target_ms / per_call / len(fns)) + 1))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up on a side stream, as torch.cuda.graphs recommends
+        for fn in fns:
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(rounds):
+            for fn in fns:
+                fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(replays):
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    del graph
+    times.sort()
+    return times[len(times) // 2] / (rounds * len(fns))
+
+
+@dataclass
+class TwoWay:
+    """One path timed two ways: graph_ms (the kernel: CUDA-graph replay over rotating weight copies) and
+    eager_ms (do_bench around the Python call: what one call costs without graphs). Either may be None, with
+    the reason in graph_error / eager_error."""
+
+    graph_ms: float | None
+    eager_ms: float | None
+    graph_error: str | None = None
+    eager_error: str | None = None
+
+
+def _reason(exc: Exception) -> str:
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {first}"[:160]
+
+
+def time_two_ways(fns, *, eager_rep_ms: int = 40) -> TwoWay:
+    """Time fns (one function, or one per weight copy) under graph replay and eagerly (do_bench on fns[0])."""
+    fns = list(fns) if isinstance(fns, (list, tuple)) else [fns]
+    fns[0]()
+    torch.cuda.synchronize()
+    result = TwoWay(None, None)
+    try:
+        result.eager_ms = median_ms(fns[0], warmup_ms=10, rep_ms=eager_rep_ms)
+    except Exception as exc:  # noqa: BLE001 - reported in the table
+        result.eager_error = _reason(exc)
+    try:
+        result.graph_ms = graph_ms(fns)
+    except Exception as exc:  # noqa: BLE001 - a path that cannot be captured is reported, not fatal
+        result.graph_error = _reason(exc)
+        torch.cuda.synchronize()
+    return result

@@ -297,10 +297,18 @@ def decode_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
     fp8_dot = _fp8_dot(device)
     if device != "cuda":
         return dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, FP8_DOT=fp8_dot, num_warps=4, num_stages=1)
-    # 80 % of the copy bandwidth at M = 1 and 16 on the H200 (docs/benchmark-fp8-h200.md).
+    # Graph-timed on the H200 (docs/perf-notes.md, 2026-12-01), fraction of copy at M = 1 / 16: 28672 x 8192 with
+    # 128 x 256: 93 / 97; 8192 x 28672 with 64 x 1024, 8 warps: 97 / 97 (64 x 512: 90 / 99); 8192 x 8192 with
+    # 64 x 512: 81 / 80 (64 x 256: 65 / 64). The fp16 path (no fp8 tensor cores) keeps its earlier tiles.
     long_k = K >= 16384
-    return dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=512 if long_k else 256, FP8_DOT=fp8_dot, num_warps=4,
-                num_stages=4 if long_k else 3)  # fmt: skip
+    if not fp8_dot:
+        return dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=512 if long_k else 256, FP8_DOT=False, num_warps=4,
+                    num_stages=4 if long_k else 3)  # fmt: skip
+    if N >= 16384:
+        return dict(BLOCK_M=16, BLOCK_N=128, BLOCK_K=256, FP8_DOT=True, num_warps=4, num_stages=3)
+    if long_k:
+        return dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=1024, FP8_DOT=True, num_warps=8, num_stages=3)
+    return dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=512, FP8_DOT=True, num_warps=4, num_stages=4)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -1163,6 +1171,8 @@ def benchmark(sol, record, env, quick: bool = False) -> None:
     """Time the solution beside cuBLAS bf16, torch._scaled_mm and the naive path (tools/bench.py calls this)."""
     if not has_fp8_dot("cuda"):
         print("fp8: this GPU has no fp8 tensor cores; timing the decode-to-fp16 path only")
+    from qmatmul import bench
+
     g = checks.generator(0, "cuda")
 
     def recheck(fn, M, N, K):
@@ -1178,49 +1188,44 @@ def benchmark(sol, record, env, quick: bool = False) -> None:
 
     shapes = [BANDWIDTH_SHAPE] if quick else [(8192, 8192), (28672, 8192), (8192, 28672)]
     for N, K in shapes:
-        _, _, wq, sw = _timing_problem(1, N, K, g)
-        w = torch.randn(N, K, device="cuda", generator=g).to(env.act_dtype)
+        ws = [_timing_problem(1, N, K, g)[2:] for _ in range(bench.copies_needed(N * K))]
+        dense = [torch.randn(N, K, device="cuda", generator=g).to(env.act_dtype)
+                 for _ in range(bench.copies_needed(2 * N * K))]  # fmt: skip
         for M in (1, 16):
             xq, sx, _, _ = _timing_problem(M, 1, K, g)
             x = torch.randn(M, K, device="cuda", generator=g).to(env.act_dtype)
             fused = bytes_moved(M, N, K)
-            record(
-                "decode", "dense bf16 (cuBLAS)", M, N, K, lambda x=x, w=w: x @ w.T, bytes_moved_dense(M, N, K)
-            )
+            record("decode", "dense bf16 (cuBLAS)", M, N, K, [lambda x=x, w=w: x @ w.T for w in dense],
+                   bytes_moved_dense(M, N, K))  # fmt: skip
             record("decode", "torch._scaled_mm rowwise", M, N, K,
-                   lambda xq=xq, sx=sx, wq=wq, sw=sw: scaled_mm(xq, sx, wq, sw), fused)  # fmt: skip
+                   [lambda xq=xq, sx=sx, w=w: scaled_mm(xq, sx, *w) for w in ws], fused)  # fmt: skip
             record("decode", "solution fp8_decode", M, N, K,
-                   lambda xq=xq, sx=sx, wq=wq, sw=sw: sol.fp8_decode(xq, sx, wq, sw), fused,
+                   [lambda xq=xq, sx=sx, w=w: sol.fp8_decode(xq, sx, *w) for w in ws], fused,
                    recheck(sol.fp8_decode, M, 4096, 4096))  # fmt: skip
             with use_path(False):
-                sol.fp8_decode(xq, sx, wq, sw)
+                sol.fp8_decode(xq, sx, *ws[0])
                 record("decode", "solution fp8_decode, fp16 path", M, N, K,
-                       lambda xq=xq, sx=sx, wq=wq, sw=sw: sol.fp8_decode(xq, sx, wq, sw), fused)  # fmt: skip
+                       [lambda xq=xq, sx=sx, w=w: sol.fp8_decode(xq, sx, *w) for w in ws], fused)  # fmt: skip
     N = K = 8192
-    _, _, wq, sw = _timing_problem(1, N, K, g)
-    w = torch.randn(N, K, device="cuda", generator=g).to(env.act_dtype)
+    ws = [_timing_problem(1, N, K, g)[2:] for _ in range(2)]
+    dense = [torch.randn(N, K, device="cuda", generator=g).to(env.act_dtype) for _ in range(2)]
     for M in (4096,) if quick else (2048, 4096, 8192):
         xq, sx, _, _ = _timing_problem(M, 1, K, g)
         x = torch.randn(M, K, device="cuda", generator=g).to(env.act_dtype)
         fused = bytes_moved(M, N, K)
-        record("prefill", "dense bf16 (cuBLAS)", M, N, K, lambda x=x: x @ w.T, bytes_moved_dense(M, N, K))
-        record(
-            "prefill",
-            "torch._scaled_mm rowwise",
-            M,
-            N,
-            K,
-            lambda xq=xq, sx=sx: scaled_mm(xq, sx, wq, sw),
-            fused,
-        )
+        record("prefill", "dense bf16 (cuBLAS)", M, N, K, [lambda x=x, w=w: x @ w.T for w in dense],
+               bytes_moved_dense(M, N, K))  # fmt: skip
+        record("prefill", "torch._scaled_mm rowwise", M, N, K,
+               [lambda xq=xq, sx=sx, w=w: scaled_mm(xq, sx, *w) for w in ws], fused)  # fmt: skip
         record("prefill", "naive: dequantize, matmul", M, N, K,
-               lambda xq=xq, sx=sx: naive(xq, sx, wq, sw, env.act_dtype), fused)  # fmt: skip
+               [lambda xq=xq, sx=sx, w=w: naive(xq, sx, *w, env.act_dtype) for w in ws], fused)  # fmt: skip
         xb, sxb, wb, swb = _timing_block_problem(M, N, K, g)
         record("prefill", "solution fp8_block_matmul (128x128)", M, N, K,
                lambda xb=xb, sxb=sxb, wb=wb, swb=swb: sol.fp8_block_matmul(xb, sxb, wb, swb), fused)  # fmt: skip
-        record("prefill", "solution fp8_matmul", M, N, K, lambda xq=xq, sx=sx: sol.fp8_matmul(xq, sx, wq, sw), fused,
+        record("prefill", "solution fp8_matmul", M, N, K,
+               [lambda xq=xq, sx=sx, w=w: sol.fp8_matmul(xq, sx, *w) for w in ws], fused,
                recheck(sol.fp8_matmul, 300, 1000, 777))  # fmt: skip
         with use_path(False):
-            sol.fp8_matmul(xq, sx, wq, sw)
+            sol.fp8_matmul(xq, sx, *ws[0])
             record("prefill", "solution fp8_matmul, fp16 path", M, N, K,
-                   lambda xq=xq, sx=sx: sol.fp8_matmul(xq, sx, wq, sw), fused)  # fmt: skip
+                   [lambda xq=xq, sx=sx, w=w: sol.fp8_matmul(xq, sx, *w) for w in ws], fused)  # fmt: skip

@@ -110,11 +110,12 @@ def decode_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
     """Tile sizes for the decode kernel: all M rows (padded to 16) in one program, a strip of N."""
     if device != "cuda":
         return dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=1)
-    # Swept on the H200 (docs/benchmark-h200.md): 77 % of the copy bandwidth at 28672 x 8192 and 8192 x 28672.
-    long_k = K >= 16384
-    return dict(
-        BLOCK_M=16, BLOCK_N=64, BLOCK_K=512 if long_k else 256, num_warps=4, num_stages=4 if long_k else 3
-    )
+    # Graph-timed on the H200 (docs/perf-notes.md, 2026-12-01), fraction of copy at M = 1 / 16: 28672 x 8192 with
+    # 128 columns x 256 of K 94 / 93 (64 x 256: 81 / 83); otherwise 64 x 512: 88 / 87 at 8192 x 28672, 74 / 73 at
+    # 8192 x 8192 (64 x 256: 59 / 60; only 128 strips of 64 columns there).
+    if N >= 16384:
+        return dict(BLOCK_M=16, BLOCK_N=128, BLOCK_K=256, num_warps=4, num_stages=3)
+    return dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=512, num_warps=4, num_stages=4 if K >= 16384 else 3)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -545,6 +546,8 @@ def benchmark(sol, record, env, quick: bool = False) -> None:
 
     record(kind, label, M, N, K, fn, nbytes, check=None) times fn and, after timing, runs check().
     """
+    from qmatmul import bench
+
     dtype = env.act_dtype
     g = checks.generator(0, "cuda")
 
@@ -562,32 +565,78 @@ def benchmark(sol, record, env, quick: bool = False) -> None:
 
         return run
 
+    def gemlite_layers(ws):
+        try:
+            from gemlite.helper import A16W8_INT8
+        except Exception:  # noqa: BLE001 - an optional peer
+            return None
+        try:
+            return [A16W8_INT8(device="cuda", dtype=dtype).from_weights(q, scales=s[:, None].to(dtype))
+                    for q, s in ws]  # fmt: skip
+        except Exception as exc:  # noqa: BLE001
+            print(f"gemlite W8A16: {type(exc).__name__}: {exc}")
+            return None
+
+    def gemlite_recheck(M):
+        def run():
+            x, q, s = random_problem(M, 1024, 1024, dtype, "cuda", checks.generator(1))
+            layer = gemlite_layers([(q, s)])[0]
+            try:
+                checks.compare(
+                    layer(x), reference(x, q, s), what="gemlite recheck", rtol=checks.tolerance_for(dtype)
+                )
+                return True
+            except CheckFailed as exc:
+                print(exc)
+                return False
+
+        return run
+
+    def weight(N, K):
+        q = torch.randint(-QMAX, QMAX + 1, (N, K), dtype=torch.int8, device="cuda", generator=g)
+        return q, torch.rand(N, device="cuda", generator=g) * 1e-3 + 1e-4
+
     shapes = [BANDWIDTH_SHAPE] if quick else [(8192, 8192), (28672, 8192), (8192, 28672)]
     for N, K in shapes:
-        q = torch.randint(-QMAX, QMAX + 1, (N, K), dtype=torch.int8, device="cuda", generator=g)
-        s = torch.rand(N, device="cuda", generator=g) * 1e-3 + 1e-4
-        w = torch.randn(N, K, device="cuda", generator=g).to(dtype)
+        ws = [weight(N, K) for _ in range(bench.copies_needed(N * K))]
+        dense = [
+            torch.randn(N, K, device="cuda", generator=g).to(dtype)
+            for _ in range(bench.copies_needed(2 * N * K))
+        ]
+        peers = gemlite_layers(ws)
+        ws_act = [(q, s.to(dtype)) for q, s in ws]  # _weight_int8pack_mm takes its scales in x's dtype
         for M in (1, 4, 16):
             x = torch.randn(M, K, device="cuda", generator=g).to(dtype)
             fused = bytes_moved(M, N, K)
-            record("decode", "dense (cuBLAS)", M, N, K, lambda x=x, w=w: x @ w.T, bytes_moved_dense(M, N, K))
-            record(
-                "decode", "naive: dequantize, matmul", M, N, K, lambda x=x, q=q, s=s: naive(x, q, s), fused
-            )
+            record("decode", "dense (cuBLAS)", M, N, K, [lambda x=x, w=w: x @ w.T for w in dense],
+                   bytes_moved_dense(M, N, K))  # fmt: skip
+            record("decode", "naive: dequantize, matmul", M, N, K,
+                   [lambda x=x, w=w: naive(x, *w) for w in ws], fused)  # fmt: skip
             record("decode", "torch._weight_int8pack_mm", M, N, K,
-                   lambda x=x, q=q, s=s: torch._weight_int8pack_mm(x, q, s.to(dtype)), fused)  # fmt: skip
-            record("decode", "solution w8a16_decode", M, N, K, lambda x=x, q=q, s=s: sol.w8a16_decode(x, q, s),
+                   [lambda x=x, q=q, s=s: torch._weight_int8pack_mm(x, q, s) for q, s in ws_act], fused)  # fmt: skip
+            record("decode", "gemlite A16W8 (pure Triton)", M, N, K,
+                   None if peers is None else [lambda x=x, layer=layer: layer(x) for layer in peers], fused,
+                   None if peers is None else gemlite_recheck(M))  # fmt: skip
+            record("decode", "solution w8a16_decode", M, N, K, [lambda x=x, w=w: sol.w8a16_decode(x, *w) for w in ws],
                    fused, recheck(sol.w8a16_decode, M, N, K))  # fmt: skip
             record("decode", "solution w8a16_matmul (tiled)", M, N, K,
-                   lambda x=x, q=q, s=s: sol.w8a16_matmul(x, q, s), fused)  # fmt: skip
+                   [lambda x=x, w=w: sol.w8a16_matmul(x, *w) for w in ws], fused)  # fmt: skip
     N = K = 8192
-    q = torch.randint(-QMAX, QMAX + 1, (N, K), dtype=torch.int8, device="cuda", generator=g)
-    s = torch.rand(N, device="cuda", generator=g) * 1e-3 + 1e-4
-    w = torch.randn(N, K, device="cuda", generator=g).to(dtype)
+    ws = [weight(N, K) for _ in range(2)]
+    dense = [torch.randn(N, K, device="cuda", generator=g).to(dtype) for _ in range(2)]
     for M in (2048,) if quick else (2048, 4096):
         x = torch.randn(M, K, device="cuda", generator=g).to(dtype)
         fused = bytes_moved(M, N, K)
-        record("prefill", "dense (cuBLAS)", M, N, K, lambda x=x: x @ w.T, bytes_moved_dense(M, N, K))
-        record("prefill", "naive: dequantize, matmul", M, N, K, lambda x=x: naive(x, q, s), fused)
-        record("prefill", "solution w8a16_matmul", M, N, K, lambda x=x: sol.w8a16_matmul(x, q, s), fused,
-               recheck(sol.w8a16_matmul, 300, 1000, 777))  # fmt: skip
+        record("prefill", "dense (cuBLAS)", M, N, K, [lambda x=x, w=w: x @ w.T for w in dense],
+               bytes_moved_dense(M, N, K))  # fmt: skip
+        record(
+            "prefill",
+            "naive: dequantize, matmul",
+            M,
+            N,
+            K,
+            [lambda x=x, w=w: naive(x, *w) for w in ws],
+            fused,
+        )
+        record("prefill", "solution w8a16_matmul", M, N, K, [lambda x=x, w=w: sol.w8a16_matmul(x, *w) for w in ws],
+               fused, recheck(sol.w8a16_matmul, 300, 1000, 777))  # fmt: skip

@@ -2,9 +2,13 @@
 
     python tools/bench.py [--quick] [--sweep] [--out DIR]
 
-Decode (M = 1, 4, 16) and prefill (M = 2048, 4096) on Llama-sized weights. Bandwidth counts the bytes that
-must move; the copy bandwidth and the cuBLAS rate are measured in the same run. Every timed solution kernel
-is checked again on fresh inputs after timing. Writes bench.json and bench.md to --out.
+Decode (M = 1, 4, 16) and prefill (M = 2048, 4096) on Llama-sized weights. Every row is timed two ways: under
+CUDA-graph replay of back-to-back calls that alternate between copies of the weights, together more than three
+L2s (qmatmul.bench.graph_ms: the kernel's own time), and eagerly with do_bench around the Python call (what one
+call costs without graphs). Bandwidth counts the bytes that must move; the copy bandwidth and the cuBLAS rate are
+measured in the same run. Every timed solution kernel is checked again on fresh inputs after timing. gemlite
+(pure Triton) is timed as a peer where it imports; the table says when it is missing. Writes bench.json and
+bench.md to --out.
 """
 
 from __future__ import annotations
@@ -58,35 +62,57 @@ def main(argv=None) -> int:
         "python": platform.python_version(),
         "copy_TBps": copy_bw / 1e12,
         "cublas_TFLOPs_8192": cublas / 1e12,
+        "timing": "graph: CUDA-graph replay over rotating weight copies (together > 3 L2s); eager: do_bench "
+        "around the Python call, L2 flushed",
+        "gemlite": gemlite_status(),
     }
     print(f"copy {copy_bw / 1e12:.2f} TB/s · cuBLAS {str(dtype)[6:]} 8192^3 {cublas / 1e12:.0f} TFLOP/s")
     rows = []
     g = checks.generator(0, "cuda")
 
     def record(kind, label, M, N, K, fn, nbytes, check=None):
+        """Time fn two ways (fn: one function, or a list of them, one per copy of the weights): under CUDA-graph
+        replay over the copies (the kernel's time: `us`, `copy_frac`, ...) and eagerly with do_bench around the
+        Python call (`us_eager`, `copy_frac_eager`: what a call costs without graphs). check() runs after both."""
+        if fn is None:  # a peer that is missing here: the row says why
+            rows.append(dict(kind=kind, label=label, M=M, N=N, K=K, error="not available here"))
+            print(f"{kind:14}{label:<40}{M:>6}{N:>7}{K:>7}  not available here")
+            return
         try:
-            fn()
-            torch.cuda.synchronize()
-            ms = bench.median_ms(fn)
+            t = bench.time_two_ways(fn)
         except Exception as exc:  # noqa: BLE001 - a path PyTorch lacks on this GPU is reported, not fatal
             rows.append(
                 dict(kind=kind, label=label, M=M, N=N, K=K, error=f"{type(exc).__name__}: {exc}"[:160])
             )
-            print(f"{kind:14}{label:<34}{M:>6}{N:>7}{K:>7}  unavailable: {type(exc).__name__}")
+            print(f"{kind:14}{label:<40}{M:>6}{N:>7}{K:>7}  unavailable: {type(exc).__name__}")
             return
         ok = None
         if check is not None:
             ok = check()
-        tb = nbytes / (ms * 1e-3) / 1e12
-        tf = 2 * M * N * K / (ms * 1e-3) / 1e12
-        row = dict(kind=kind, label=label, M=M, N=N, K=K, us=ms * 1e3, TBps=tb, copy_frac=tb * 1e12 / copy_bw)
-        row.update(TFLOPs=tf, cublas_frac=tf * 1e12 / cublas, recheck=ok)
+        copies = len(fn) if isinstance(fn, (list, tuple)) else 1
+        row = dict(kind=kind, label=label, M=M, N=N, K=K, weight_copies=copies)
+        for suffix, ms in (("", t.graph_ms), ("_eager", t.eager_ms)):
+            if ms is None:
+                continue
+            tb = nbytes / (ms * 1e-3) / 1e12
+            tf = 2 * M * N * K / (ms * 1e-3) / 1e12
+            row.update({f"us{suffix}": ms * 1e3, f"TBps{suffix}": tb, f"copy_frac{suffix}": tb * 1e12 / copy_bw,
+                        f"TFLOPs{suffix}": tf, f"cublas_frac{suffix}": tf * 1e12 / cublas})  # fmt: skip
+        if t.graph_error:
+            row["graph_error"] = t.graph_error
+        if t.eager_error:
+            row["eager_error"] = t.eager_error
+        row["recheck"] = ok
         rows.append(row)
         flag = "" if ok in (None, True) else "  WRONG AFTER TIMING"
-        print(
-            f"{kind:14}{label:<34}{M:>6}{N:>7}{K:>7}{ms * 1e3:>10.1f} µs{tb:>7.2f} TB/s {100 * row['copy_frac']:>4.0f} %"
-            f"{tf:>8.1f} TFLOP/s {100 * row['cublas_frac']:>4.0f} %{flag}"
-        )
+
+        def cell(suffix):
+            if f"us{suffix}" not in row:
+                return f"{'—':>10} µs {'':>4}  "
+            return f"{row[f'us{suffix}']:>10.1f} µs {100 * row[f'copy_frac{suffix}']:>4.0f} %"
+
+        print(f"{kind:14}{label:<40}{M:>6}{N:>7}{K:>7}{cell('')}{cell('_eager')}"
+              f"{row.get('TFLOPs', row.get('TFLOPs_eager', 0)):>8.1f} TFLOP/s{flag}")  # fmt: skip
 
     chapters = args.chapters or [
         a for a in course_assignments() if hasattr(importlib.import_module(f"qmatmul.{a}"), "benchmark")
@@ -94,12 +120,19 @@ def main(argv=None) -> int:
     for chapter in chapters:
         module = importlib.import_module(f"qmatmul.{chapter}")
         sol = course.load_notebook_code(chapter, name=f"bench_{chapter}")
-        print(f"\n{chapter}\n{'':8}{'':<34}{'M':>6}{'N':>7}{'K':>7}")
+        print(f"\n{chapter}\n{'':14}{'':<40}{'M':>6}{'N':>7}{'K':>7}{'graph':>18}{'eager':>18}")
 
         def chapter_record(kind, label, M, N, K, fn, nbytes, check=None, chapter=chapter):
             record(f"{chapter} {kind}", label, M, N, K, fn, nbytes, check)
 
-        module.benchmark(sol, chapter_record, env, quick=args.quick)
+        try:
+            module.benchmark(sol, chapter_record, env, quick=args.quick)
+        except Exception as exc:  # noqa: BLE001 - one chapter's failure must not lose the others' rows
+            import traceback
+
+            traceback.print_exc()
+            rows.append(dict(kind=f"{chapter}", label="benchmark() failed", M=0, N=0, K=0,
+                             error=f"{type(exc).__name__}: {exc}"[:160]))  # fmt: skip
         save(out_dir, meta, rows)  # after every chapter: a run cut short keeps what it measured
 
     sweep = []
@@ -114,6 +147,18 @@ def main(argv=None) -> int:
     save(out_dir, meta, rows, sweep)
     print(f"\nwrote {out_dir}/bench.json and bench.md")
     return 0
+
+
+def gemlite_status() -> str:
+    """Which gemlite the peer rows use, or that it is missing (the W4A16 and W8A16 tables then say so)."""
+    try:
+        import gemlite
+    except Exception as exc:  # noqa: BLE001 - optional
+        return (
+            f"gemlite (optional peer) not installed here: {type(exc).__name__}; its rows are marked missing."
+        )
+    return (f"gemlite {gemlite.__version__} (optional peer, pure Triton): its H100 launch configs, autotuning off, "
+            "its own packing made once before timing.")  # fmt: skip
 
 
 def save(out_dir, meta, rows, sweep=()) -> None:
@@ -193,19 +238,35 @@ def markdown(meta, rows) -> str:
         f"{meta['date']} · torch {meta['torch']} · triton {meta['versions']['triton']} · "
         f"copy {meta['copy_TBps']:.2f} TB/s · cuBLAS 8192³ {meta['cublas_TFLOPs_8192']:.0f} TFLOP/s (same run)",
         "",
-        "| kind | path | M | N | K | µs | TB/s | % copy | TFLOP/s | % cuBLAS | rechecked |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "Each row is timed two ways. **graph**: CUDA-graph replay of back-to-back calls alternating between "
+        "copies of the weights (together more than three L2s, so nothing is served from the L2): the kernel's "
+        "own time. **eager**: `triton.testing.do_bench` around the Python call (L2 flushed): what one call costs "
+        "without graphs, the wrapper's host time included when the kernel is short. % copy: the bytes that must "
+        "move over the time, against the copy bandwidth; % cuBLAS: FLOPs against cuBLAS's 8192³ rate. "
+        "rechecked: the solution, run on fresh inputs after its timing, still matches the fp32 reference.",
+        "",
+        f"{meta.get('gemlite', '')}",
+        "",
+        "| kind | path | M | N | K | µs graph | % copy graph | µs eager | % copy eager | TFLOP/s graph "
+        "| % cuBLAS graph | rechecked |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+
+    def f(r, key, scale=1.0, fmt=".1f"):
+        return "—" if key not in r else format(r[key] * scale, fmt)
+
     for r in rows:
         if "error" in r:
             lines.append(
-                f"| {r['kind']} | {r['label']} | {r['M']} | {r['N']} | {r['K']} | {r['error']} |||||||"
+                f"| {r['kind']} | {r['label']} | {r['M']} | {r['N']} | {r['K']} | {r['error']} ||||||"
             )
             continue
         ok = {None: "", True: "yes", False: "**WRONG**"}[r["recheck"]]
+        note = f" ({r['graph_error']})" if "graph_error" in r else ""
         lines.append(
-            f"| {r['kind']} | {r['label']} | {r['M']} | {r['N']} | {r['K']} | {r['us']:.1f} | {r['TBps']:.2f} | "
-            f"{100 * r['copy_frac']:.0f} | {r['TFLOPs']:.1f} | {100 * r['cublas_frac']:.0f} | {ok} |"
+            f"| {r['kind']} | {r['label']}{note} | {r['M']} | {r['N']} | {r['K']} | {f(r, 'us')} | "
+            f"{f(r, 'copy_frac', 100, '.0f')} | {f(r, 'us_eager')} | {f(r, 'copy_frac_eager', 100, '.0f')} | "
+            f"{f(r, 'TFLOPs')} | {f(r, 'cublas_frac', 100, '.0f')} | {ok} |"
         )
     return "\n".join(lines) + "\n"
 
