@@ -52,7 +52,9 @@ def configure(c) -> None:
     (spec / "kernel.json").write_text(json.dumps({"argv": argv, "display_name": "Python 3 (qmatmul sandbox)",
                                                   "language": "python"}))  # fmt: skip
     # nbgrader may read its configuration more than once: one runtime folder for the process.
-    runtime = os.environ.get("QMATMUL_SANDBOX_RUNTIME") or tempfile.mkdtemp(prefix="qms-")  # short: socket paths
+    runtime = os.environ.get("QMATMUL_SANDBOX_RUNTIME") or tempfile.mkdtemp(
+        prefix="qms-"
+    )  # short: socket paths
     hide = ":".join(hidden())
     # The kernel's connection file goes to a temporary file: into the runtime folder, which the sandbox binds
     # (its own /tmp is private).

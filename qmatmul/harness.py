@@ -74,13 +74,6 @@ def calls_for(nbytes: int, copy_bw: float, est_ms: float | None = None) -> int:
     return max(8, min(MAX_CALLS, math.ceil(BATCH_MS / max(est_ms, 1e-3))))
 
 
-def copies_needed(nbytes: int) -> int:
-    """Weight copies to rotate so that together they exceed three L2s (at least 2): no call reads the weights
-    the previous one left in the L2."""
-    l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 64 << 20) or (64 << 20))
-    return max(2, -(-3 * l2 // max(int(nbytes), 1)))
-
-
 def weight_copies(module: str, N: int, K: int, seed: int, copies: int, device: str) -> list[tuple]:
     mod = _module(module)
     out = []
@@ -107,7 +100,7 @@ def time_calls(fn, *, what: str, module: str, N: int, K: int, M: int, out_dtype:
 
     seed = checks.fresh_seed() if seed is None else seed
     copy_bw = bench.copy_bandwidth() if device == "cuda" else 1e12
-    copies = copies_needed(nbytes) if device == "cuda" else 2
+    copies = bench.copies_needed(nbytes, device) if device == "cuda" else 2
     calls = calls_for(nbytes, copy_bw, est_ms)
     calls -= calls % copies
     label = f"{what} M={M}, N={N}, K={K}"

@@ -669,10 +669,6 @@ def check_decode(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     )
 
 
-def _bandwidth_problem(N: int, K: int, g: torch.Generator):
-    return timing_weights(N, K, g)
-
-
 def check_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: int | None = None) -> list:
     """Exercise 3 (performance): bandwidth over the bytes that must move, against the copy bandwidth."""
     if not torch.cuda.is_available():
@@ -791,7 +787,7 @@ def compare_paths(env, prefill_fn, decode_fn, dot_scaled_fn=None, M: int = 1):
 
         g = checks.generator(0, "cuda")
         dtype = env.act_dtype
-        packed, scales = _bandwidth_problem(N, K, g)
+        packed, scales = timing_weights(N, K, g)
         w = torch.randn(N, K, device="cuda", generator=g).to(dtype)
         x = torch.randn(M, K, device="cuda", generator=g).to(dtype)
         fns = [lambda: x @ w.T, lambda: naive(x, packed, scales), lambda: prefill_fn(x, packed, scales),
@@ -830,7 +826,7 @@ def benchmark(sol, record, env, quick: bool = False) -> None:
 
     shapes = [BANDWIDTH_SHAPE] if quick else [(8192, 8192), (28672, 8192), (8192, 28672)]
     for N, K in shapes:
-        ws = [_bandwidth_problem(N, K, g) for _ in range(bench.copies_needed(bytes_moved(1, N, K)))]
+        ws = [timing_weights(N, K, g) for _ in range(bench.copies_needed(bytes_moved(1, N, K)))]
         dense = [
             torch.randn(N, K, device="cuda", generator=g).to(dtype)
             for _ in range(bench.copies_needed(2 * N * K))
@@ -858,7 +854,7 @@ def benchmark(sol, record, env, quick: bool = False) -> None:
                        [lambda x=x, w=w: sol.mxfp4_matmul_dot_scaled(x, *w) for w in ws], fused,
                        recheck(sol.mxfp4_matmul_dot_scaled, M, N, K))  # fmt: skip
     N = K = 8192
-    ws = [_bandwidth_problem(N, K, g) for _ in range(2)]
+    ws = [timing_weights(N, K, g) for _ in range(2)]
     dense = [torch.randn(N, K, device="cuda", generator=g).to(dtype) for _ in range(2)]
     for M in (2048,) if quick else (2048, 4096):
         x = torch.randn(M, K, device="cuda", generator=g).to(dtype)

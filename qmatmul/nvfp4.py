@@ -494,10 +494,6 @@ def check_decode(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     )
 
 
-def _bandwidth_problem(N, K, gen):
-    return timing_weights(N, K, gen)
-
-
 def check_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: int | None = None) -> list:
     """Exercise 3 (performance): bandwidth over the bytes that must move, against the copy bandwidth."""
     if not torch.cuda.is_available():
@@ -578,7 +574,7 @@ def benchmark(sol, record, env, quick: bool = False) -> None:
 
     shapes = [BANDWIDTH_SHAPE] if quick else [(8192, 8192), (28672, 8192), (8192, 28672)]
     for N, K in shapes:
-        ws = [_bandwidth_problem(N, K, gen) for _ in range(bench.copies_needed(bytes_moved(1, N, K)))]
+        ws = [timing_weights(N, K, gen) for _ in range(bench.copies_needed(bytes_moved(1, N, K)))]
         dense = [torch.randn(N, K, device="cuda", generator=gen).to(dtype)
                  for _ in range(bench.copies_needed(2 * N * K))]  # fmt: skip
         for M in (1, 16) if quick else (1, 4, 16):

@@ -242,8 +242,8 @@ def problem(fmt, mods, N, K, g, device="cuda"):
     if fmt == "w4a16":
         return mods[fmt].random_packed(N, K, 128, device, g)
     if fmt == "mxfp4":
-        return mods[fmt]._bandwidth_problem(N, K, g)
-    p, s, _ = mods[fmt]._bandwidth_problem(N, K, g)
+        return mods[fmt].timing_weights(N, K, g)
+    p, s, _ = mods[fmt].timing_weights(N, K, g)
     return p, s, torch.full((1,), 1e-3, device=device)
 
 
@@ -351,7 +351,7 @@ def config_problem(chapter, mods, M, N, K, dtype, g, device="cuda"):
         return mod._timing_problem(1, N, K, g)[2:]
     if chapter == "w4a16":
         return (*mod.random_packed(N, K, 128, device, g), 128)
-    return mod._bandwidth_problem(N, K, g)
+    return mod.timing_weights(N, K, g)
 
 
 def config_x(chapter, mods, M, K, dtype, g):
