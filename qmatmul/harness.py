@@ -17,8 +17,9 @@ Under the trusted grader (a function that runs in the worker) the trusted side t
            before the work was done cannot) and compares each output with the reference on the inputs it
            regenerates from the same seed.
 Time per call = (go-to-answer - an empty round trip) / calls. What remains in the window besides the kernels:
-one input fill (a few µs), one reduction over the outputs (µs) and the round trip's jitter (tens of µs), against
-batches of about 20 ms: well under 1 %. docs/benchmark-h200.md records the protocol against in-process replay.
+one input fill, one reduction over the outputs and the round trip's jitter. Measured on the H200 with 20 ms
+batches (tools/timing_protocol.py, docs/grading-h200.md): the protocol read 3-13 % more time per call than
+in-process graph replay of the same kernel; batches are now about 50 ms, which shrinks that share.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import torch
 from qmatmul import checks
 from qmatmul.checks import CheckFailed
 
-BATCH_MS = 20.0  # aim for a timed batch about this long
+BATCH_MS = 50.0  # aim for a timed batch about this long: the fixed cost of the protocol shrinks with it
 MAX_CALLS = 400
 
 
