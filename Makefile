@@ -10,6 +10,10 @@ ASSIGNMENTS := $(notdir $(wildcard solutions/*))
 	hand-back export test lint format mutate gpu-check bench clean
 # SANDBOX=1: grade untrusted submissions in bubblewrap (no network, no other students' files, no gradebook).
 SANDBOX_FLAG := $(if $(filter 1,$(SANDBOX)),--sandbox,)
+# The sandbox is also a config value nbgrader_config.py reads from QMATMUL_SANDBOX, so every path honours it.
+ifeq ($(SANDBOX),1)
+export QMATMUL_SANDBOX := 1
+endif
 # ASSIGNMENT=w8a16: one chapter (autograde, gradebook, feedback, export); empty: every chapter, skipping those
 # with nothing submitted or graded. hand-out, collect and hand-back need it.
 ASSIGNMENT ?=
@@ -80,7 +84,7 @@ collect: setup
 	$(NEED_ASSIGNMENT)$(BIN)/nbgrader collect $(ASSIGNMENT) --update
 
 hand-back: setup
-	$(NEED_ASSIGNMENT)$(BIN)/nbgrader release_feedback $(ASSIGNMENT)
+	$(NEED_ASSIGNMENT)$(BIN)/python autograder/term.py hand-back $(ASSIGNMENT)
 
 lint: setup
 	$(BIN)/ruff check .

@@ -3,6 +3,7 @@
     python autograder/term.py exchange               create the exchange (QMATMUL_EXCHANGE) and the students' config
     python autograder/term.py stamp [ASSIGNMENT ...]   write timestamp.txt into submissions that have none
     python autograder/term.py feedback [ASSIGNMENT ...]  feedback HTML for every graded chapter, then the export
+    python autograder/term.py hand-back ASSIGNMENT     release feedback to the students who submitted by exchange
 
 Run from the repository root. Without ASSIGNMENT every chapter under solutions/ is taken, and a chapter with
 nothing submitted (stamp) or nothing graded (feedback) is skipped with a line saying so.
@@ -32,6 +33,7 @@ from traitlets import Bool
 ROOT = Path(__file__).resolve().parent.parent
 SUBMITTED = ROOT / "autograder" / "submitted"
 AUTOGRADED = ROOT / "autograder" / "autograded"
+FEEDBACK = ROOT / "autograder" / "feedback"
 TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S.%f %Z"  # nbgrader's (Exchange.timestamp_format), in UTC
 DEFAULT_EXCHANGE = "/srv/nbgrader/exchange"  # nbgrader_config.py's default when QMATMUL_EXCHANGE is unset
 COURSE_ID = "qmatmul"
@@ -48,10 +50,11 @@ def students_with(base: Path, assignment: str) -> list[str]:
     return sorted(p.name for p in base.iterdir() if (p / assignment).is_dir())
 
 
-def nbgrader(*args: str, quiet: bool = False) -> subprocess.CompletedProcess:
-    """Run nbgrader from the repository root with the course's environment first on PATH."""
+def nbgrader(*args: str, quiet: bool = False, flags: tuple = ()) -> subprocess.CompletedProcess:
+    """Run nbgrader from the repository root with the course's environment first on PATH; `flags` override
+    nbgrader_config.py (tests point the course at folders of their own)."""
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
-    cmd = [sys.executable, "-m", "nbgrader", *args]
+    cmd = [sys.executable, "-m", "nbgrader", *args, *flags]
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=quiet, text=True)
 
 
@@ -127,11 +130,11 @@ def stamp_submissions(assignment: str, submitted: Path = SUBMITTED) -> list[str]
 # Feedback for the whole course or one chapter
 
 
-def feedback(selected: list[str], export: bool = True) -> int:
+def feedback(selected: list[str], export: bool = True, autograded: Path = AUTOGRADED) -> int:
     """generate_feedback for every chapter with graded submissions (skipping the others), then the export."""
-    status, done = 0, []
+    status = 0
     for assignment in selected:
-        if not students_with(AUTOGRADED, assignment):
+        if not students_with(autograded, assignment):
             print(f"{assignment}: nothing graded yet, no feedback")
             continue
         res = nbgrader("generate_feedback", assignment, "--force", quiet=True)
@@ -139,13 +142,37 @@ def feedback(selected: list[str], export: bool = True) -> int:
             print(f"{assignment}: nbgrader generate_feedback failed:\n{res.stderr[-2000:]}")
             status = 1
             continue
-        done.append(assignment)
         print(f"{assignment}: feedback in autograder/feedback/<student>/{assignment}/")
     if export:
         sys.path.insert(0, str(ROOT / "autograder"))
         import export as grades_export  # autograder/export.py
 
         grades_export.main([])
+    return status
+
+
+def hand_back(assignment: str, feedback_dir: Path = FEEDBACK, flags: tuple = ()) -> int:
+    """Release the feedback of `assignment` to the exchange, student by student.
+
+    `nbgrader release_feedback` can only return feedback to submissions that came through the exchange (they
+    carry submission_secret.txt) and stops at the first hand-copied one; here those are listed instead, for
+    the instructor to send their HTML some other way."""
+    status, by_hand = 0, []
+    for student in students_with(feedback_dir, assignment):
+        if not (feedback_dir / student / assignment / "submission_secret.txt").exists():
+            by_hand.append(student)
+            continue
+        res = nbgrader("release_feedback", assignment, f"--student={student}", quiet=True, flags=flags)
+        if res.returncode != 0:
+            print(f"{assignment} · {student}: release_feedback failed:\n{res.stderr[-1500:]}")
+            status = 1
+        else:
+            print(f"{assignment} · {student}: feedback released to the exchange")
+    for student in by_hand:
+        html = feedback_dir.relative_to(ROOT) if feedback_dir.is_relative_to(ROOT) else feedback_dir
+        print(
+            f"{assignment} · {student}: not submitted through the exchange; send {html}/{student}/{assignment}/"
+        )
     return status
 
 
@@ -212,7 +239,13 @@ class StudentFeedback(Preprocessor):
         return nb, resources
 
     def preprocess_cell(self, cell, resources, index):
-        if cell.cell_type != "code" or not utils.is_grade(cell):
+        if cell.cell_type != "code":
+            return cell, resources
+        for out in cell.get("outputs", []):  # nbconvert warns about every image without a description
+            for kind in ("image/png", "image/jpeg"):
+                if kind in out.get("data", {}) and "alt" not in out.get("metadata", {}).get(kind, {}):
+                    out.setdefault("metadata", {}).setdefault(kind, {})["alt"] = "a figure this cell drew"
+        if not utils.is_grade(cell):
             return cell, resources
         if not self.show_hidden_tests:
             marked = copy.deepcopy(cell)
@@ -239,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("command", choices=["exchange", "stamp", "feedback"])
+    parser.add_argument("command", choices=["exchange", "stamp", "feedback", "hand-back"])
     parser.add_argument("assignments", nargs="*", help="default: every assignment under solutions/")
     args = parser.parse_args(argv)
     selected = args.assignments or assignments()
@@ -255,6 +288,10 @@ def main(argv: list[str] | None = None) -> int:
         for a in selected:
             stamp_submissions(a)
         return 0
+    if args.command == "hand-back":
+        if not args.assignments:
+            parser.error("name the chapter: hand-back ASSIGNMENT")
+        return max(hand_back(a) for a in selected)
     return feedback(selected)
 
 
