@@ -31,6 +31,7 @@ help:
 	@echo "make collect ASSIGNMENT=w8a16    collect the submissions from the exchange into autograder/submitted/"
 	@echo "make autograde  grade autograder/submitted/<student>/<assignment>/ and print the gradebook (SANDBOX=1: in bubblewrap)"
 	@echo "make feedback   write feedback HTML to autograder/feedback/ and the grades export (autograder/grades.csv)"
+	@echo "make gradebook  print the gradebook again;  make export  only the grades export (bonus apart, not-measured apart)"
 	@echo "make hand-back ASSIGNMENT=w8a16  return the feedback through the exchange"
 	@echo "                (ASSIGNMENT=w8a16 picks one chapter for autograde, gradebook, feedback and export too)"
 	@echo "make format     ruff format + fixes, and strip outputs from every notebook"

@@ -35,7 +35,6 @@ SUBMITTED = ROOT / "autograder" / "submitted"
 AUTOGRADED = ROOT / "autograder" / "autograded"
 FEEDBACK = ROOT / "autograder" / "feedback"
 TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S.%f %Z"  # nbgrader's (Exchange.timestamp_format), in UTC
-DEFAULT_EXCHANGE = "/srv/nbgrader/exchange"  # nbgrader_config.py's default when QMATMUL_EXCHANGE is unset
 COURSE_ID = "qmatmul"
 
 
@@ -63,7 +62,11 @@ def nbgrader(*args: str, quiet: bool = False, flags: tuple = ()) -> subprocess.C
 
 
 def exchange_root() -> Path:
-    return Path(os.environ.get("QMATMUL_EXCHANGE") or DEFAULT_EXCHANGE).resolve()
+    """The exchange nbgrader_config.py chooses (QMATMUL_EXCHANGE, or its default)."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
+    return Path(config.Exchange.root).resolve()
 
 
 def student_config(root: Path) -> str:
@@ -221,6 +224,7 @@ div.output_area pre, div.output_subarea pre, div.input_area pre, .highlight pre 
   white-space: pre-wrap; word-break: break-word; overflow-wrap: anywhere;
 }
 div.output_scroll { height: auto; }
+div.output_area img, div.output_subarea img { max-width: 100%; height: auto; }
 """
 
 
