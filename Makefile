@@ -6,17 +6,34 @@ BIN    := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 ASSIGNMENTS := $(notdir $(wildcard solutions/*))
 
-.PHONY: help setup system-deps release demo autograde gradebook feedback test lint format mutate gpu-check bench clean
+.PHONY: help setup system-deps release demo autograde gradebook feedback exchange students hand-out collect \
+	hand-back export test lint format mutate gpu-check bench clean
 # SANDBOX=1: grade untrusted submissions in bubblewrap (no network, no other students' files, no gradebook).
 SANDBOX_FLAG := $(if $(filter 1,$(SANDBOX)),--sandbox,)
+# The sandbox is also a config value nbgrader_config.py reads from QMATMUL_SANDBOX, so every path honours it.
+ifeq ($(SANDBOX),1)
+export QMATMUL_SANDBOX := 1
+endif
+# ASSIGNMENT=w8a16: one chapter (autograde, gradebook, feedback, export); empty: every chapter, skipping those
+# with nothing submitted or graded. hand-out, collect and hand-back need it.
+ASSIGNMENT ?=
+ROSTER ?= roster.csv
+NEED_ASSIGNMENT = $(if $(ASSIGNMENT),,$(error name the chapter: make $@ ASSIGNMENT=w8a16))
 
 help:
 	@echo "make demo       set up, release every assignment, autograde the embedded demo class, print the gradebook"
 	@echo "make test       lint, unit tests, notebooks in sync, solution notebook and demo class under the interpreter"
 	@echo "make system-deps  Debian packages for the browser test and the sandbox (chromium, bubblewrap; needs root)"
 	@echo "make release    regenerate notebooks/ (student versions) from solutions/ with nbgrader"
+	@echo "make exchange   create the nbgrader exchange (QMATMUL_EXCHANGE, default /srv/nbgrader/exchange) and the students' config"
+	@echo "make students   import the class list: ROSTER=roster.csv (columns id,first_name,last_name,email)"
+	@echo "make hand-out ASSIGNMENT=w8a16   release a chapter to the exchange (students fetch it in the Assignment List)"
+	@echo "make collect ASSIGNMENT=w8a16    collect the submissions from the exchange into autograder/submitted/"
 	@echo "make autograde  grade autograder/submitted/<student>/<assignment>/ and print the gradebook (SANDBOX=1: in bubblewrap)"
-	@echo "make feedback   write feedback HTML and export grades to autograder/grades.csv"
+	@echo "make feedback   write feedback HTML to autograder/feedback/ and the grades export (autograder/grades.csv)"
+	@echo "make gradebook  print the gradebook again;  make export  only the grades export (bonus apart, not-measured apart)"
+	@echo "make hand-back ASSIGNMENT=w8a16  return the feedback through the exchange"
+	@echo "                (ASSIGNMENT=w8a16 picks one chapter for autograde, gradebook, feedback and export too)"
 	@echo "make format     ruff format + fixes, and strip outputs from every notebook"
 	@echo "make mutate     mutation-test the grader on every solution (kill rate per chapter)"
 	@echo "make gpu-check  on a CUDA GPU: grade the solution and the demo class's code with the checks directly"
@@ -44,14 +61,31 @@ demo: setup
 	$(BIN)/python autograder/classroom.py demo $(SANDBOX_FLAG)
 
 autograde: setup
-	$(BIN)/python autograder/classroom.py autograde $(SANDBOX_FLAG)
+	$(BIN)/python autograder/classroom.py autograde $(ASSIGNMENT) $(SANDBOX_FLAG)
 
 gradebook: setup
-	$(BIN)/python autograder/classroom.py gradebook
+	$(BIN)/python autograder/classroom.py gradebook $(ASSIGNMENT)
 
 feedback: setup
-	for a in $(ASSIGNMENTS); do $(BIN)/nbgrader generate_feedback $$a --force || exit 1; done
-	$(BIN)/nbgrader export --to=autograder/grades.csv
+	$(BIN)/python autograder/term.py feedback $(ASSIGNMENT)
+
+export: setup
+	$(BIN)/python autograder/export.py $(ASSIGNMENT)
+
+exchange: setup
+	$(BIN)/python autograder/term.py exchange
+
+students: setup
+	$(BIN)/nbgrader db student import $(ROSTER)
+
+hand-out: setup
+	$(NEED_ASSIGNMENT)$(BIN)/nbgrader release_assignment $(ASSIGNMENT) --force
+
+collect: setup
+	$(NEED_ASSIGNMENT)$(BIN)/nbgrader collect $(ASSIGNMENT) --update
+
+hand-back: setup
+	$(NEED_ASSIGNMENT)$(BIN)/python autograder/term.py hand-back $(ASSIGNMENT)
 
 lint: setup
 	$(BIN)/ruff check .

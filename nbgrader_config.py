@@ -1,34 +1,74 @@
-# nbgrader configuration of the course. Paths are relative to the repository root (run nbgrader from there).
+# nbgrader configuration of the course. nbgrader reads it from the directory it runs in (the repository root,
+# as the Makefile and `jupyter lab` started there do); every path below is absolute, computed from this file's
+# own location, so nbgrader, Formgrader and `autograder/classroom.py` agree wherever they start.
 # solutions/<assignment>/ is the source; `nbgrader generate_assignment` writes the student notebooks to
 # notebooks/<assignment>/. A class's submissions go to autograder/submitted/<student>/<assignment>/.
+import os
+import sys
+from pathlib import Path
+
 c = get_config()  # noqa: F821
+ROOT = Path(__file__).resolve().parent
+if str(ROOT) not in sys.path:  # autograder.term (below) is imported by nbgrader from here
+    sys.path.insert(0, str(ROOT))
 
 c.CourseDirectory.course_id = "qmatmul"
-c.CourseDirectory.root = "."
+c.CourseDirectory.root = str(ROOT)
 c.CourseDirectory.source_directory = "solutions"
 c.CourseDirectory.release_directory = "notebooks"
 c.CourseDirectory.submitted_directory = "autograder/submitted"
 c.CourseDirectory.autograded_directory = "autograder/autograded"
 c.CourseDirectory.feedback_directory = "autograder/feedback"
-c.CourseDirectory.db_url = "sqlite:///autograder/gradebook.db"
+c.CourseDirectory.db_url = f"sqlite:///{ROOT / 'autograder' / 'gradebook.db'}"
 c.CourseDirectory.source_with_tests_directory = "build/source_with_tests"
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "build"]
 
+# The exchange: where `nbgrader release_assignment` (Formgrader's Release) puts the notebooks, students'
+# Assignment List fetches and submits, and `nbgrader collect` picks the submissions up. Choose it with
+# QMATMUL_EXCHANGE (a folder every student can write to); `make exchange` creates it with nbgrader's
+# permissions and writes the two lines students' Jupyter needs (see course.md, "Instructor guide").
+c.Exchange.root = os.environ.get("QMATMUL_EXCHANGE") or "/srv/nbgrader/exchange"
+
 # Triton compiles each kernel on first use (seconds on a GPU), and the interpreter runs kernels as numpy:
-# a cell may take minutes, never hours. A hung kernel is interrupted and that cell gets no points.
+# a cell may take minutes, never hours. A hung kernel is interrupted and that cell gets no points. nbgrader
+# runs every cell whatever the cells before it raised.
 c.Execute.timeout = 300
 c.Execute.interrupt_on_timeout = True
-c.Execute.allow_errors = True
 
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+
+# nbgrader restores the hidden tests of every test cell from the gradebook and logged that as a warning
+# ("Attribute 'checksum' for cell test_quantizer has changed") even for an untouched notebook. This subclass
+# does exactly what nbgrader's OverwriteCells does and logs the expected restoration at INFO; a locked cell a
+# student really edited is still reported as a warning (and restored).
+c.Autograde.sanitize_preprocessors = [
+    "nbgrader.preprocessors.ClearOutput",
+    "nbgrader.preprocessors.DeduplicateIds",
+    "nbgrader.preprocessors.OverwriteKernelspec",
+    "autograder.term.OverwriteCells",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+
+# Feedback HTML a student can read (autograder/term.py, StudentFeedback): hidden tests' code left out
+# (set show_hidden_tests = True to show it), each error reduced to its message (no traceback through the
+# grader), long lines wrapped.
+c.GenerateFeedback.preprocessors = [
+    "nbgrader.preprocessors.GetGrades",
+    "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
+    "autograder.term.StudentFeedback",  # after the CSS one: it adds its CSS to that one's
+]
+c.StudentFeedback.show_hidden_tests = False
+c.StudentFeedback.short_tracebacks = True
+
+# Late submissions: nbgrader compares each submission's timestamp.txt (written by `nbgrader collect`, and by
+# `make autograde` for hand-copied folders) with the assignment's due date (Formgrader's "Manage Assignments",
+# or `nbgrader db assignment add w8a16 --duedate="2027-01-15 23:59 UTC"`). "zero" scores a late submission 0;
+# "none" (nbgrader's default) only records how late it was.
+c.LateSubmissionPlugin.penalty_method = "none"
 
 # --- trusted grader ---
 # Scores come from the course's trusted grader (qmatmul/grader), never from the notebook's own kernel: test
 # cells are set aside before Execute and graded afterwards, outside the process that runs the student's code.
-import os  # noqa: E402
-import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
-
 from nbconvert.preprocessors import ClearMetadataPreprocessor  # noqa: E402
 from nbgrader.preprocessors import (  # noqa: E402
     AssignLatePenalties,
@@ -46,7 +86,6 @@ c.Autograde.autograde_preprocessors = [
 ]  # fmt: skip
 c.TrustedGrades.timeout = float(os.environ.get("QMATMUL_CHECK_TIMEOUT", "240"))
 if os.environ.get("QMATMUL_SANDBOX") == "1":  # untrusted classes: `make autograde SANDBOX=1`
-    sys.path.insert(0, str(Path(__file__).resolve().parent / "autograder"))
-    import sandbox  # noqa: E402
+    from autograder import sandbox  # noqa: E402
 
     sandbox.configure(c)

@@ -331,8 +331,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sandbox", action="store_true", help="run each submission's kernel in bubblewrap")
     args = parser.parse_args(argv)
     selected = args.assignments or assignments()
+    unknown = set(selected) - set(assignments())
+    if unknown:
+        parser.error(
+            f"no such assignment: {', '.join(sorted(unknown))} (choose from {', '.join(assignments())})"
+        )
     if args.command == "demo":
         return run_demo(selected, args.sandbox)
+    import term  # autograder/term.py, beside this file
+
     dirs = CourseDirs(sandbox=args.sandbox)
     status = 0
     for assignment in selected:
@@ -342,6 +349,7 @@ def main(argv: list[str] | None = None) -> int:
             if not students:
                 print(f"{assignment}: no submissions under {dirs.submitted}/<student>/{assignment}/")
                 continue
+            term.stamp_submissions(assignment, ROOT / dirs.submitted)  # hand-copied folders: for due dates
             failures = autograde(assignment, students, dirs)
             status |= 1 if failures else 0
         print_gradebook(assignment, gradebook(assignment, dirs), failures)

@@ -1,0 +1,430 @@
+"""The instructor's path: a term through nbgrader's exchange, the make targets, the grades export, feedback.
+
+The round trip runs the real nbgrader CLI on W8A16 in a course folder of its own (the repository's solutions,
+its own release folder, gradebook, exchange and student home): release_assignment, a student's
+fetch_assignment and submit, collect, a hand-copied submission, autograde, generate_feedback, the export,
+release_feedback and the student's fetch_feedback. The other tests need no nbgrader run.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "autograder"))
+import export  # noqa: E402 - autograder/export.py
+import term  # noqa: E402 - autograder/term.py
+
+pytestmark = pytest.mark.timeout(600)
+CHAPTER = "w8a16"
+
+
+def _nbgrader(*args, cwd=ROOT, flags=(), env=None):
+    env = dict(os.environ, **(env or {}))
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    res = subprocess.run([sys.executable, "-m", "nbgrader", *args, *flags], cwd=cwd, env=env, capture_output=True,
+                         text=True)  # fmt: skip
+    assert res.returncode == 0, f"nbgrader {' '.join(args)} failed:\n{res.stderr[-3000:]}"
+    return res
+
+
+def _warnings(res) -> list[str]:
+    return [ln for ln in res.stderr.splitlines() if "WARNING" in ln or "not recognized" in ln]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Configuration
+
+
+def test_config_is_absolute_and_names_only_known_options(tmp_path):
+    res = _nbgrader("db", "assignment", "list", flags=[f"--CourseDirectory.db_url=sqlite:///{tmp_path}/x.db"])
+    noise = [ln for ln in res.stderr.splitlines() if "is not absolute" in ln or "not recognized" in ln]
+    assert not noise, noise
+    text = (ROOT / "nbgrader_config.py").read_text()
+    assert "allow_errors" not in text  # nbgrader's Execute ignores it and says so
+    assert "QMATMUL_EXCHANGE" in text
+
+
+def test_bonus_cells_are_graded_cells_the_guide_calls_bonus():
+    guide = (ROOT / "course.md").read_text()
+    for chapter, cells in export.BONUS.items():
+        nb = json.loads((ROOT / "solutions" / chapter / f"{chapter}.ipynb").read_text())
+        graded = {c["metadata"]["nbgrader"]["grade_id"] for c in nb["cells"]
+                  if c["metadata"].get("nbgrader", {}).get("grade")}  # fmt: skip
+        assert cells <= graded, (chapter, cells - graded)
+        for cell in cells:
+            assert re.search(rf"\| `{cell}` \| bonus", guide), (
+                f"course.md does not call {chapter}·{cell} bonus"
+            )
+
+
+def test_make_targets_take_one_chapter_or_the_course():
+    def dry(*args):
+        return subprocess.run(["make", "-n", *args], cwd=ROOT, capture_output=True, text=True)
+
+    assert "term.py feedback w8a16" in dry("feedback", "ASSIGNMENT=w8a16").stdout
+    assert "classroom.py autograde w8a16" in dry("autograde", "ASSIGNMENT=w8a16").stdout
+    assert re.search(r"term.py feedback\s*$", dry("feedback").stdout, re.M)
+    res = dry("hand-out")
+    assert res.returncode != 0 and "ASSIGNMENT=" in res.stderr
+    assert "db student import roster.csv" in dry("students", "ROSTER=roster.csv").stdout
+
+
+def test_feedback_skips_chapters_with_nothing_graded(tmp_path, capsys):
+    (tmp_path / "alice" / CHAPTER).mkdir(parents=True)
+    calls = []
+    real = term.nbgrader
+    term.nbgrader = lambda *a, **k: calls.append(a) or subprocess.CompletedProcess(a, 0, "", "")
+    try:
+        assert term.feedback(term.assignments(), export=False, autograded=tmp_path) == 0
+    finally:
+        term.nbgrader = real
+    assert calls == [("generate_feedback", CHAPTER, "--force")]
+    out = capsys.readouterr().out
+    for other in set(term.assignments()) - {CHAPTER}:
+        assert f"{other}: nothing graded yet" in out
+
+
+def test_stamp_uses_the_files_time_in_nbgraders_format(tmp_path):
+    from nbgrader.utils import parse_utc
+
+    folder = tmp_path / "alice" / CHAPTER
+    folder.mkdir(parents=True)
+    (folder / f"{CHAPTER}.ipynb").write_text("{}")
+    when = dt.datetime(2027, 1, 15, 23, 59, 30, tzinfo=dt.timezone.utc)
+    os.utime(folder / f"{CHAPTER}.ipynb", (when.timestamp(), when.timestamp()))
+    (tmp_path / "bob" / CHAPTER).mkdir(parents=True)
+    (tmp_path / "bob" / CHAPTER / "timestamp.txt").write_text("2027-01-01 00:00:00.000000 UTC\n")
+    assert term.stamp_submissions(CHAPTER, tmp_path) == ["alice"]
+    assert parse_utc((folder / "timestamp.txt").read_text().strip()) == when.replace(tzinfo=None)
+    assert term.stamp_submissions(CHAPTER, tmp_path) == []  # never overwritten
+
+
+def test_make_exchange_creates_it_open_to_all_and_the_students_config(tmp_path, monkeypatch):
+    monkeypatch.setenv("QMATMUL_EXCHANGE", str(tmp_path / "srv" / "exchange"))
+    root = term.make_exchange(config_dir=tmp_path / "etc")
+    assert root == tmp_path / "srv" / "exchange" and root.stat().st_mode & 0o777 == 0o777
+    cfg = (tmp_path / "etc" / "nbgrader_config.py").read_text()
+    assert f"c.Exchange.root = '{root}'" in cfg and "course_id = 'qmatmul'" in cfg
+
+
+def _cell(source, grade_id, points=1, outputs=()):
+    cell = nbformat.v4.new_code_cell(source)
+    cell.metadata["nbgrader"] = {"grade": True, "grade_id": grade_id, "locked": True, "points": points,
+                                 "solution": False}  # fmt: skip
+    cell.outputs = [nbformat.from_dict(o) for o in outputs]
+    return cell
+
+
+def test_student_feedback_hides_hidden_tests_and_tracebacks():
+    src = "check(f)  # visible\n### BEGIN HIDDEN TESTS\ncheck(f, hidden=True)\n### END HIDDEN TESTS"
+    err = {"output_type": "error", "ename": "CheckFailed", "evalue": f"wrong scale axis in {ROOT}/x.py",
+           "traceback": ["\x1b[31mTraceback ...", f"File {ROOT}/qmatmul/checks.py:50", "CheckFailed: ..."]}  # fmt: skip
+    img = {"output_type": "display_data", "data": {"image/png": "iVBORw0KGgo="}, "metadata": {}}
+    nb = nbformat.v4.new_notebook(cells=[_cell(src, "test_x", outputs=[err, img])])
+    out, res = term.StudentFeedback().preprocess(nb, {})
+    cell = out.cells[0]
+    assert "hidden=True" not in cell.source and "check(f)  # visible" in cell.source
+    assert term.HIDDEN_NOTE in cell.source
+    assert cell.outputs[0].traceback == ["CheckFailed: wrong scale axis in x.py"]
+    assert cell.outputs[1].metadata["image/png"]["alt"]
+    assert any("pre-wrap" in css for css in res["inlining"]["css"])
+    nb = nbformat.v4.new_notebook(cells=[_cell(src, "test_x")])
+    shown, _ = term.StudentFeedback(show_hidden_tests=True).preprocess(nb, {})
+    assert "hidden=True" in shown.cells[0].source
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The export's rules, on a gradebook built through nbgrader's API
+
+
+@pytest.mark.filterwarnings("ignore:Object of type:Warning")  # nbgrader's add_submission, not ours
+def test_export_bonus_outside_the_denominator_not_measured_apart_unassigned_left_out(tmp_path, monkeypatch):
+    from nbgrader.api import Gradebook
+
+    monkeypatch.setenv(
+        "PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    )  # its alembic
+
+    db = tmp_path / "gradebook.db"
+    cells = {"w4a16": [("test_quantizer", 2), ("test_decode_bandwidth", 3), ("test_from_gptq", 1)],
+             "fp8": [("test_quantizer", 2)]}  # fmt: skip
+    with Gradebook(f"sqlite:///{db}") as gb:
+        for chapter, graded in cells.items():
+            gb.add_assignment(chapter)
+            gb.add_notebook(chapter, chapter)
+            for name, pts in graded:
+                gb.add_grade_cell(name, chapter, chapter, max_score=pts, cell_type="code")
+        gb.add_student("ann", first_name="Ann", last_name="Ames", email="ann@example.org")
+        gb.add_student("ben")
+        gb.add_submission("w4a16", "ann")  # fp8 was never assigned: no submission at all
+        for name, score in [("test_quantizer", 2), ("test_decode_bandwidth", 0), ("test_from_gptq", 1)]:
+            grade = gb.find_grade(name, "w4a16", "w4a16", "ann")
+            grade.auto_score = score
+        gb.db.commit()
+    graded = tmp_path / "autograded" / "ann" / "w4a16"
+    graded.mkdir(parents=True)
+    nm = {"output_type": "error", "ename": "NotMeasured", "evalue": "Performance not measured: no CUDA GPU",
+          "traceback": []}  # fmt: skip
+    nb = nbformat.v4.new_notebook(cells=[_cell("x", "test_decode_bandwidth", 3, [nm])])
+    nbformat.write(nb, graded / "w4a16.ipynb")
+
+    exp = export.collect(db, tmp_path / "autograded")
+    assert exp.chapters == ["w4a16"]
+    ann = exp.course("ann")
+    assert (ann["points"], ann["bonus"], ann["max"], ann["not_measured"]) == (2, 1, 5, 3)
+    assert ann["total"] == 3 and ann["percent"] == pytest.approx(150.0)  # 2 + 1 bonus over the 2 measurable
+    status = {(c.student, c.cell): c.status for c in exp.cells}
+    assert status["ann", "test_decode_bandwidth"] == "not measured"
+    assert status["ann", "test_from_gptq"] == "passed"
+    assert status["ben", "test_quantizer"] == "not submitted" and exp.course("ben")["total"] == 0
+    paths = export.write(exp, tmp_path / "out")
+    rows = list(csv.DictReader(paths[0].open()))
+    assert [r["student_id"] for r in rows] == ["ann", "ben"] and "fp8" not in rows[0]
+    assert rows[0]["last_name"] == "Ames" and rows[0]["w4a16"] == "3" and rows[0]["max"] == "5"
+    assert {r["status"] for r in csv.DictReader(paths[2].open())} >= {
+        "not measured",
+        "passed",
+        "not submitted",
+    }
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The round trip through nbgrader's exchange
+
+
+@pytest.mark.slow
+def test_round_trip_through_the_exchange(tmp_path):
+    course, home, exchange = tmp_path / "course", tmp_path / "dave", tmp_path / "exchange"
+    course.mkdir()
+    home.mkdir()
+    (course / "solutions").symlink_to(ROOT / "solutions")
+    flags = [f"--CourseDirectory.root={course}", "--CourseDirectory.release_directory=release",
+             f"--CourseDirectory.db_url=sqlite:///{course}/gradebook.db", f"--Exchange.root={exchange}"]  # fmt: skip
+    student = [f"--Exchange.root={exchange}", "--CourseDirectory.course_id=qmatmul"]
+    data = {"JUPYTER_DATA_DIR": str(tmp_path / "data")}  # the student's nbgrader cache, not this user's
+
+    # instructor: generate, the exchange, release, the roster
+    _nbgrader("generate_assignment", CHAPTER, "--force", flags=flags)
+    os.environ["QMATMUL_EXCHANGE"] = str(exchange)
+    try:
+        term.make_exchange(config_dir=tmp_path / "etc")
+    finally:
+        del os.environ["QMATMUL_EXCHANGE"]
+    _nbgrader("release_assignment", CHAPTER, "--force", flags=flags)
+    roster = tmp_path / "roster.csv"
+    roster.write_text("id,first_name,last_name,email\ndave,Dave,Doe,dave@example.org\nerin,Erin,Eng,\n")
+    _nbgrader("db", "student", "import", str(roster), flags=flags)
+
+    # student dave: fetch, solve the quantizer, submit
+    _nbgrader("fetch_assignment", CHAPTER, cwd=home, flags=student, env=data)
+    path = home / CHAPTER / f"{CHAPTER}.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    solution = next(c for c in nbformat.read(ROOT / "solutions" / CHAPTER / f"{CHAPTER}.ipynb", 4).cells
+                    if c.metadata.get("nbgrader", {}).get("grade_id") == "ex1_quantizer")  # fmt: skip
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == "ex1_quantizer":
+            cell.source = "\n".join(ln for ln in solution.source.splitlines() if "### " not in ln)
+    nbformat.write(nb, path)
+    _nbgrader("submit", CHAPTER, "--student=dave", cwd=home, flags=student, env=data)
+
+    # instructor: collect (timestamped), erin's notebook copied by hand with a test cell edited away
+    _nbgrader("collect", CHAPTER, "--update", "--CollectApp.check_owner=False", flags=flags)
+    submitted = course / "autograder" / "submitted"  # nbgrader_config.py's folders, under root
+    assert (submitted / "dave" / CHAPTER / "timestamp.txt").exists()
+    erin = submitted / "erin" / CHAPTER
+    erin.mkdir(parents=True)
+    nb = nbformat.read(course / "release" / CHAPTER / f"{CHAPTER}.ipynb", as_version=4)
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == "test_decode_bandwidth":
+            cell.source = "pass  # an edited test cell"
+    nbformat.write(nb, erin / f"{CHAPTER}.ipynb")
+    assert term.stamp_submissions(CHAPTER, submitted) == ["erin"]
+
+    # autograde: hidden tests restored quietly; only the cell erin edited is reported (and restored)
+    res = _nbgrader("autograde", CHAPTER, "--force", flags=flags)
+    changed = re.findall(r"Attribute '(\w+)' for cell (\w+) has changed", res.stderr)
+    assert changed == [("checksum", "test_decode_bandwidth")], res.stderr[-3000:]
+    assert "[AutogradeApp | INFO] Cell test_quantizer: hidden tests restored from the gradebook" in res.stderr
+    assert not [w for w in _warnings(res) if "not absolute" in w or "not recognized" in w]
+
+    # feedback: readable, and the export
+    res = _nbgrader("generate_feedback", CHAPTER, "--force", flags=flags)
+    assert not [w for w in _warnings(res) if "Removing existing" not in w], _warnings(res)
+    html = (course / "autograder" / "feedback" / "dave" / CHAPTER / f"{CHAPTER}.html").read_text()
+    assert "BEGIN HIDDEN TESTS" not in html and "hidden=True" not in html and "pre-wrap" in html
+    assert "Traceback" not in html.replace("Generic.Traceback", "") and str(ROOT) not in html
+    exp = export.collect(course / "gradebook.db", course / "autograder" / "autograded")
+    by = {c.student: c for c in exp.by_chapter}
+    assert (by["dave"].points, by["dave"].max, by["dave"].not_measured) == (2, 10, 3)
+    assert by["dave"].timestamp and by["erin"].timestamp  # both can be compared with a due date
+    assert {s["id"]: s["last_name"] for s in exp.students} == {"dave": "Doe", "erin": "Eng"}
+
+    # feedback back through the exchange to dave; erin's is listed for the instructor to send
+    assert term.hand_back(CHAPTER, course / "autograder" / "feedback", flags=tuple(flags)) == 0
+    _nbgrader("fetch_feedback", CHAPTER, "--student=dave", cwd=home, flags=student, env=data)
+    assert list((home / CHAPTER / "feedback").glob(f"*/{CHAPTER}.html"))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The same round trip in a browser: Formgrader for the instructor, the Assignment List for the student
+
+
+def _dismiss(page, expect, what: str) -> str:
+    """Wait for Formgrader's success dialog of `what`, return its log, close it."""
+    modal = page.locator("#success-modal")
+    error = page.locator("#error-modal")
+    expect(modal.or_(error)).to_be_visible(timeout=240_000)
+    assert not error.is_visible(), f"{what}: {error.inner_text()[:3000]}"
+    text = modal.inner_text()
+    modal.locator("button", has_text="OK").click()
+    expect(modal).to_have_count(0, timeout=10_000)
+    return text
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("browser")
+def test_round_trip_in_jupyterlab(tmp_path):
+    from conftest import skip_unless_required
+    from nbgrader.utils import get_username
+    from test_browser import CHROMIUM, CHROMIUM_ARGS, LAB_SETTINGS, REQUIRE, _free_port
+
+    if not Path(CHROMIUM).exists():
+        skip_unless_required("Debian's chromium is not installed (`make system-deps` installs it)", REQUIRE)
+    try:
+        from playwright.sync_api import expect, sync_playwright
+    except ImportError:
+        skip_unless_required("playwright is not installed (`make setup` installs it)", REQUIRE)
+
+    # One machine, one Jupyter server: the instructor's Formgrader and the student's Assignment List (the
+    # student is this OS user, as nbgrader's exchange identifies students).
+    course, exchange, cfg = tmp_path / "course", tmp_path / "exchange", tmp_path / "cfg"
+    course.mkdir()
+    (course / "solutions").symlink_to(ROOT / "solutions")
+    (course / "nbgrader_config.py").write_text(
+        "c = get_config()  # noqa: F821\n"
+        f"load_subconfig({str(ROOT / 'nbgrader_config.py')!r})  # noqa: F821\n"
+        f"c.CourseDirectory.root = {str(course)!r}\n"
+        "c.CourseDirectory.release_directory = 'release'\n"
+        f"c.CourseDirectory.db_url = 'sqlite:///{course}/gradebook.db'\n"
+        f"c.Exchange.root = {str(exchange)!r}\n"
+    )
+    os.environ["QMATMUL_EXCHANGE"] = str(exchange)
+    try:
+        term.make_exchange(config_dir=cfg)  # the students' config: Jupyter's config dir of this server
+    finally:
+        del os.environ["QMATMUL_EXCHANGE"]
+    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(cfg), JUPYTER_RUNTIME_DIR=str(tmp_path / "rt"),
+               JUPYTER_DATA_DIR=str(tmp_path / "data"), JUPYTERLAB_SETTINGS_DIR=str(tmp_path / "settings"))  # fmt: skip
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    for name, value in LAB_SETTINGS.items():
+        (tmp_path / "settings" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "settings" / name).write_text(json.dumps(value))
+    _nbgrader("generate_assignment", CHAPTER, "--force", cwd=course, env=env)
+    student = get_username()
+
+    port, token = _free_port(), "t" + os.urandom(8).hex()
+    log = open(tmp_path / "lab.log", "w")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root", "--ServerApp.ip=127.0.0.1",
+         f"--ServerApp.port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={course}",
+         "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+         "--LabApp.expose_app_in_browser=True"],
+        cwd=course, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    shot = ROOT / "build" / "test-artifacts" / "browser-round-trip.png"  # Formgrader at the end
+    shot.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            try:
+                for _ in range(240):
+                    try:
+                        page.goto(f"{base}/formgrader?token={token}")
+                        break
+                    except Exception:
+                        if proc.poll() is not None:
+                            pytest.fail(f"JupyterLab exited: {(tmp_path / 'lab.log').read_text()[-2000:]}")
+                        time.sleep(0.5)
+                row = page.locator("tr", has_text=CHAPTER)
+                # instructor: Release (Formgrader)
+                row.locator(".glyphicon-cloud-upload").click()
+                assert "Released as: qmatmul w8a16" in _dismiss(page, expect, "release")
+
+                # student: Fetch, work, Submit (the Assignment List in JupyterLab)
+                lab = browser.new_page(viewport={"width": 1400, "height": 1000})
+                lab.goto(f"{base}/lab?token={token}")
+                lab.wait_for_function(
+                    "window.jupyterapp && window.jupyterapp.commands.hasCommand('nbgrader:open-assignment-list')",
+                    timeout=120_000,
+                )
+                lab.evaluate("window.jupyterapp.commands.execute('nbgrader:open-assignment-list')")
+                lab.locator("#released_assignments_list").get_by_role("button", name="Fetch").click()
+                submit = lab.locator("#fetched_assignments_list").get_by_role("button", name="Submit")
+                expect(submit).to_be_visible(timeout=60_000)
+                work = course / CHAPTER / f"{CHAPTER}.ipynb"
+                nb = nbformat.read(work, as_version=4)
+                src = next(c for c in nbformat.read(ROOT / "solutions" / CHAPTER / f"{CHAPTER}.ipynb", 4).cells
+                           if c.metadata.get("nbgrader", {}).get("grade_id") == "ex1_quantizer").source  # fmt: skip
+                for cell in nb.cells:
+                    if cell.metadata.get("nbgrader", {}).get("grade_id") == "ex1_quantizer":
+                        cell.source = "\n".join(ln for ln in src.splitlines() if "### " not in ln)
+                nbformat.write(nb, work)
+                submit.click()
+                expect(lab.locator("#submitted_assignments_list")).to_contain_text(" UTC", timeout=60_000)
+
+                # instructor: Collect, Autograde, Generate and Release feedback (Formgrader)
+                page.reload()
+                row.locator(".glyphicon-cloud-download").click()
+                assert f"Collecting submission: {student} {CHAPTER}" in _dismiss(page, expect, "collect")
+                page.goto(f"{base}/formgrader/manage_submissions/{CHAPTER}?token={token}")
+                page.locator("tr", has_text=student).locator(".glyphicon-flash").click()
+                graded = _dismiss(page, expect, "autograde")
+                assert "has changed" not in graded, graded  # hidden tests restored without a warning
+                page.goto(f"{base}/formgrader?token={token}")
+                row.locator(".glyphicon-comment").click()
+                _dismiss(page, expect, "generate feedback")
+                row.locator(".glyphicon-envelope").click()
+                _dismiss(page, expect, "release feedback")
+
+                # student: Fetch Feedback
+                lab.bring_to_front()
+                lab.locator("#refresh_assignments_list").click()
+                lab.locator("#submitted_assignments_list").get_by_role(
+                    "button", name="Fetch Feedback"
+                ).click()
+                for _ in range(120):
+                    if list((course / CHAPTER / "feedback").glob(f"*/{CHAPTER}.html")):
+                        break
+                    lab.wait_for_timeout(500)
+                lab.screenshot(path=str(shot.with_name("browser-round-trip-student.png")))
+            finally:
+                page.screenshot(path=str(shot), full_page=True)
+                browser.close()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+    fetched = list((course / CHAPTER / "feedback").glob(f"*/{CHAPTER}.html"))
+    assert fetched and "BEGIN HIDDEN TESTS" not in fetched[0].read_text()
+    exp = export.collect(course / "gradebook.db", course / "autograder" / "autograded")
+    row = next(c for c in exp.by_chapter if c.student == student)
+    assert (row.points, row.max, row.not_measured) == (2, 10, 3) and row.timestamp
