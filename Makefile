@@ -7,7 +7,7 @@ export PATH := $(BIN):$(PATH)
 ASSIGNMENTS := $(notdir $(wildcard solutions/*))
 
 .PHONY: help setup system-deps release demo autograde gradebook feedback exchange students hand-out collect \
-	hand-back export test lint format mutate gpu-check bench clean
+	hand-back export test lint format mutate gpu-check gpu-demo bench clean
 # SANDBOX=1: grade untrusted submissions in bubblewrap (no network, no other students' files, no gradebook).
 SANDBOX_FLAG := $(if $(filter 1,$(SANDBOX)),--sandbox,)
 # The sandbox is also a config value nbgrader_config.py reads from QMATMUL_SANDBOX, so every path honours it.
@@ -37,6 +37,7 @@ help:
 	@echo "make format     ruff format + fixes, and strip outputs from every notebook"
 	@echo "make mutate     mutation-test the grader on every solution (kill rate per chapter)"
 	@echo "make gpu-check  on a CUDA GPU: grade the solution and the demo class's code with the checks directly"
+	@echo "make gpu-demo   on a CUDA GPU without the venv: the demo class through nbgrader with the machine's python"
 	@echo "make bench      on a CUDA GPU: solution kernels beside PyTorch's paths; table in build/bench/bench.md"
 
 setup: $(VENV)/.installed
@@ -105,6 +106,11 @@ mutate: setup
 # The GPU targets use the machine's own python (its CUDA torch), not the CPU venv.
 gpu-check:
 	$(PYTHON) autograder/gpu_check.py
+
+# The demo class through the real nbgrader with the machine's own python (a GPU box whose CUDA torch is
+# installed system-wide; on the lent GPU, nbgrader's wheels on PYTHONPATH: docs/grading-h200.md says how).
+gpu-demo:
+	$(PYTHON) autograder/classroom.py demo $(SANDBOX_FLAG)
 
 bench:
 	$(PYTHON) tools/bench.py --out build/bench
