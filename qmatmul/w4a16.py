@@ -891,7 +891,6 @@ def benchmark(sol, record, env, quick: bool = False) -> None:
 # ----------------------------------------------------------------------------------------------------------
 # Bonus: the magic-number dequantization
 
-MAGIC_FP16 = 0x6400  # fp16 1024.0: exponent 10, so the low 10 mantissa bits count units
 # Ops that allocate, move or view a float tensor without computing one (the interpreter itself runs set_ and copy_).
 _ALLOCATIONS = {
     "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "full", "fill_", "set_",

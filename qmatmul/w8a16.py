@@ -86,10 +86,6 @@ def prepare(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, out: torch.Tensor
     return M, N, K, out
 
 
-def _on_gpu(t: torch.Tensor) -> bool:
-    return t.device.type == "cuda"
-
-
 def prefill_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
     """Tile sizes for the tiled kernel. The interpreter prefers few, large programs."""
     if device != "cuda":

@@ -260,3 +260,12 @@ def test_the_timing_protocol_checks_every_timed_output(remote):
     finally:
         if w is not None:
             w.close()
+
+
+def test_a_later_definition_replaces_an_earlier_one():
+    """A learner who fixed a cell and ran it again is read as the kernel now runs."""
+    first = ("In[1]", "import torch\ndef f(x, out):\n    return out.copy_(torch.matmul(x, x))\n", False)
+    kernel = ("In[2]", "import triton\n@triton.jit\ndef k(p):\n    pass\n", False)
+    fixed = ("In[3]", "def f(x, out):\n    k[(1,)](out)\n    return out\n", False)
+    assert static.own_kernel_problems(static.parse([first, kernel, fixed]), "f") == []
+    assert static.own_kernel_problems(static.parse([kernel, fixed, first]), "f")

@@ -125,7 +125,12 @@ def parse(cells: list[tuple[str, str, bool]]) -> Source:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 names = [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
             for n in names:
-                out.defs.setdefault(n, []).append((label, node))
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    out.defs[n] = [(label, node)]  # a later def replaces an earlier one, as when it runs
+                    if not _is_jit(node):
+                        out.jit.discard(n)
+                else:
+                    out.defs.setdefault(n, []).append((label, node))
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 for a in node.names:
