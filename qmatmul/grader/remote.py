@@ -30,6 +30,14 @@ GPU_FAULT = r"illegal memory access|misaligned address|unspecified launch failur
 ROOT = Path(__file__).resolve().parent.parent.parent
 
 
+def _limit_files() -> None:
+    """No file the worker writes (its log, results, anything of the learner's) grows past 4 GiB: a print loop
+    cannot fill the disk."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4 << 30, 4 << 30))
+
+
 class WorkerGone(Exception):
     pass
 
@@ -71,7 +79,8 @@ class Worker:
         env["QMATMUL_WORKER_DIR"] = str(self.dir)
         cmd = [*self.wrap, sys.executable, "-u", "-m", "qmatmul.grader.worker", str(program_path), str(w)]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
-                                     pass_fds=(w,), cwd=self.cwd, env=env, start_new_session=True)  # fmt: skip
+                                     pass_fds=(w,), cwd=self.cwd, env=env, start_new_session=True,
+                                     preexec_fn=_limit_files)  # fmt: skip
         os.close(w)
         log.close()
         self.reply_fd, self._buf = r, b""

@@ -51,10 +51,26 @@ def _describe_error(exc: BaseException) -> dict:
     }
 
 
+class _Bounded(io.TextIOBase):
+    """Where the learner's prints go in the worker: kept up to a limit (for the log), the rest dropped."""
+
+    def __init__(self, stream, limit: int = 1 << 20):
+        self.stream, self.left = stream, limit
+
+    def write(self, text):
+        if self.left > 0:
+            self.stream.write(text[: self.left])
+            self.left -= len(text)
+        return len(text)
+
+    def flush(self):
+        self.stream.flush()
+
+
 def _run_program(shell, program: list) -> list:
     failed = []
     for label, src in program:
-        with contextlib.redirect_stdout(io.StringIO()):
+        with contextlib.redirect_stdout(_Bounded(io.StringIO(), 1 << 16)):
             res = shell.run_cell(src, store_history=True, silent=False)
         if not res.success:
             failed.append(label)
@@ -207,6 +223,7 @@ def main(argv: list[str]) -> int:
 
     from IPython.core.interactiveshell import InteractiveShell
 
+    sys.stdout, sys.stderr = _Bounded(sys.__stdout__), _Bounded(sys.__stderr__)
     shell = InteractiveShell.instance()
     shell.showtraceback = lambda *a, **k: traceback.print_exc()  # the cells' errors go to this process's log
     failed = _run_program(shell, program)
