@@ -22,6 +22,15 @@ def skip_unless_required(why: str, flag: str) -> None:
     pytest.skip(why)
 
 
+@pytest.fixture(autouse=True)
+def _grading_semantics(monkeypatch):
+    """Tests call the checks as the trusted grader does: a check that cannot measure raises NotMeasured (in a
+    learner's notebook it only says so; tests of that set checks.STRICT to False themselves)."""
+    from qmatmul import checks
+
+    monkeypatch.setattr(checks, "STRICT", True)
+
+
 @pytest.fixture(scope="session")
 def env():
     from qmatmul import environment

@@ -47,10 +47,13 @@ def test_audit_catches_a_materialized_weight():
         checks.assert_fused(ops, what="f", weight_shape=(6, 8))
 
 
-def test_audit_lets_small_tensors_through():
+def test_audit_lets_small_copies_through_and_names_arithmetic():
     q = torch.randint(-127, 127, (6, 8), dtype=torch.int8)
-    _, ops = checks.run_audited(lambda: (q[:2].float().sum(), torch.empty(4, 6)), what="f")
-    checks.assert_fused(ops, what="f", weight_shape=(6, 8))
+    _, ops = checks.run_audited(lambda: (q[:2].float(), torch.empty(4, 6)), what="f")
+    checks.assert_fused(ops, what="f", weight_shape=(6, 8))  # a float copy smaller than the weight: not naive
+    _, ops = checks.run_audited(lambda: q[:2].float().sum(), what="f")
+    with pytest.raises(CheckFailed, match=r"computed with PyTorch outside your Triton kernel \(torch.sum\)"):
+        checks.assert_fused(ops, what="f", weight_shape=(6, 8))
 
 
 def test_compare_passes_within_tolerance_and_rejects_nan():
