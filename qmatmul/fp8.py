@@ -1115,7 +1115,7 @@ def check_block_matmul(fn, *, hidden: bool = False, seed: int | None = None) -> 
 H200_RECORDED_US = {
     "dense bf16 (cuBLAS)": 121.6,
     "torch._scaled_mm (row-wise)": 97.8,
-    "your fp8_decode": 69.8,
+    "fp8_decode": 69.8,
 }
 
 
@@ -1146,12 +1146,13 @@ def compare_paths(env, matmul_fn, decode_fn, M: int = 1):
         ("dense bf16 (cuBLAS)", bytes_moved_dense(M, N, K)),
         ("naive: dequantize, then matmul", bytes_moved_naive(M, N, K)),
         ("torch._scaled_mm (row-wise)", bytes_moved(M, N, K)),
-        ("your fp8_matmul (tiled)", bytes_moved(M, N, K)),
-        ("your fp8_decode", bytes_moved(M, N, K)),
+        ("fp8_matmul (tiled)", bytes_moved(M, N, K)),
+        ("fp8_decode", bytes_moved(M, N, K)),
     ]
     if not env.has_gpu:
         times = [H200_RECORDED_US.get(label) for label, _ in rows]
-        note = f"bytes: the model; times: recorded on an H200 where known ({env.versions['triton']} here has no GPU)"
+        rows = [(plots.recorded_label(label), nbytes) for label, nbytes in rows]
+        note = plots.recorded_note(where_known=True)
     else:
         from qmatmul import bench
 
@@ -1163,6 +1164,7 @@ def compare_paths(env, matmul_fn, decode_fn, M: int = 1):
         fns = [lambda: x @ w.T, lambda: naive(xq, sx, wq, sw, env.act_dtype), lambda: scaled_mm(xq, sx, wq, sw),
                lambda: matmul_fn(xq, sx, wq, sw), lambda: decode_fn(xq, sx, wq, sw)]  # fmt: skip
         times = bench.time_paths(fns)
+        rows = [(plots.measured_label(label), nbytes) for label, nbytes in rows]
         note = f"measured on {env.gpu_name}, L2 flushed, median"
     return plots.paths_report(rows, times, f"M={M}, N x K = {N} x {K}: {note}")
 

@@ -745,9 +745,9 @@ def check_dot_scaled(fn, *, seed: int | None = None) -> None:
 H200_RECORDED_US = {
     "dense bf16 (cuBLAS)": 124.1,
     "naive: dequantize, then matmul": 2999.2,
-    "your mxfp4_matmul (tiled)": 229.9,
-    "your mxfp4_decode": 184.6,
-    "your tl.dot_scaled kernel": 156.6,
+    "mxfp4_matmul (tiled)": 229.9,
+    "mxfp4_decode": 184.6,
+    "tl.dot_scaled kernel": 156.6,
 }
 
 
@@ -774,14 +774,15 @@ def compare_paths(env, prefill_fn, decode_fn, dot_scaled_fn=None, M: int = 1):
     rows = [
         ("dense bf16 (cuBLAS)", bytes_moved_dense(M, N, K)),
         ("naive: dequantize, then matmul", bytes_moved_naive(M, N, K)),
-        ("your mxfp4_matmul (tiled)", bytes_moved(M, N, K)),
-        ("your mxfp4_decode", bytes_moved(M, N, K)),
+        ("mxfp4_matmul (tiled)", bytes_moved(M, N, K)),
+        ("mxfp4_decode", bytes_moved(M, N, K)),
     ]
     if dot_scaled_fn is not None:
-        rows.append(("your tl.dot_scaled kernel", bytes_moved(M, N, K)))
+        rows.append(("tl.dot_scaled kernel", bytes_moved(M, N, K)))
     if not env.has_gpu:
         times = [H200_RECORDED_US.get(label) for label, _ in rows]
-        note = f"bytes: the model; times: recorded on an H200 ({env.versions['triton']} here has no GPU)"
+        rows = [(plots.recorded_label(label), nbytes) for label, nbytes in rows]
+        note = plots.recorded_note()
     else:
         from qmatmul import bench
 
@@ -795,6 +796,7 @@ def compare_paths(env, prefill_fn, decode_fn, dot_scaled_fn=None, M: int = 1):
         if dot_scaled_fn is not None:
             fns.append(lambda: dot_scaled_fn(x, packed, scales))
         times = bench.time_paths(fns)
+        rows = [(plots.measured_label(label), nbytes) for label, nbytes in rows]
         note = f"measured on {env.gpu_name}, L2 flushed, median"
     return plots.paths_report(rows, times, f"M={M}, N x K = {N} x {K}: {note}")
 

@@ -681,7 +681,7 @@ H200_RECORDED_US: dict[str, dict[int, float]] = {
     "dense bf16 (cuBLAS)": {1: 124.0, 2: 121.0, 4: 128.0, 8: 126.0, 16: 126.0},
     "naive: dequantize, then matmul": {1: 4139.0, 2: 4142.0, 4: 4142.0, 8: 4145.0, 16: 4144.0},
     "torch._weight_int4pack_mm": {1: 67.0, 2: 69.0, 4: 94.0, 8: 157.0, 16: 269.0},
-    "the solution's w4a16_decode": {1: 106.1, 16: 106.1},  # 2026-12-01 (docs/bench-h200.json, eager)
+    "the course solution's w4a16_decode": {1: 106.1, 16: 106.1},  # 2026-12-01 (docs/bench-h200.json, eager)
 }
 
 
@@ -741,7 +741,9 @@ def compare_paths(env, decode_fn, ms=(1, 2, 4, 8, 16)):
     else:
         for label, by_m in H200_RECORDED_US.items():
             series[label] = [by_m.get(M) for M in ms]
-        note = "recorded on an H200 (no GPU here)"
+        from qmatmul import plots
+
+        note = plots.recorded_note()
     fig, ax = plt.subplots(figsize=(7, 3.6))
     for label, times in series.items():
         nb = bytes_moved_dense if label.startswith("dense") else None
