@@ -69,7 +69,7 @@ def paths_report(rows, times, title: str):
     """rows: (label, bytes moved); times: µs or None each. Prints the table and draws `paths`."""
     table = [(label, nbytes / 1e6, t) for (label, nbytes), t in zip(rows, times, strict=True)]
     for label, mb, t in table:
-        print(f"{label:<34}{mb:>9.1f} MB  " + ("not measured" if t is None else f"{t:>8.1f} µs"))
+        print(f"{label:<40}{mb:>9.1f} MB  " + ("not measured" if t is None else f"{t:>8.1f} µs"))
     return paths(table, title)
 
 

@@ -365,7 +365,11 @@ def _device() -> str:
 def _quantizer_inputs(g: torch.Generator, hidden: bool):
     """(w, group_size) pairs."""
     if not hidden:
-        return [(random_weight(4, 64, g), 32), (random_weight(16, 256, g), 128)]
+        w = random_weight(16, 256, g)
+        w[0, :128] = 0  # an all-zero group
+        w[1, :128] = w[1, :128].abs() + 0.01  # an all-positive group: the range must still hold 0 (the text says so)
+        w[2, 128:] = -w[2, 128:].abs()  # an all-negative group
+        return [(random_weight(4, 64, g), 32), (w, 128)]
     cases = []
     for dtype, G in ((torch.float32, 32), (torch.float16, 64), (torch.bfloat16, 128), (torch.float32, 128)):
         N = int(torch.randint(5, 40, (1,), generator=g))

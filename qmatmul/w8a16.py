@@ -196,7 +196,10 @@ def _act_dtypes(device: str) -> list:
 
 def _quantizer_inputs(g: torch.Generator, hidden: bool):
     if not hidden:
-        return [random_weight(8, 32, g), random_weight(16, 256, g)]
+        w = random_weight(16, 256, g)
+        w[0] = 0  # an all-zero row: the text asks for s = 1 there
+        w[2] = -w[2].abs()  # negative-dominated: max != max |w|
+        return [random_weight(8, 32, g), w]
     cases = []
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
         N = int(torch.randint(5, 40, (1,), generator=g))

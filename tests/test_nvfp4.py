@@ -151,3 +151,21 @@ def test_hidden_prefill_shapes_keep_activations_unlike_the_weight(monkeypatch, c
         nvfp4.check_prefill(None, hidden=True, seed=seed)
     capsys.readouterr()
     assert not [s for s in seen if s[0] in (s[1], s[2])]
+
+
+def _dividing_quantizer(w):
+    """torchao <= 0.17's numerics: w / (g · s) instead of w · ((1 / g) / s)."""
+    c, s, g = nvfp4.quantize_codes(w, reciprocal=False)
+    return fp4.pack_nibbles(c), s, g
+
+
+@pytest.mark.parametrize("seed", [None, 0, 1])
+def test_visible_check_names_division_by_g_times_s(seed):
+    with pytest.raises(CheckFailed, match="known mistake: divided by g · s"):
+        nvfp4.check_quantizer(_dividing_quantizer, seed=seed)
+
+
+def test_tie_weight_is_mostly_ties():
+    w = nvfp4.tie_weight()
+    new, old = nvfp4.quantize_codes(w)[0], nvfp4.quantize_codes(w, reciprocal=False)[0]
+    assert 0.1 < float((new != old).float().mean()) < 0.5
