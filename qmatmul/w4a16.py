@@ -367,7 +367,9 @@ def _quantizer_inputs(g: torch.Generator, hidden: bool):
     if not hidden:
         w = random_weight(16, 256, g)
         w[0, :128] = 0  # an all-zero group
-        w[1, :128] = w[1, :128].abs() + 0.01  # an all-positive group: the range must still hold 0 (the text says so)
+        w[1, :128] = (
+            w[1, :128].abs() + 0.01
+        )  # an all-positive group: the range must still hold 0 (the text says so)
         w[2, 128:] = -w[2, 128:].abs()  # an all-negative group
         return [(random_weight(4, 64, g), 32), (w, 128)]
     cases = []
