@@ -107,3 +107,14 @@ def test_each_gpu_takes_the_path_the_chapters_state(cap, monkeypatch):
     assert ok == dot_scaled
     assert ("native fp4" in why) == fp4 and ("needs sm_80" in why) == (cap < (8, 0))
     assert words in nvfp4.blackwell_status()
+
+
+def test_fp8_performance_cells_say_why_on_a_t4(monkeypatch):
+    """A T4 has no fp8 tensor cores: both FP8 performance cells award nothing and say so, before any timing."""
+    from qmatmul import checks, fp8
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (7, 5))
+    for check in (fp8.check_prefill_speed, fp8.check_decode_bandwidth):
+        with pytest.raises(checks.NotMeasured, match=r"sm_75\) has no fp8 tensor cores"):
+            check(None)
