@@ -37,13 +37,13 @@ def measured_label(label: str) -> str:
     return label if label.startswith(("dense", "naive", "torch")) else f"your {label}"
 
 
-def recorded_note(where_known: bool = False) -> str:
+def recorded_note(where_known: bool = False, date: str | None = None) -> str:
     """Title of a figure of recorded times: which GPU, when, and that nothing was measured here."""
     from qmatmul import roofline
 
     h = roofline.H200
     return (f"bytes: the model; times{' where known' if where_known else ''}: recorded on the course's {h['gpu']} "
-            f"on {h['date']} ({h['versions']}), not measured here (no GPU)")  # fmt: skip
+            f"on {date or h['date']} ({h['versions']}), not measured here (no GPU)")  # fmt: skip
 
 
 def paths(rows, title: str):

@@ -747,9 +747,9 @@ def compare_paths(env, decode_fn, ms=(1, 2, 4, 8, 16)):
     else:
         for label, by_m in H200_RECORDED_US.items():
             series[label] = [by_m.get(M) for M in ms]
-        from qmatmul import plots
+        from qmatmul import plots, roofline
 
-        note = plots.recorded_note()
+        note = plots.recorded_note(date=f"{roofline.H200['date']}, the solution's row 2026-12-01")
     fig, ax = plt.subplots(figsize=(7, 3.6))
     for label, times in series.items():
         nb = bytes_moved_dense if label.startswith("dense") else None
