@@ -115,6 +115,7 @@ def test_fp8_performance_cells_say_why_on_a_t4(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (7, 5))
+    monkeypatch.setattr(checks, "STRICT", True)  # as under the trusted grader: NotMeasured decides the points
     for check in (fp8.check_prefill_speed, fp8.check_decode_bandwidth):
         with pytest.raises(checks.NotMeasured, match=r"sm_75\) has no fp8 tensor cores"):
             check(None)
