@@ -369,6 +369,23 @@ def random_matrix(R: int, C: int, g: torch.Generator, outliers: bool = False) ->
     return x
 
 
+def pitfall_matrix(R: int = 6, C: int = 200) -> torch.Tensor:
+    """Deterministic: the pitfalls exercise 1's text names. Ragged 1 x 128 blocks (C = 200: the last block of a row
+    is partial), an all-zero row (its blocks get s = 1), a negative-dominated row, and rows of exact e4m3 midpoints
+    times s, where x * (448 / amax) and x / s round to different codes."""
+    mids = torch.tensor([1.0625, 1.1875, 1.3125, 1.4375, 1.5625, 1.6875, 1.8125, 1.9375])
+    x = torch.zeros(R, C)
+    for r in range(2, R):
+        for b, c0 in enumerate(range(0, C, 128)):
+            c1 = min(C, c0 + 128)
+            s = torch.tensor((0.37 + 0.11 * r + 0.05 * b) / E4M3_MAX)
+            exps = torch.arange(c1 - c0) % 9 - 4  # midpoints across nine binades below 448
+            x[r, c0:c1] = mids[torch.arange(c1 - c0) % 8] * torch.ldexp(torch.ones(c1 - c0), exps.float()) * s
+            x[r, c0] = s * E4M3_MAX  # the block's amax
+    x[1] = -torch.linspace(0.01, 3.0, C)  # negative-dominated: max(x) != max |x|
+    return x
+
+
 def random_problem(M, N, K, device, g, strided=False, per_tensor=False):
     """xq [M, K] (strided view when asked), sx [M], wq [N, K], sw [N] from the reference quantizer."""
     x = random_matrix(M, K + (9 if strided else 0), g)
@@ -491,7 +508,7 @@ def _quantizer_inputs(g: torch.Generator, hidden: bool):
     if not hidden:
         x = random_matrix(8, 256, g)
         return [(x, (None, None)), (x, (1, None)), (random_matrix(4, 256, g), (1, 128)),
-                (random_matrix(256, 256, g), (128, 128))]  # fmt: skip
+                (random_matrix(256, 256, g), (128, 128)), (pitfall_matrix(), (1, 128))]  # fmt: skip
     cases = []
     for dtype, block in ((torch.float32, (1, None)), (torch.bfloat16, (1, 128)), (torch.float16, (128, 128)),
                          (torch.float32, (None, None)), (torch.float32, (128, 128))):  # fmt: skip
@@ -1115,7 +1132,7 @@ def check_block_matmul(fn, *, hidden: bool = False, seed: int | None = None) -> 
 H200_RECORDED_US = {
     "dense bf16 (cuBLAS)": 121.6,
     "torch._scaled_mm (row-wise)": 97.8,
-    "your fp8_decode": 69.8,
+    "fp8_decode": 69.8,
 }
 
 
@@ -1146,12 +1163,13 @@ def compare_paths(env, matmul_fn, decode_fn, M: int = 1):
         ("dense bf16 (cuBLAS)", bytes_moved_dense(M, N, K)),
         ("naive: dequantize, then matmul", bytes_moved_naive(M, N, K)),
         ("torch._scaled_mm (row-wise)", bytes_moved(M, N, K)),
-        ("your fp8_matmul (tiled)", bytes_moved(M, N, K)),
-        ("your fp8_decode", bytes_moved(M, N, K)),
+        ("fp8_matmul (tiled)", bytes_moved(M, N, K)),
+        ("fp8_decode", bytes_moved(M, N, K)),
     ]
     if not env.has_gpu:
         times = [H200_RECORDED_US.get(label) for label, _ in rows]
-        note = f"bytes: the model; times: recorded on an H200 where known ({env.versions['triton']} here has no GPU)"
+        rows = [(plots.recorded_label(label), nbytes) for label, nbytes in rows]
+        note = plots.recorded_note(where_known=True)
     else:
         from qmatmul import bench
 
@@ -1163,6 +1181,7 @@ def compare_paths(env, matmul_fn, decode_fn, M: int = 1):
         fns = [lambda: x @ w.T, lambda: naive(xq, sx, wq, sw, env.act_dtype), lambda: scaled_mm(xq, sx, wq, sw),
                lambda: matmul_fn(xq, sx, wq, sw), lambda: decode_fn(xq, sx, wq, sw)]  # fmt: skip
         times = bench.time_paths(fns)
+        rows = [(plots.measured_label(label), nbytes) for label, nbytes in rows]
         note = f"measured on {env.gpu_name}, L2 flushed, median"
     return plots.paths_report(rows, times, f"M={M}, N x K = {N} x {K}: {note}")
 

@@ -384,6 +384,18 @@ def adversarial_weight(N: int, K: int, g: torch.Generator) -> torch.Tensor:
     return w
 
 
+def log2_weight(N: int = 2, K: int = 256) -> torch.Tensor:
+    """Deterministic blocks whose amax is one float32 ulp below a power of two, 2^k for k = -8, -3, 3, ...: there
+    float32 `torch.log2(amax)` rounds up to k, and floor(log2(amax)) = k - 1 is lost. The notebook warns of it."""
+    w = torch.linspace(-0.9, 0.9, BLOCK).repeat(N, K // BLOCK)
+    for i in range(N * (K // BLOCK)):
+        n, b = divmod(i, K // BLOCK)
+        p = torch.tensor(2.0 ** (-8 + 5 * (i % 4) + (i % 3)))
+        w[n, BLOCK * b : BLOCK * (b + 1)] *= p
+        w[n, BLOCK * b + (i % BLOCK)] = torch.nextafter(p, torch.zeros(()))  # the block's amax
+    return w
+
+
 def random_problem(M: int, N: int, K: int, dtype, device: str, g: torch.Generator, strided: bool = False):
     """x [M, K] (a strided view when `strided`), packed, scales from the reference quantizer."""
     packed, scales = quantize(random_weight(N, K, g))
@@ -414,7 +426,7 @@ def _device() -> str:
 
 def _quantizer_inputs(g: torch.Generator, hidden: bool):
     if not hidden:
-        return [random_weight(4, 64, g), adversarial_weight(8, 256, g)]
+        return [random_weight(4, 64, g), adversarial_weight(8, 256, g), log2_weight()]
     cases = []
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
         N = int(torch.randint(5, 40, (1,), generator=g))
@@ -441,12 +453,24 @@ def _no_saturation_codes(w: torch.Tensor) -> torch.Tensor:
     return ((mag | (torch.signbit(v).int() << 3)) & 0xF).to(torch.uint8).reshape(N, K)
 
 
+def _float_log2_codes(w: torch.Tensor):
+    """Codes and scales of a quantizer that takes floor(torch.log2(amax)) in float32 (the notebook's pitfall)."""
+    N, K = w.shape
+    blocks = w.float().reshape(N, K // BLOCK, BLOCK)
+    amax = blocks.abs().amax(dim=2)
+    e = torch.floor(torch.log2(amax)).nan_to_num(neginf=-(1 << 20)).to(torch.int32) - EMAX_E2M1
+    e = torch.where(amax > 0, e, torch.full_like(e, -fp4.E8M0_BIAS)).clamp(-fp4.E8M0_BIAS, fp4.E8M0_BIAS)
+    v = torch.ldexp(blocks, -e[:, :, None].float())
+    return fp4.e2m1_encode(v).reshape(N, K), fp4.e8m0_from_exponent(e)
+
+
 def _quantizer_mistakes(w: torch.Tensor):
     """(name, explanation, packed, scales) of the known wrong quantizers."""
     codes, scales = quantize_codes(w)
     packed = fp4.pack_nibbles(codes)
     ceil_codes, ceil_scales = quantize_codes(w, "ceil")
-    return [
+    log2_codes, log2_scales = _float_log2_codes(w)
+    mistakes = [
         ("nibble order", "Element 2i goes in the LOW nibble and element 2i+1 in the high nibble: "
          "packed = codes[:, 0::2] | (codes[:, 1::2] << 4).", _swap_nibbles(packed), scales),
         ("E8M0 bias off by one (128)", "The E8M0 code of 2^e is e + 127 (bias 127, like fp32's exponent).",
@@ -461,7 +485,13 @@ def _quantizer_mistakes(w: torch.Tensor):
          fp4.pack_nibbles(_no_saturation_codes(w)), scales),
         ("sign bit lost", "Bit 3 of each code is the sign of w: code = (w < 0) << 3 | magnitude code.",
          fp4.pack_nibbles(codes & 0x7), scales),
+        ("floor(torch.log2(amax)) rounded up", "Just below a power of two, float32 log2(amax) rounds up to the "
+         "integer (log2(0.99999994 · 8) gives 3.0), so floor() is one too large. Take the exponent from the bits: "
+         "torch.frexp(amax) gives amax = m · 2^e with 0.5 <= m < 1, exactly, so floor(log2(amax)) = e - 1.",
+         fp4.pack_nibbles(log2_codes), log2_scales),
     ]  # fmt: skip
+    # A variant equal to the reference on this input (no amax just below a power of two) names nothing.
+    return [m for m in mistakes if not (torch.equal(m[2], packed) and torch.equal(m[3], scales))]
 
 
 def _named_quantizer_mistake(w, packed, scales) -> str | None:
@@ -745,9 +775,9 @@ def check_dot_scaled(fn, *, seed: int | None = None) -> None:
 H200_RECORDED_US = {
     "dense bf16 (cuBLAS)": 124.1,
     "naive: dequantize, then matmul": 2999.2,
-    "your mxfp4_matmul (tiled)": 229.9,
-    "your mxfp4_decode": 184.6,
-    "your tl.dot_scaled kernel": 156.6,
+    "mxfp4_matmul (tiled)": 229.9,
+    "mxfp4_decode": 184.6,
+    "tl.dot_scaled kernel": 156.6,
 }
 
 
@@ -774,14 +804,15 @@ def compare_paths(env, prefill_fn, decode_fn, dot_scaled_fn=None, M: int = 1):
     rows = [
         ("dense bf16 (cuBLAS)", bytes_moved_dense(M, N, K)),
         ("naive: dequantize, then matmul", bytes_moved_naive(M, N, K)),
-        ("your mxfp4_matmul (tiled)", bytes_moved(M, N, K)),
-        ("your mxfp4_decode", bytes_moved(M, N, K)),
+        ("mxfp4_matmul (tiled)", bytes_moved(M, N, K)),
+        ("mxfp4_decode", bytes_moved(M, N, K)),
     ]
     if dot_scaled_fn is not None:
-        rows.append(("your tl.dot_scaled kernel", bytes_moved(M, N, K)))
+        rows.append(("tl.dot_scaled kernel", bytes_moved(M, N, K)))
     if not env.has_gpu:
         times = [H200_RECORDED_US.get(label) for label, _ in rows]
-        note = f"bytes: the model; times: recorded on an H200 ({env.versions['triton']} here has no GPU)"
+        rows = [(plots.recorded_label(label), nbytes) for label, nbytes in rows]
+        note = plots.recorded_note()
     else:
         from qmatmul import bench
 
@@ -795,6 +826,7 @@ def compare_paths(env, prefill_fn, decode_fn, dot_scaled_fn=None, M: int = 1):
         if dot_scaled_fn is not None:
             fns.append(lambda: dot_scaled_fn(x, packed, scales))
         times = bench.time_paths(fns)
+        rows = [(plots.measured_label(label), nbytes) for label, nbytes in rows]
         note = f"measured on {env.gpu_name}, L2 flushed, median"
     return plots.paths_report(rows, times, f"M={M}, N x K = {N} x {K}: {note}")
 

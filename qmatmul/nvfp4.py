@@ -4,9 +4,13 @@ Weights use nn.Linear's layout W[N, K]; K must be a multiple of 16. torchao's tw
 float32 (the order matters for bit-exactness):
     g        = max |W| / (448 · 6)                       (the tensor scale; an all-zero tensor gets g = 1)
     s[n, b]  = e4m3(clamp((amax_block / 6) / g, 2^-6, 448))   (the block scale, rounded to e4m3)
-    code     = E2M1(clamp(W / (g · s), -6, 6))            (round to nearest even; fp4.e2m1_encode)
+    r[n, b]  = (1 / g) / s                                (the reciprocal of the combined scale)
+    code     = E2M1(clamp(W · r, -6, 6))                  (round to nearest even; fp4.e2m1_encode)
     packed   = uint8 [N, K/2] (element 2i low nibble), scales = uint8 [N, K/16] (e4m3 bits), g: float32 [1]
     y        = (x @ (E2M1 value · s).T) · g
+The element step follows torchao 0.18 (`nvfp4_quantize`), which multiplies by r "to match the MSLK triton kernel
+numerics"; torchao up to 0.17 divided by g · s instead. The two differ only where W / (g · s) lies on an exact
+E2M1 midpoint (tests/test_oracles.py compares with the installed torchao, bit for bit).
 """
 
 from __future__ import annotations
@@ -36,11 +40,17 @@ def tensor_scale(w: torch.Tensor) -> torch.Tensor:
     return torch.where(amax > 0, amax / (fp4.E4M3_MAX * fp4.E2M1_MAX), torch.ones_like(amax))
 
 
-def quantize_codes(w: torch.Tensor, block: int = BLOCK, two_level: bool = True, round_scale: bool = True):
+def quantize_codes(
+    w: torch.Tensor,
+    block: int = BLOCK,
+    two_level: bool = True,
+    round_scale: bool = True,
+    reciprocal: bool = True,
+):
     """(codes uint8 [N, K], block scales uint8 [N, K/block] as e4m3 bits, g float32 [1]).
 
-    two_level=False and round_scale=False give known wrong variants (no tensor scale; data divided by the
-    unrounded block scale)."""
+    two_level=False, round_scale=False and reciprocal=False give known wrong variants (no tensor scale; data
+    scaled by the unrounded block scale; data divided by g · s, torchao <= 0.17's numerics)."""
     w = w.float()
     N, K = w.shape
     if K % block:
@@ -51,8 +61,11 @@ def quantize_codes(w: torch.Tensor, block: int = BLOCK, two_level: bool = True, 
     s = torch.clamp((amax / fp4.E2M1_MAX) / g, fp4.E4M3_TINY, fp4.E4M3_MAX)
     bits = fp4.e4m3_encode(s)
     s_used = fp4.e4m3_decode(bits) if round_scale else s
-    total = g * s_used
-    v = torch.clamp(blocks / total[:, :, None], -fp4.E2M1_MAX, fp4.E2M1_MAX)
+    if reciprocal:
+        v = blocks * ((1.0 / g) / s_used)[:, :, None]
+    else:
+        v = blocks / (g * s_used)[:, :, None]
+    v = torch.clamp(v, -fp4.E2M1_MAX, fp4.E2M1_MAX)
     return fp4.e2m1_encode(v).reshape(N, K), bits, g
 
 
@@ -187,13 +200,13 @@ def block_text(block_values, tensor_amax: float) -> str:
     lines = [
         f"tensor: max|W| = {amax_t:.5g}  ->  g = max|W| / (448 · 6) = {float(g):.6g}",
         f"block:  amax = {float(v.abs().max()):.5g}  ->  (amax / 6) / g = {raw:.5g}  ->  e4m3 {int(scales[0, 0]):08b} = {s:g}",
-        f"        total scale g · s = {float(g) * s:.6g}",
-        f"{'i':>3} {'w':>10} {'w / (g·s)':>10} {'code':>5} {'E2M1':>6} {'code·s·g':>10}",
+        f"        total scale g · s = {float(g) * s:.6g};  r = (1 / g) / s = {(1 / float(g)) / s:.6g}",
+        f"{'i':>3} {'w':>10} {'w · r':>10} {'code':>5} {'E2M1':>6} {'code·s·g':>10}",
     ]
     for i in range(BLOCK):
         c = int(codes[0, i])
         lines.append(
-            f"{i:>3} {float(v[0, i]):>10.4g} {float(v[0, i]) / (float(g) * s):>10.3f} {c:04b}  "
+            f"{i:>3} {float(v[0, i]):>10.4g} {float(v[0, i]) * ((1 / float(g)) / s):>10.3f} {c:04b}  "
             f"{float(fp4.e2m1_decode(torch.tensor(c))):>6g} {float(back[i]):>10.4g}"
         )
     err = float((back - v[0]).norm() / v[0].norm().clamp_min(1e-30))
@@ -282,6 +295,22 @@ def adversarial_weight(N: int, K: int, gen: torch.Generator) -> torch.Tensor:
     return w
 
 
+def tie_weight(N: int = 4, K: int = 128, amax: float = 0.37) -> torch.Tensor:
+    """Deterministic blocks of exact E2M1 midpoints: each block holds ±{0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5}, 6 and
+    0 times g · s for an e4m3 value s, so that w / (g · s) lands on the ties. There, dividing by g · s and
+    multiplying by (1 / g) / s round differently (about 3 in 10 codes for amax = 0.37)."""
+    g = torch.tensor(amax / (fp4.E4M3_MAX * fp4.E2M1_MAX), dtype=torch.float32)
+    e4m3 = fp4.e4m3_decode(torch.arange(0x08, 0x7F, dtype=torch.int32).to(torch.uint8))  # the normal values
+    mids = torch.tensor([m for m, _ in fp4.E2M1_MIDPOINTS])
+    pattern = torch.cat([mids, -mids, torch.tensor([fp4.E2M1_MAX, 0.0])])
+    w = torch.zeros(N, K)
+    for i in range(N * (K // BLOCK)):
+        n, b = divmod(i, K // BLOCK)
+        w[n, BLOCK * b : BLOCK * (b + 1)] = pattern * (g * e4m3[(7 * i + 3) % len(e4m3)])
+    w[0, BLOCK - 1] = amax  # the tensor's largest magnitude
+    return w
+
+
 def random_problem(M, N, K, dtype, device, gen, strided=False):
     packed, scales, g = quantize(random_weight(N, K, gen))
     pad = 7 if strided else 0
@@ -299,7 +328,7 @@ def _device() -> str:
 
 def _quantizer_inputs(gen, hidden):
     if not hidden:
-        return [random_weight(4, 64, gen), adversarial_weight(8, 128, gen)]
+        return [random_weight(4, 64, gen), adversarial_weight(8, 128, gen), tie_weight()]
     cases = []
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
         N = int(torch.randint(5, 40, (1,), generator=gen))
@@ -316,12 +345,16 @@ def _quantizer_mistakes(w):
     codes, scales, g = quantize_codes(w)
     c1, s1, g1 = quantize_codes(w, two_level=False)
     c2, s2, _ = quantize_codes(w, round_scale=False)
+    c3, s3, _ = quantize_codes(w, reciprocal=False)
     return [
         ("tensor scale missing", "Two levels: g = max|W| / (448 · 6) first, then each block's (amax / 6) / g is "
-         "rounded to e4m3, and the data is divided by g · s.", fp4.pack_nibbles(c1), s1, g1),
-        ("block scale not rounded before dividing", "Divide the data by g · s with s the e4m3-ROUNDED block "
+         "rounded to e4m3, and the data is multiplied by (1 / g) / s.", fp4.pack_nibbles(c1), s1, g1),
+        ("block scale not rounded before dividing", "Scale the data by (1 / g) / s with s the e4m3-ROUNDED block "
          "scale (decode the e4m3 bits back to float32 first), so the dequantization reproduces it.",
          fp4.pack_nibbles(c2), s2, g),
+        ("divided by g · s", "The course follows torchao 0.18: multiply w by r = (1 / g) / s (s the e4m3-rounded "
+         "block scale), not w / (g · s). The two round differently where w / (g · s) is an exact tie between two "
+         "E2M1 values.", fp4.pack_nibbles(c3), s3, g),
         ("nibble order", "Element 2i goes in the LOW nibble: packed = codes[:, 0::2] | (codes[:, 1::2] << 4).",
          mxfp4._swap_nibbles(fp4.pack_nibbles(codes)), scales, g),
         ("sign bit lost", "Bit 3 of each code is the sign of w.", fp4.pack_nibbles(codes & 7), scales, g),

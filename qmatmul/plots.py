@@ -27,6 +27,25 @@ def quantization_error(w, q, s, title: str = "int8, one scale per output channel
     return fig
 
 
+def recorded_label(label: str) -> str:
+    """A row of recorded figures: a course kernel's row names the course solution, never the learner's kernel."""
+    return label if label.startswith(("dense", "naive", "torch")) else f"course solution's {label}"
+
+
+def measured_label(label: str) -> str:
+    """A row measured in this process: a course kernel's row is the learner's own."""
+    return label if label.startswith(("dense", "naive", "torch")) else f"your {label}"
+
+
+def recorded_note(where_known: bool = False, date: str | None = None) -> str:
+    """Title of a figure of recorded times: which GPU, when, and that nothing was measured here."""
+    from qmatmul import roofline
+
+    h = roofline.H200
+    return (f"bytes: the model; times{' where known' if where_known else ''}: recorded on the course's {h['gpu']} "
+            f"on {date or h['date']} ({h['versions']}), not measured here (no GPU)")  # fmt: skip
+
+
 def paths(rows, title: str):
     """rows: (label, MB moved, µs or None). Two bar charts: bytes moved and time."""
     labels = [r[0] for r in rows]
@@ -50,7 +69,7 @@ def paths_report(rows, times, title: str):
     """rows: (label, bytes moved); times: µs or None each. Prints the table and draws `paths`."""
     table = [(label, nbytes / 1e6, t) for (label, nbytes), t in zip(rows, times, strict=True)]
     for label, mb, t in table:
-        print(f"{label:<34}{mb:>9.1f} MB  " + ("not measured" if t is None else f"{t:>8.1f} µs"))
+        print(f"{label:<40}{mb:>9.1f} MB  " + ("not measured" if t is None else f"{t:>8.1f} µs"))
     return paths(table, title)
 
 

@@ -365,7 +365,13 @@ def _device() -> str:
 def _quantizer_inputs(g: torch.Generator, hidden: bool):
     """(w, group_size) pairs."""
     if not hidden:
-        return [(random_weight(4, 64, g), 32), (random_weight(16, 256, g), 128)]
+        w = random_weight(16, 256, g)
+        w[0, :128] = 0  # an all-zero group
+        w[1, :128] = (
+            w[1, :128].abs() + 0.01
+        )  # an all-positive group: the range must still hold 0 (the text says so)
+        w[2, 128:] = -w[2, 128:].abs()  # an all-negative group
+        return [(random_weight(4, 64, g), 32), (w, 128)]
     cases = []
     for dtype, G in ((torch.float32, 32), (torch.float16, 64), (torch.bfloat16, 128), (torch.float32, 128)):
         N = int(torch.randint(5, 40, (1,), generator=g))
@@ -681,7 +687,7 @@ H200_RECORDED_US: dict[str, dict[int, float]] = {
     "dense bf16 (cuBLAS)": {1: 124.0, 2: 121.0, 4: 128.0, 8: 126.0, 16: 126.0},
     "naive: dequantize, then matmul": {1: 4139.0, 2: 4142.0, 4: 4142.0, 8: 4145.0, 16: 4144.0},
     "torch._weight_int4pack_mm": {1: 67.0, 2: 69.0, 4: 94.0, 8: 157.0, 16: 269.0},
-    "the solution's w4a16_decode": {1: 106.1, 16: 106.1},  # 2026-12-01 (docs/bench-h200.json, eager)
+    "the course solution's w4a16_decode": {1: 106.1, 16: 106.1},  # 2026-12-01 (docs/bench-h200.json, eager)
 }
 
 
@@ -741,7 +747,9 @@ def compare_paths(env, decode_fn, ms=(1, 2, 4, 8, 16)):
     else:
         for label, by_m in H200_RECORDED_US.items():
             series[label] = [by_m.get(M) for M in ms]
-        note = "recorded on an H200 (no GPU here)"
+        from qmatmul import plots, roofline
+
+        note = plots.recorded_note(date=f"{roofline.H200['date']}, the solution's row 2026-12-01")
     fig, ax = plt.subplots(figsize=(7, 3.6))
     for label, times in series.items():
         nb = bytes_moved_dense if label.startswith("dense") else None

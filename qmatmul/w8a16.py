@@ -192,7 +192,10 @@ def _act_dtypes(device: str) -> list:
 
 def _quantizer_inputs(g: torch.Generator, hidden: bool):
     if not hidden:
-        return [random_weight(8, 32, g), random_weight(16, 256, g)]
+        w = random_weight(16, 256, g)
+        w[0] = 0  # an all-zero row: the text asks for s = 1 there
+        w[2] = -w[2].abs()  # negative-dominated: max != max |w|
+        return [random_weight(8, 32, g), w]
     cases = []
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
         N = int(torch.randint(5, 40, (1,), generator=g))
@@ -501,18 +504,19 @@ def predictions(env) -> None:
 
 def compare_paths(env, prefill_fn, decode_fn, M: int = 1):
     """Time the dense matmul, the naive path and the learner's kernels at decode; plot bytes and time."""
-    from qmatmul import plots, roofline
+    from qmatmul import plots
 
     N, K = BANDWIDTH_SHAPE
     rows = [
         ("dense bf16 (cuBLAS)", bytes_moved_dense(M, N, K)),
         ("naive: dequantize, then matmul", bytes_moved_naive(M, N, K)),
-        ("your w8a16_matmul (tiled)", bytes_moved(M, N, K)),
-        ("your w8a16_decode", bytes_moved(M, N, K)),
+        ("w8a16_matmul (tiled)", bytes_moved(M, N, K)),
+        ("w8a16_decode", bytes_moved(M, N, K)),
     ]
     if not env.has_gpu:
         times = [H200_RECORDED_US.get(label) for label, _ in rows]
-        note = f"bytes: the model; times: recorded on an H200 on {roofline.H200['date']} (no GPU here)"
+        rows = [(plots.recorded_label(label), nbytes) for label, nbytes in rows]
+        note = plots.recorded_note(where_known=True)
     else:
         from qmatmul import bench
 
@@ -529,6 +533,7 @@ def compare_paths(env, prefill_fn, decode_fn, M: int = 1):
             lambda: decode_fn(x, q, s),
         ]
         times = bench.time_paths(fns)
+        rows = [(plots.measured_label(label), nbytes) for label, nbytes in rows]
         note = f"measured on {env.gpu_name}, L2 flushed, median"
     return plots.paths_report(rows, times, f"M={M}, N x K = {N} x {K}: {note}")
 

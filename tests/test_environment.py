@@ -76,3 +76,46 @@ def test_fact_interpreter_fp16_dot_is_right_and_bf16_dot_is_not(env):
     assert errors[torch.float16] < 1e-3
     if errors[torch.bfloat16] < 1e-2:
         pytest.fail(f"the interpreter's bf16 tl.dot is right now ({errors}): bf16 could be used on the CPU")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The paths a learner's GPU takes: the detection logic with the capability mocked (T4, Hopper, laptop RTX 5070)
+
+GPU_PATHS = {
+    # capability: (bf16 dot, fp8 dot, native fp4, tl.dot_scaled runs, words in nvfp4.blackwell_status)
+    (7, 5): (False, False, False, False, "no fp4 tensor cores"),  # T4 (Colab)
+    (9, 0): (True, True, False, True, "no fp4 tensor cores"),  # H100, H200
+    (12, 0): (True, True, True, True, "has fp4 tensor cores"),  # consumer Blackwell, e.g. a laptop RTX 5070
+}
+
+
+@pytest.mark.parametrize("cap", GPU_PATHS)
+def test_each_gpu_takes_the_path_the_chapters_state(cap, monkeypatch):
+    from qmatmul import environment, fp8, mxfp4, nvfp4
+
+    bf16, fp8_dot, fp4, dot_scaled, words = GPU_PATHS[cap]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: cap)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    env = environment.Env("cuda", False, "mocked", cap, torch.bfloat16 if bf16 else torch.float16)
+    assert (env.has_bf16_dot, env.has_fp8_dot, env.has_native_fp4) == (bf16, fp8_dot, fp4)
+    assert fp8.has_fp8_dot("cuda") == fp8_dot
+    assert fp8._paths("cuda") == ([True, False] if fp8_dot else [False])
+    assert ("no fp8 tensor cores" in fp8._skipped("cuda")) == (not fp8_dot)
+    assert mxfp4._act_dtypes("cuda") == ([torch.float16, torch.bfloat16] if bf16 else [torch.float16])
+    ok, why = mxfp4.dot_scaled_status()
+    assert ok == dot_scaled
+    assert ("native fp4" in why) == fp4 and ("needs sm_80" in why) == (cap < (8, 0))
+    assert words in nvfp4.blackwell_status()
+
+
+def test_fp8_performance_cells_say_why_on_a_t4(monkeypatch):
+    """A T4 has no fp8 tensor cores: both FP8 performance cells award nothing and say so, before any timing."""
+    from qmatmul import checks, fp8
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (7, 5))
+    monkeypatch.setattr(checks, "STRICT", True)  # as under the trusted grader: NotMeasured decides the points
+    for check in (fp8.check_prefill_speed, fp8.check_decode_bandwidth):
+        with pytest.raises(checks.NotMeasured, match=r"sm_75\) has no fp8 tensor cores"):
+            check(None)

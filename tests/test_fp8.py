@@ -431,3 +431,16 @@ def test_missing_decoder_is_pointed_at(fp8_solution):
     module = course.load_notebook_code("fp8", {"ex2_decoder": stub + "\n\n" + src}, name="no_decoder")
     with pytest.raises(CheckFailed, match="portable path calls e4m3_to_fp16"):
         fp8.check_matmul(module.fp8_matmul, seed=0)
+
+
+# "max instead of max |x|" above zeroes the negative values too, which the visible per-tensor case reports without
+# a name; the pitfalls the text names are all named on the visible inputs, every run.
+VISIBLE_PITFALLS = ["scale multiplied where it should divide", "missing saturation", "multiplied by the reciprocal",
+                    "240 instead of 448", "use a ceiling division", "all-zero block got scale"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", VISIBLE_PITFALLS)
+def test_visible_check_names_the_pitfalls_of_the_text(name):
+    for seed in (0, 1):
+        with pytest.raises(CheckFailed, match=name.replace("|", r"\|")):
+            fp8.check_quantizer(WRONG_QUANTIZERS[name], seed=seed)

@@ -299,3 +299,26 @@ def test_hidden_decode_cases_include_a_long_row(env, chapter, fn_name, line):
         importlib.import_module(f"qmatmul.{chapter}").check_decode(
             getattr(module, fn_name), hidden=True, seed=1
         )
+
+
+def _float_log2_quantizer(w):
+    """The pitfall exercise 1 warns about: floor(torch.log2(amax)) in float32."""
+    w = w.float()
+    N, K = w.shape
+    b = w.reshape(N, K // 32, 32)
+    amax = b.abs().amax(2)
+    E = torch.where(amax > 0, torch.floor(torch.log2(amax)) - 2, torch.tensor(-127.0)).clamp(-127, 127)
+    v = b / torch.exp2(E)[:, :, None]
+    return fp4.pack_nibbles(fp4.e2m1_encode(v).reshape(N, K)), (E + 127).to(torch.uint8)
+
+
+@pytest.mark.parametrize("seed", [None, 0, 1])
+def test_visible_check_names_the_float_log2_pitfall(seed):
+    with pytest.raises(CheckFailed, match=r"known mistake: floor\(torch.log2\(amax\)\) rounded up"):
+        mxfp4.check_quantizer(_float_log2_quantizer, seed=seed)
+
+
+def test_float_log2_mistake_names_nothing_where_it_equals_the_reference():
+    w = mxfp4.adversarial_weight(8, 256, checks.generator(0))
+    assert not [m for m in mxfp4._quantizer_mistakes(w) if m[0].startswith("floor(torch.log2")]
+    assert [m for m in mxfp4._quantizer_mistakes(mxfp4.log2_weight()) if m[0].startswith("floor(torch.log2")]

@@ -66,6 +66,10 @@ def test_student_notebook_is_generated_from_the_solution(assignment, tmp_path_fa
 
 @pytest.mark.parametrize("assignment", PER_ASSIGNMENT)
 def test_solution_notebook_runs_top_to_bottom(assignment, tmp_path):
+    """Run All, as a learner would (under TRITON_INTERPRET=1 without a GPU): no cell may raise, since Jupyter stops
+    at the first error; performance cells say "not measured here" instead. Every cell is executed even past an
+    error, so one run reports all of them."""
+    failures = []
     for path in (ROOT / "solutions" / assignment).glob("*.ipynb"):
         nb = nbformat.read(path, as_version=4)
         NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=True,
@@ -73,9 +77,8 @@ def test_solution_notebook_runs_top_to_bottom(assignment, tmp_path):
         for cell in nb.cells:
             errors = [o for o in cell.get("outputs", []) if o.output_type == "error"]
             gid = cell.metadata.get("nbgrader", {}).get("grade_id", "?")
-            if errors and not HAS_GPU and errors[0].ename == "NotMeasured":
-                continue  # performance cells award nothing without a GPU, and say so
-            assert not errors, f"{path.name} cell {gid}: {errors[0].ename}: {errors[0].evalue[:500]}"
+            failures += [f"{path.name} cell {gid}: {e.ename}: {e.evalue[:500]}" for e in errors[:1]]
+    assert not failures, "Run All stops here:\n" + "\n".join(failures)
 
 
 def _digest(folder):

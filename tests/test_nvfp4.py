@@ -27,8 +27,8 @@ def numpy_quantize(w: np.ndarray):
         np.float32
     )
     s8 = s.astype(ml_dtypes.float8_e4m3fn)
-    total = (g * s8.astype(np.float32)).astype(np.float32)
-    v = np.clip(b / total[..., None], -6, 6).astype(np.float32)
+    r = ((np.float32(1) / g) / s8.astype(np.float32)).astype(np.float32)  # torchao 0.18: times the reciprocal
+    v = np.clip(b * r[..., None], -6, 6).astype(np.float32)
     codes = v.astype(ml_dtypes.float4_e2m1fn).view(np.uint8).reshape(N, K)
     return codes, s8.view(np.uint8), g
 
@@ -36,7 +36,8 @@ def numpy_quantize(w: np.ndarray):
 @pytest.mark.parametrize("seed", range(5))
 def test_reference_matches_numpy_oracle(seed):
     g = checks.generator(seed)
-    for w in (nvfp4.random_weight(48, 256, g), nvfp4.adversarial_weight(8, 128, g), torch.zeros(4, 32)):
+    for w in (nvfp4.random_weight(48, 256, g), nvfp4.adversarial_weight(8, 128, g), torch.zeros(4, 32),
+              nvfp4.tie_weight(4, 128, 0.37 + seed)):  # fmt: skip
         codes, scales, gs = nvfp4.quantize_codes(w)
         co, so, go = numpy_quantize(w.numpy())
         assert np.array_equal(codes.numpy(), co) and np.array_equal(scales.numpy(), so)
@@ -150,3 +151,21 @@ def test_hidden_prefill_shapes_keep_activations_unlike_the_weight(monkeypatch, c
         nvfp4.check_prefill(None, hidden=True, seed=seed)
     capsys.readouterr()
     assert not [s for s in seen if s[0] in (s[1], s[2])]
+
+
+def _dividing_quantizer(w):
+    """torchao <= 0.17's numerics: w / (g · s) instead of w · ((1 / g) / s)."""
+    c, s, g = nvfp4.quantize_codes(w, reciprocal=False)
+    return fp4.pack_nibbles(c), s, g
+
+
+@pytest.mark.parametrize("seed", [None, 0, 1])
+def test_visible_check_names_division_by_g_times_s(seed):
+    with pytest.raises(CheckFailed, match="known mistake: divided by g · s"):
+        nvfp4.check_quantizer(_dividing_quantizer, seed=seed)
+
+
+def test_tie_weight_is_mostly_ties():
+    w = nvfp4.tie_weight()
+    new, old = nvfp4.quantize_codes(w)[0], nvfp4.quantize_codes(w, reciprocal=False)[0]
+    assert 0.1 < float((new != old).float().mean()) < 0.5

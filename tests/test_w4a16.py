@@ -585,3 +585,15 @@ def test_gptq_inputs_cover_the_traps():
                 assert bool((qzeros < 0).any()) and int(z.max()) == 16
             N, K = packed.shape[0], 2 * packed.shape[1]
             assert N % 8 == 0 and N not in (K // 2, K // G)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["swapped nibbles", "zero point ignored", "one scale per column", "range without 0",
+     "truncation instead of rounding", "16 levels instead of 15 steps"],
+)  # fmt: skip
+def test_visible_check_names_every_wrong_quantizer(name):
+    """The visible inputs hold what the text warns about (all-zero, all-positive, all-negative groups), every run."""
+    for seed in (0, 1):
+        with pytest.raises(CheckFailed, match=f"known mistake: {name}"):
+            w4a16.check_quantizer(_wrong(name), seed=seed)

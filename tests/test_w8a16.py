@@ -254,3 +254,11 @@ def test_output_aliasing_an_input_is_caught(w8a16_solution):
 
     with pytest.raises(CheckFailed, match="must write into and return the `out`"):
         w8a16.check_decode(aliasing, seed=3)
+
+
+@pytest.mark.parametrize("name", WRONG_QUANTIZERS)
+def test_visible_check_names_every_wrong_quantizer(name):
+    """The visible inputs hold what the text warns about (an all-zero row, a negative-dominated row), every run."""
+    for seed in (0, 1):
+        with pytest.raises(CheckFailed, match=name.replace("|", r"\|")):
+            w8a16.check_quantizer(WRONG_QUANTIZERS[name], seed=seed)

@@ -16,8 +16,8 @@ def quantize_nvfp4(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.T
     blocks = w.reshape(N, K // 32, 32)
     s = torch.clamp((blocks.abs().amax(dim=2) / 6.0) / g, 2.0**-6, 448.0)
     s_e4m3 = s.to(torch.float8_e4m3fn)
-    total = g * s_e4m3.float()
-    v = torch.clamp(blocks / total[:, :, None], -6.0, 6.0)
+    r = (1.0 / g) / s_e4m3.float()
+    v = torch.clamp(blocks * r[:, :, None], -6.0, 6.0)
     codes = fp4.e2m1_encode(v).reshape(N, K)
     return fp4.pack_nibbles(codes), s_e4m3.view(torch.uint8), g
 
