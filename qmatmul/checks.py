@@ -57,6 +57,20 @@ def not_measured(message: str) -> None:
 WORKER_STATE: dict = {}
 
 
+# Context managers the worker enters around each call ("module:name", instantiated there): a check that grades
+# under a dispatch mode (FP8's non-saturating casts) sets it for the learner's process, where the casts run.
+WORKER_CONTEXTS: list = []
+
+
+@contextlib.contextmanager
+def worker_context(spec: str):
+    WORKER_CONTEXTS.append(spec)
+    try:
+        yield
+    finally:
+        WORKER_CONTEXTS.remove(spec)
+
+
 def is_remote(fn) -> bool:
     """True for the trusted grader's stand-in for a learner's function (it runs in the worker process)."""
     return bool(getattr(fn, "__qmatmul_remote__", False))

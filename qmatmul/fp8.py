@@ -468,6 +468,9 @@ def _bits_equal(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def _call_non_saturating(fn, *args, what):
+    if checks.is_remote(fn):  # the learner's casts happen in the worker: the mode goes there
+        with checks.worker_context("qmatmul.fp8:NonSaturatingCasts"):
+            return checks.call_learner(fn, *args, what=what)
     with NonSaturatingCasts():
         return checks.call_learner(fn, *args, what=what)
 

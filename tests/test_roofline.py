@@ -250,9 +250,10 @@ def test_layer_numbers_widget_and_figure():
 
 def test_setup_cell_is_w8a16s_with_the_chapter_name():
     from qmatmul import course
+    from qmatmul.grader import notebook
 
     def setup(ch):
         nb = course.repo_root() / "solutions" / ch / f"{ch}.ipynb"
-        return next("".join(c["source"]) for c in course.cells(nb) if course.grade_id(c) == "setup")
+        return next(c.source for c in notebook.read(nb) if c.grade_id == "setup")
 
     assert setup("roofline") == setup("w8a16").replace('start("W8A16")', 'start("Roofline")')

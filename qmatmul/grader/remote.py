@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from qmatmul.checks import WORKER_STATE, CheckFailed, LearnerError, OpRecord
+from qmatmul.checks import WORKER_CONTEXTS, WORKER_STATE, CheckFailed, LearnerError, OpRecord
 
 GPU_FAULT = r"illegal memory access|misaligned address|unspecified launch failure|illegal instruction|device-side assert"
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -184,7 +184,7 @@ class Worker:
         if not self.alive():
             self.start()
         nonce = secrets.token_hex(16)
-        job = {**job, "nonce": nonce, "state": dict(WORKER_STATE)}
+        job = {**job, "nonce": nonce, "state": dict(WORKER_STATE), "contexts": list(WORKER_CONTEXTS)}
         timeout = self.timeout if timeout is None else timeout
         try:
             self.proc.stdin.write((json.dumps(job) + "\n").encode())

@@ -98,8 +98,12 @@ def _call(shell, job: dict) -> dict:
     }
     watch = job.get("audit") and traffic.available() and all(t.device.type == "cpu" for t in tensors.values())
     try:
-        with recorder, traffic.count(tensors) if watch else contextlib.nullcontext() as seen:
-            result = fn(*args, **kwargs)
+        with contextlib.ExitStack() as stack:
+            for spec in job.get("contexts", []):
+                module, name = spec.split(":")
+                stack.enter_context(getattr(importlib.import_module(module), name)())
+            with recorder, traffic.count(tensors) if watch else contextlib.nullcontext() as seen:
+                result = fn(*args, **kwargs)
         if torch.cuda.is_available():
             torch.cuda.synchronize()
     except BaseException as exc:  # noqa: BLE001 - the learner's failure is reported, not re-raised
