@@ -181,6 +181,14 @@ def _local(fn, mod, weights, N, K, M, calls, out_dtype, device, what):
     return times.get("graph"), times.get("eager"), results, go_seeds
 
 
+def not_on_cpu(what: str, threshold: float):
+    """What a performance cell says without a CUDA GPU (it awards nothing: checks.not_measured)."""
+    return checks.not_measured(
+        "Performance not measured: no CUDA GPU here (the interpreter's timings say nothing about a GPU). This "
+        f"cell awards its points only on a GPU, where {what} must reach {threshold:.0%} of the copy bandwidth."
+    )
+
+
 def check_bandwidth(fn, *, what: str, module: str, N: int, K: int, Ms, out_dtype, nbytes, threshold: float,
                     hint: str, seed: int | None = None) -> list[Timed]:  # fmt: skip
     """A decode kernel's performance cell: at every M, at least `threshold` of the copy bandwidth."""

@@ -655,11 +655,7 @@ def check_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: 
     Awards nothing without a CUDA GPU. Every timed output is checked (qmatmul/harness.py).
     """
     if not torch.cuda.is_available():
-        return checks.not_measured(
-            "Performance not measured: no CUDA GPU here (the interpreter's timings say nothing about a GPU). "
-            f"This cell awards its points only on a GPU, where the decode kernel must reach {threshold:.0%} of the "
-            "copy bandwidth."
-        )
+        return harness.not_on_cpu("w4a16_decode", threshold)
     N, K = BANDWIDTH_SHAPE
     return harness.check_bandwidth(
         fn, what="w4a16_decode", module=__name__, N=N, K=K, Ms=BANDWIDTH_MS, out_dtype=_act_dtypes("cuda")[-1],
