@@ -15,6 +15,14 @@ args=(--ro-bind / / --dev-bind /dev /dev --proc /proc --tmpfs /dev/shm
       --unshare-net --unshare-cgroup-try --new-session --die-with-parent
       --tmpfs /tmp --tmpfs /var/tmp --setenv TMPDIR /tmp --setenv MPLCONFIGDIR /tmp/mpl
       --setenv TRITON_CACHE_DIR /tmp/triton --setenv HOME /tmp --unsetenv JPY_PARENT_PID)
+# A private /tmp must not hide the course itself when the checkout (or the python running it) lives there.
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+exe="$(command -v "$1" || echo "$1")"
+venv="$(cd "$(dirname "$exe")/.." && pwd)"                     # a venv's own folder (site-packages)
+prefix="$(dirname "$(dirname "$(readlink -f "$exe")")")"        # the interpreter it points to
+for keep in "$root" "$venv" "$prefix"; do
+  case "$keep" in /tmp/*|/var/tmp/*|/dev/shm/*) args+=(--ro-bind "$keep" "$keep");; esac
+done
 IFS=: read -r -a hide <<< "${QMATMUL_SANDBOX_HIDE:-}"
 for path in "${hide[@]}"; do
   if [ -d "$path" ]; then args+=(--tmpfs "$path"); elif [ -e "$path" ]; then args+=(--ro-bind /dev/null "$path"); fi
