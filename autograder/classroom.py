@@ -24,6 +24,7 @@ from pathlib import Path
 
 import sandbox
 
+from qmatmul.course import assignments, selected_assignments  # noqa: F401 - assignments: used by its callers
 from qmatmul.grader import notebook
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,10 +36,6 @@ STUDENT_TIMEOUT = float(
     os.environ.get("QMATMUL_STUDENT_TIMEOUT", "3600")
 )  # seconds for one student's notebook
 EXPECT = re.compile(r"^expect(?:\[(cpu|gpu)\])? (\S+): (\d+(?:\.\d+)?) /(.*)$", re.M)
-
-
-def assignments() -> list[str]:
-    return sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir() and any(p.glob("*.ipynb")))
 
 
 @dataclass
@@ -330,12 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("assignments", nargs="*", help="default: every assignment under solutions/")
     parser.add_argument("--sandbox", action="store_true", help="run each submission's kernel in bubblewrap")
     args = parser.parse_args(argv)
-    selected = args.assignments or assignments()
-    unknown = set(selected) - set(assignments())
-    if unknown:
-        parser.error(
-            f"no such assignment: {', '.join(sorted(unknown))} (choose from {', '.join(assignments())})"
-        )
+    selected = selected_assignments(args.assignments, parser.error)
     if args.command == "demo":
         return run_demo(selected, args.sandbox)
     import term  # autograder/term.py, beside this file

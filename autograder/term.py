@@ -30,16 +30,14 @@ from nbgrader.preprocessors import ClearHiddenTests
 from nbgrader.preprocessors import OverwriteCells as _OverwriteCells
 from traitlets import Bool
 
+from qmatmul.course import assignments, selected_assignments  # noqa: F401 - assignments: used by its callers
+
 ROOT = Path(__file__).resolve().parent.parent
 SUBMITTED = ROOT / "autograder" / "submitted"
 AUTOGRADED = ROOT / "autograder" / "autograded"
 FEEDBACK = ROOT / "autograder" / "feedback"
 TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S.%f %Z"  # nbgrader's (Exchange.timestamp_format), in UTC
 COURSE_ID = "qmatmul"
-
-
-def assignments() -> list[str]:
-    return sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir() and any(p.glob("*.ipynb")))
 
 
 def students_with(base: Path, assignment: str) -> list[str]:
@@ -279,12 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", choices=["exchange", "stamp", "feedback", "hand-back"])
     parser.add_argument("assignments", nargs="*", help="default: every assignment under solutions/")
     args = parser.parse_args(argv)
-    selected = args.assignments or assignments()
-    unknown = set(selected) - set(assignments())
-    if unknown:
-        parser.error(
-            f"no such assignment: {', '.join(sorted(unknown))} (choose from {', '.join(assignments())})"
-        )
+    selected = selected_assignments(args.assignments, parser.error)
     if args.command == "exchange":
         make_exchange()
         return 0

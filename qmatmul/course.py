@@ -21,6 +21,21 @@ def solution_notebooks(root: Path | None = None) -> list[Path]:
     return sorted(root.glob("solutions/*/*.ipynb")) if root else []
 
 
+def assignments(root: Path | None = None) -> list[str]:
+    """The chapters: folders of solutions/ that hold a notebook."""
+    root = root or repo_root()
+    return sorted(p.name for p in (root / "solutions").iterdir() if p.is_dir() and any(p.glob("*.ipynb")))
+
+
+def selected_assignments(names: list[str], error) -> list[str]:
+    """The chapters a command names (all of them when it names none); error(message) for an unknown one."""
+    known = assignments()
+    unknown = set(names) - set(known)
+    if unknown:
+        error(f"no such assignment: {', '.join(sorted(unknown))} (choose from {', '.join(known)})")
+    return list(names) or known
+
+
 def solution_source(cell_id: str) -> str:
     """The source of the solution cell `cell_id` (its nbgrader grade_id), markers included."""
     for path in solution_notebooks():
