@@ -19,7 +19,7 @@ Under the trusted grader (a function that runs in the worker) the trusted side t
 Time per call = (go-to-answer - an empty round trip) / calls. What remains in the window besides the kernels:
 one input fill, one reduction over the outputs and the round trip's jitter. Measured on the H200 with 20 ms
 batches (tools/timing_protocol.py, docs/grading-h200.md): the protocol read 3-13 % more time per call than
-in-process graph replay of the same kernel; batches are now about 50 ms, which shrinks that share.
+in-process graph replay of the same kernel; with the ~50 ms batches below, 3-9 % (always against the learner).
 """
 
 from __future__ import annotations

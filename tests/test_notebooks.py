@@ -6,10 +6,11 @@ import subprocess
 import sys
 
 import classroom
-import nbformat
 import pytest
 from conftest import HAS_GPU, ROOT
-from nbclient import NotebookClient
+
+sys.path.insert(0, str(ROOT / "tools"))
+from run_all import run_notebook  # noqa: E402
 
 ASSIGNMENTS = classroom.assignments()
 pytestmark = pytest.mark.slow
@@ -69,15 +70,9 @@ def test_solution_notebook_runs_top_to_bottom(assignment, tmp_path):
     """Run All, as a learner would (under TRITON_INTERPRET=1 without a GPU): no cell may raise, since Jupyter stops
     at the first error; performance cells say "not measured here" instead. Every cell is executed even past an
     error, so one run reports all of them."""
-    failures = []
-    for path in (ROOT / "solutions" / assignment).glob("*.ipynb"):
-        nb = nbformat.read(path, as_version=4)
-        NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=True,
-                       resources={"metadata": {"path": str(tmp_path)}}).execute()  # fmt: skip
-        for cell in nb.cells:
-            errors = [o for o in cell.get("outputs", []) if o.output_type == "error"]
-            gid = cell.metadata.get("nbgrader", {}).get("grade_id", "?")
-            failures += [f"{path.name} cell {gid}: {e.ename}: {e.evalue[:500]}" for e in errors[:1]]
+    failures = [
+        f for path in (ROOT / "solutions" / assignment).glob("*.ipynb") for f in run_notebook(path, tmp_path)
+    ]
     assert not failures, "Run All stops here:\n" + "\n".join(failures)
 
 
