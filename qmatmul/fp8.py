@@ -16,7 +16,7 @@ import math
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from qmatmul import checks, harness
+from qmatmul import checks, harness, recorded
 from qmatmul.checks import CheckFailed, Mistake
 
 E4M3 = torch.float8_e4m3fn
@@ -1127,12 +1127,16 @@ def check_block_matmul(fn, *, hidden: bool = False, seed: int | None = None) -> 
 # ----------------------------------------------------------------------------------------------------------
 # Predictions, the comparison of paths, the benchmark
 
-# Measured on the course's H200 (docs/benchmark-fp8-h200.md) at M = 1, N x K = 28672 x 8192.
-H200_RECORDED_US = {
-    "dense bf16 (cuBLAS)": 121.6,
-    "torch._scaled_mm (row-wise)": 97.8,
-    "fp8_decode": 69.8,
-}
+# Recorded on the course's H200 (docs/bench-h200.json, eager) at M = 1, N x K = 28672 x 8192.
+H200_RECORDED_US = recorded.decode_us(
+    "fp8 decode",
+    {
+        "dense bf16 (cuBLAS)": "dense bf16 (cuBLAS)",
+        "torch._scaled_mm (row-wise)": "torch._scaled_mm rowwise",
+        "fp8_decode": "solution fp8_decode",
+    },
+    1, *BANDWIDTH_SHAPE,
+)  # fmt: skip
 
 
 def predictions(env) -> None:
