@@ -20,9 +20,9 @@ ACT_DTYPES = (torch.float16, torch.bfloat16)
 BANDWIDTH_SHAPE = (28672, 8192)
 BANDWIDTH_MS = (1, 16)
 # Fraction of the copy bandwidth measured in the same process (the graded cell times eagerly, do_bench around the
-# call). On the H200 (2026-12-01, triton 3.6, docs/bench-h200.json) the solution reaches 0.20 at M = 1 and 16
-# (graph-timed 0.20-0.21), tl.dot_scaled 0.19-0.21, the naive path 0.01: decoding, not memory, bounds a plain Triton
-# kernel for this format there. The bar is half the H200's figure (docs/perf-notes.md says why half), 10x naive.
+# call). Decoding, not memory, bounds a plain Triton kernel for this format on the H200: the bar is half what the
+# solution reaches there and far above the naive path (the recorded figures: docs/bench-h200.json, quoted in
+# course.md; docs/perf-notes.md says why half).
 BANDWIDTH_THRESHOLD = 0.1
 
 

@@ -28,9 +28,8 @@ BANDWIDTH_SHAPE = (28672, 8192)
 BANDWIDTH_GROUP = 128
 BANDWIDTH_MS = (1, 16)
 # Fraction of the copy bandwidth measured in the same process (the graded cell times eagerly, do_bench around the
-# call). On the lent H200 (2026-12-01, triton 3.6, docs/bench-h200.json) the solution reaches 28 % at M = 1 and 16
-# (graph-timed 29 %), the naive path 1 %, tinygemm 45 % and 11 %. The bar is about half the H200's figure
-# (docs/perf-notes.md says why half) and 13x the naive path.
+# call). The bar is about half what the solution reaches on the lent H200 and far above the naive path (the
+# recorded figures: docs/bench-h200.json, quoted in course.md; docs/perf-notes.md says why half).
 BANDWIDTH_THRESHOLD = 0.13
 
 
