@@ -88,3 +88,13 @@ def test_a_malformed_student_file_is_refused(text, why):
 def test_a_patch_of_an_unknown_cell_is_refused():
     with pytest.raises(demo.PatchError, match="no solution cell named 'ex9'"):
         student("# %% ex9\npass\n").cells(SOLUTION)
+
+
+def test_the_docs_count_the_demo_students_there_are():
+    import re
+
+    n = sum(len(demo.students(a)) for a in assignments())
+    for doc in ("README.md", "course.md"):
+        counts = [int(c) for c in re.findall(r"\b(\d+) demo students\b", (ROOT / doc).read_text())]
+        assert counts, f"{doc} no longer says how many demo students there are: drop this test's {doc}"
+        assert set(counts) == {n}, f"{doc} says {counts} demo students; autograder/demo_class/ holds {n}"
