@@ -7,7 +7,7 @@ export PATH := $(BIN):$(PATH)
 ASSIGNMENTS := $(notdir $(wildcard solutions/*))
 
 .PHONY: help setup system-deps release demo autograde gradebook feedback exchange students hand-out collect \
-	hand-back export test lint format mutate gpu-check gpu-demo bench clean
+	hand-back export test lint format mutate gpu-check gpu-demo bench figures clean
 # SANDBOX=1: grade untrusted submissions in bubblewrap (no network, no other students' files, no gradebook).
 SANDBOX_FLAG := $(if $(filter 1,$(SANDBOX)),--sandbox,)
 # The sandbox is also a config value nbgrader_config.py reads from QMATMUL_SANDBOX, so every path honours it.
@@ -39,6 +39,7 @@ help:
 	@echo "make gpu-check  on a CUDA GPU: grade the solution and the demo class's code with the checks directly"
 	@echo "make gpu-demo   on a CUDA GPU without the venv: the demo class through nbgrader with the machine's python"
 	@echo "make bench      on a CUDA GPU: solution kernels beside PyTorch's paths; table in build/bench/bench.md"
+	@echo "make figures    rewrite the H200 figures quoted in docs and notebooks from docs/bench-h200.json"
 
 setup: $(VENV)/.installed
 
@@ -114,6 +115,9 @@ gpu-demo:
 
 bench:
 	$(PYTHON) tools/bench.py --out build/bench
+
+figures: setup
+	$(BIN)/python tools/figures.py --write
 
 clean:
 	rm -rf build .pytest_cache .ruff_cache

@@ -19,23 +19,19 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
+import demo
 import sandbox
 
 from qmatmul.course import assignments, selected_assignments  # noqa: F401 - assignments: used by its callers
-from qmatmul.grader import notebook
 
 ROOT = Path(__file__).resolve().parent.parent
-DEMO_CLASS = ROOT / "autograder" / "demo_class"
 DEMO_DIR = ROOT / "build" / "demo"
-DELETED_CELL = "# (this cell was deleted)"
-SECTION = re.compile(r"^# %% (\S+)\s*$", re.M)
 STUDENT_TIMEOUT = float(
     os.environ.get("QMATMUL_STUDENT_TIMEOUT", "3600")
 )  # seconds for one student's notebook
-EXPECT = re.compile(r"^expect(?:\[(cpu|gpu)\])? (\S+): (\d+(?:\.\d+)?) /(.*)$", re.M)
 
 
 @dataclass
@@ -110,46 +106,13 @@ def sandbox_available() -> bool:
 
 
 # ----------------------------------------------------------------------------------------------------------
-# The demo class: each student is a file of cell sources; cells it does not give come from the solution.
+# The demo class (autograder/demo.py reads the students' files and says what each one submits)
 
 
-@dataclass
-class DemoStudent:
-    name: str
-    assignment: str
-    doc: str
-    cells: dict = field(default_factory=dict)  # grade_id -> source
-    blank: bool = False  # submit the released notebook untouched
-    e2e: bool = False  # `make test` grades it through nbgrader too (the others through the checks directly)
-    expects: list = field(default_factory=list)  # (where, grade_id, points, message substring)
-
-
-def load_demo_student(path: Path) -> DemoStudent:
-    text = path.read_text()
-    parts = SECTION.split(text)
-    doc = parts[0]
-    cells = {parts[i]: parts[i + 1].strip("\n") + "\n" for i in range(1, len(parts), 2)}
-    expects = [(w or "any", gid, float(pts), msg.strip()) for w, gid, pts, msg in EXPECT.findall(doc)]
-    blank = "blank: true" in doc
-    e2e = blank or path.stem == "correct" or "e2e: true" in doc
-    return DemoStudent(path.stem, path.parent.name, doc, cells, blank=blank, e2e=e2e, expects=expects)
-
-
-def demo_students(assignment: str) -> list[DemoStudent]:
-    return [load_demo_student(p) for p in sorted((DEMO_CLASS / assignment).glob("*.py"))]
-
-
-def _solution_cells(assignment: str) -> dict:
-    cells = [c for nb in sorted((ROOT / "solutions" / assignment).glob("*.ipynb")) for c in notebook.read(nb)]
-    return notebook.solutions(cells)
-
-
-def build_submission(student: DemoStudent, release: Path, dest: Path) -> None:
+def build_submission(student: demo.DemoStudent, release: Path, dest: Path) -> None:
     """Write the student's notebook: the released notebook with its solution cells filled in."""
-    solution = _solution_cells(student.assignment)
-    unknown = set(student.cells) - set(solution)
-    if unknown:
-        raise SystemExit(f"{student.name}: no solution cell named {sorted(unknown)} in {student.assignment}")
+    solution = demo.solution(student.assignment)
+    changed = student.changed_cells()
     dest.mkdir(parents=True, exist_ok=True)
     for nb_path in (release / student.assignment).glob("*.ipynb"):
         nb = json.loads(nb_path.read_text())
@@ -158,9 +121,9 @@ def build_submission(student: DemoStudent, release: Path, dest: Path) -> None:
                 meta = cell.get("metadata", {}).get("nbgrader", {})
                 if meta.get("solution"):
                     gid = meta["grade_id"]
-                    cell["source"] = student.cells.get(gid, solution[gid]).splitlines(keepends=True)
-            # A section holding only DELETED_CELL stands for a learner who deleted that cell.
-            nb["cells"] = [c for c in nb["cells"] if "".join(c["source"]).strip() != DELETED_CELL]
+                    cell["source"] = changed.get(gid, solution[gid]).splitlines(keepends=True)
+            # A cell holding only DELETED_CELL stands for a learner who deleted that cell.
+            nb["cells"] = [c for c in nb["cells"] if "".join(c["source"]).strip() != demo.DELETED_CELL]
         (dest / nb_path.name).write_text(json.dumps(nb, indent=1) + "\n")
 
 
@@ -297,7 +260,7 @@ def run_demo(selected: list[str], sandbox: bool = False) -> int:
     DEMO_DIR.mkdir(parents=True)
     status = 0
     for assignment in selected:
-        students = demo_students(assignment)
+        students = demo.students(assignment)
         if not students:
             continue
         print(f"Releasing {assignment} (nbgrader generate_assignment) ...", flush=True)

@@ -21,8 +21,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "autograder"))
 
-import classroom  # noqa: E402
+import demo  # noqa: E402
 
+from qmatmul.course import assignments  # noqa: E402
 from qmatmul.grader import notebook, trusted  # noqa: E402
 
 
@@ -38,8 +39,8 @@ def grade(assignment: str, overrides: dict | None = None, cells_filter=None, tim
     return {v.grade_id: (v.points, v.message, v.seconds) for v in verdicts}
 
 
-def student_overrides(student: classroom.DemoStudent) -> dict:
-    return blank_overrides(student.assignment) if student.blank else student.cells
+def student_overrides(student: demo.DemoStudent) -> dict:
+    return blank_overrides(student.assignment) if student.blank else student.changed_cells()
 
 
 def blank_overrides(assignment: str) -> dict:
@@ -76,10 +77,10 @@ def main(argv=None) -> int:
     env = environment.start()
     where = "gpu" if env.has_gpu else "cpu"
     report, failed = {"env": env.describe(), "assignments": {}}, []
-    for assignment in args.assignments or classroom.assignments():
+    for assignment in args.assignments or assignments():
         rows = {}
         wanted = set(args.students.split(",")) if args.students else None
-        for student in classroom.demo_students(assignment):
+        for student in demo.students(assignment):
             if wanted and student.name not in wanted:
                 continue
             runs = [grade(assignment, student_overrides(student), only) for _ in range(args.repeat)]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from qmatmul import checks, fp4, harness
+from qmatmul import checks, fp4, harness, recorded
 from qmatmul.checks import CheckFailed, Mistake
 
 BLOCK = 32  # elements per MX block (one E8M0 scale)
@@ -20,9 +20,9 @@ ACT_DTYPES = (torch.float16, torch.bfloat16)
 BANDWIDTH_SHAPE = (28672, 8192)
 BANDWIDTH_MS = (1, 16)
 # Fraction of the copy bandwidth measured in the same process (the graded cell times eagerly, do_bench around the
-# call). On the H200 (2026-12-01, triton 3.6, docs/bench-h200.json) the solution reaches 0.20 at M = 1 and 16
-# (graph-timed 0.20-0.21), tl.dot_scaled 0.19-0.21, the naive path 0.01: decoding, not memory, bounds a plain Triton
-# kernel for this format there. The bar is half the H200's figure (docs/perf-notes.md says why half), 10x naive.
+# call). Decoding, not memory, bounds a plain Triton kernel for this format on the H200: the bar is half what the
+# solution reaches there and far above the naive path (the recorded figures: docs/bench-h200.json, quoted in
+# course.md; docs/perf-notes.md says why half).
 BANDWIDTH_THRESHOLD = 0.1
 
 
@@ -767,14 +767,18 @@ def check_dot_scaled(fn, *, seed: int | None = None) -> None:
 # ----------------------------------------------------------------------------------------------------------
 # What the roofline predicts, and what the paths measure
 
-# Measured on the course's H200 (docs/mxfp4-h200.md) at M = 1, N x K = 28672 x 8192, bf16 activations.
-H200_RECORDED_US = {
-    "dense bf16 (cuBLAS)": 124.1,
-    "naive: dequantize, then matmul": 2999.2,
-    "mxfp4_matmul (tiled)": 229.9,
-    "mxfp4_decode": 184.6,
-    "tl.dot_scaled kernel": 156.6,
-}
+# Recorded on the course's H200 (docs/bench-h200.json, eager) at M = 1, N x K = 28672 x 8192, bf16 activations.
+H200_RECORDED_US = recorded.decode_us(
+    "mxfp4 decode",
+    {
+        "dense bf16 (cuBLAS)": "dense (cuBLAS)",
+        "naive: dequantize, then matmul": "naive: dequantize, matmul",
+        "mxfp4_matmul (tiled)": "solution mxfp4_matmul (tiled)",
+        "mxfp4_decode": "solution mxfp4_decode",
+        "tl.dot_scaled kernel": "solution tl.dot_scaled",
+    },
+    1, *BANDWIDTH_SHAPE,
+)  # fmt: skip
 
 
 def predictions(env) -> None:

@@ -4,15 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Measured on the course's lent H200 (see docs/benchmark-h200.md): used as data where no GPU is present.
-H200 = {
-    "gpu": "NVIDIA H200 (sm_90)",
-    "date": "2026-11-29",
-    "versions": "torch 2.11.0+cu130, triton 3.6.0",
-    "copy_bandwidth": 4.25e12,  # bytes/s, read + written
-    "bf16_flops": 720e12,  # FLOP/s, cuBLAS 8192^3
-    "fp8_flops": 1300e12,  # FLOP/s, torch._scaled_mm 8192^3
-}
+from qmatmul import recorded
+
+# Measured on the course's lent H200 (docs/bench-h200.json): used as data where no GPU is present.
+H200 = recorded.ceilings()
 
 
 @dataclass

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from qmatmul import checks, harness
+from qmatmul import checks, harness, recorded
 from qmatmul.checks import CheckFailed, Mistake
 
 QMAX = 15
@@ -28,9 +28,8 @@ BANDWIDTH_SHAPE = (28672, 8192)
 BANDWIDTH_GROUP = 128
 BANDWIDTH_MS = (1, 16)
 # Fraction of the copy bandwidth measured in the same process (the graded cell times eagerly, do_bench around the
-# call). On the lent H200 (2026-12-01, triton 3.6, docs/bench-h200.json) the solution reaches 28 % at M = 1 and 16
-# (graph-timed 29 %), the naive path 1 %, tinygemm 45 % and 11 %. The bar is about half the H200's figure
-# (docs/perf-notes.md says why half) and 13x the naive path.
+# call). The bar is about half what the solution reaches on the lent H200 and far above the naive path (the
+# recorded figures: docs/bench-h200.json, quoted in course.md; docs/perf-notes.md says why half).
 BANDWIDTH_THRESHOLD = 0.13
 
 
@@ -677,14 +676,16 @@ def timing_inputs(M: int, K: int, g: torch.Generator, n: int) -> tuple:
 # ----------------------------------------------------------------------------------------------------------
 # What the roofline predicts, and what the paths measure
 
-# Measured on the course's H200 (2026-11-29, torch 2.11, triton 3.6) at N x K = 28672 x 8192, G = 128, bf16
-# activations, L2 flushed, median: µs by M. The solution's row is its decode_config's, from the tile sweep.
-H200_RECORDED_US: dict[str, dict[int, float]] = {
-    "dense bf16 (cuBLAS)": {1: 124.0, 2: 121.0, 4: 128.0, 8: 126.0, 16: 126.0},
-    "naive: dequantize, then matmul": {1: 4139.0, 2: 4142.0, 4: 4142.0, 8: 4145.0, 16: 4144.0},
-    "torch._weight_int4pack_mm": {1: 67.0, 2: 69.0, 4: 94.0, 8: 157.0, 16: 269.0},
-    "the course solution's w4a16_decode": {1: 106.1, 16: 106.1},  # 2026-12-01 (docs/bench-h200.json, eager)
+# Recorded on the course's H200 (docs/bench-h200.json, eager: L2 flushed, median) at N x K = 28672 x 8192, G = 128,
+# bf16 activations: µs by M (recorded at M = 1, 4 and 16).
+_RECORDED_PATHS = {
+    "dense bf16 (cuBLAS)": "dense (cuBLAS)",
+    "naive: dequantize, then matmul": "naive: dequantize, matmul",
+    "torch._weight_int4pack_mm": "torch._weight_int4pack_mm",
+    "the course solution's w4a16_decode": "solution w4a16_decode",
 }
+_BY_M = {M: recorded.decode_us("w4a16 decode", _RECORDED_PATHS, M, *BANDWIDTH_SHAPE) for M in (1, 4, 16)}
+H200_RECORDED_US = {label: {M: us[label] for M, us in _BY_M.items()} for label in _RECORDED_PATHS}
 
 
 def predictions(env) -> None:
@@ -743,9 +744,9 @@ def compare_paths(env, decode_fn, ms=(1, 2, 4, 8, 16)):
     else:
         for label, by_m in H200_RECORDED_US.items():
             series[label] = [by_m.get(M) for M in ms]
-        from qmatmul import plots, roofline
+        from qmatmul import plots
 
-        note = plots.recorded_note(date=f"{roofline.H200['date']}, the solution's row 2026-12-01")
+        note = plots.recorded_note()
     fig, ax = plt.subplots(figsize=(7, 3.6))
     for label, times in series.items():
         nb = bytes_moved_dense if label.startswith("dense") else None

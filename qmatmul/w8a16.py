@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from qmatmul import checks, harness
+from qmatmul import checks, harness, recorded
 from qmatmul.checks import CheckFailed, Mistake
 
 QMAX = 127
@@ -479,8 +479,12 @@ def traffic_feedback(fn, M: int = 16, N: int = 256, K: int = 512) -> None:
 # ----------------------------------------------------------------------------------------------------------
 # What the roofline predicts, and what the paths measure
 
-# Measured on the course's H200 (docs/benchmark-h200.md) at M = 1, N x K = 28672 x 8192, bf16 activations.
-H200_RECORDED_US = {"dense bf16 (cuBLAS)": 122.0, "naive: dequantize, then matmul": 1292.0}
+# Recorded on the course's H200 (docs/bench-h200.json, eager) at M = 1, N x K = 28672 x 8192, bf16 activations.
+H200_RECORDED_US = recorded.decode_us(
+    "w8a16 decode",
+    {"dense bf16 (cuBLAS)": "dense (cuBLAS)", "naive: dequantize, then matmul": "naive: dequantize, matmul"},
+    1, *BANDWIDTH_SHAPE,
+)  # fmt: skip
 
 
 def predictions(env) -> None:

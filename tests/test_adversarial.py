@@ -8,6 +8,7 @@ solution's, and `expect` lines). course.md's threat model says which families ea
 import time
 
 import classroom
+import demo
 import pytest
 from conftest import HAS_GPU, ROOT, skip_unless_required
 
@@ -17,7 +18,7 @@ SANDBOX_ONLY = {"sandbox_escape"}  # unsandboxed, it would really write into the
 
 
 def corpus(chapter: str) -> list:
-    return [classroom.load_demo_student(p) for p in sorted((CORPUS / chapter).glob("*.py"))]
+    return [demo.load(p) for p in sorted((CORPUS / chapter).glob("*.py"))]
 
 
 def grade(tmp_path, students, sandbox: bool, monkeypatch) -> tuple[dict, dict]:

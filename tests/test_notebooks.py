@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import classroom
+import demo
 import pytest
 from conftest import HAS_GPU, ROOT
 
@@ -20,7 +21,7 @@ def test_every_assignment_has_a_student_notebook_and_a_demo_class():
     assert ASSIGNMENTS, "no solution notebooks found"
     for a in ASSIGNMENTS:
         assert list((ROOT / "notebooks" / a).glob("*.ipynb")), f"notebooks/{a} is missing: run `make release`"
-        names = {s.name for s in classroom.demo_students(a)}
+        names = {s.name for s in demo.students(a)}
         assert {"correct", "blank"} <= names, f"demo class of {a} lacks a correct or a blank submission"
 
 
@@ -89,7 +90,7 @@ def demo_gradebook(assignment: str, tmp_path_factory) -> dict:
     key = ("demo", assignment)
     if key not in _CACHE:
         dirs = released(assignment, tmp_path_factory)
-        students = [st for st in classroom.demo_students(assignment) if st.e2e]
+        students = [st for st in demo.students(assignment) if st.e2e]
         for st in students:
             classroom.build_submission(st, ROOT / dirs.release, ROOT / dirs.submitted / st.name / assignment)
         before = _digest(ROOT / dirs.submitted)
@@ -119,7 +120,7 @@ def test_every_demo_student_grades_as_its_file_expects(assignment):
     (autograder/gpu_check.py: the grading nbgrader runs, without the notebook kernel)."""
     import gpu_check
 
-    students = [st for st in classroom.demo_students(assignment) if not st.e2e]
+    students = [st for st in demo.students(assignment) if not st.e2e]
     rows = {}
     for st in students:
         res = gpu_check.grade(assignment, gpu_check.student_overrides(st))

@@ -8,7 +8,7 @@ matplotlib.use("Agg")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from qmatmul import checks, fp8, mxfp4, nvfp4, plots, roofline, w4a16, w8a16, widgets  # noqa: E402
+from qmatmul import checks, fp8, mxfp4, nvfp4, plots, recorded, roofline, w4a16, w8a16, widgets  # noqa: E402
 from qmatmul.checks import CheckFailed, NotMeasured  # noqa: E402
 
 HAS_GPU = torch.cuda.is_available()
@@ -228,11 +228,16 @@ def test_cpu_ceilings_are_the_h200s_and_say_so(env, capsys):
         pytest.skip("measures on a GPU")
     ceil = roofline.measure_ceilings(env)
     out = capsys.readouterr().out
-    assert "No CUDA GPU here" in out and "2026-11-29" in out and "4.25 TB/s" in out and "720 TFLOP/s" in out
-    assert (ceil.copy_bandwidth, ceil.matmul_flops, ceil.measured) == (4.25e12, 720e12, False)
+    meta = recorded.meta()  # docs/bench-h200.json
+    assert "No CUDA GPU here" in out and meta["date"] in out and f"{meta['copy_TBps']:.2f} TB/s" in out
+    assert f"{meta['cublas_TFLOPs_8192']:.0f} TFLOP/s" in out
+    assert (ceil.copy_bandwidth, ceil.matmul_flops, ceil.measured) == (
+        meta["copy_TBps"] * 1e12, meta["cublas_TFLOPs_8192"] * 1e12, False
+    )  # fmt: skip
     roofline.naive_gap(env, naive_bytes, floor_time)
     out = capsys.readouterr().out
-    assert "1292 µs" in out and "No CUDA GPU here" in out
+    naive_us = recorded.figure("w8a16 decode", "naive: dequantize, matmul", 1, 28672, 8192, "us_eager")
+    assert f"{naive_us:.0f} µs" in out and "No CUDA GPU here" in out
 
 
 def test_layer_numbers_widget_and_figure():

@@ -4,6 +4,7 @@ import json
 import socket
 
 import classroom
+import demo
 import pytest
 from conftest import HAS_GPU, ROOT, skip_unless_required
 
@@ -41,7 +42,7 @@ def test_snoop_sees_everything_without_and_nothing_with_the_sandbox(tmp_path, mo
         sandbox=sandbox,
     )  # fmt: skip
     assert classroom.nbgrader("generate_assignment", "w8a16", "--force", dirs=dirs).returncode == 0
-    students = [s for s in classroom.demo_students("w8a16") if s.name == "snoop"]
+    students = [s for s in demo.students("w8a16") if s.name == "snoop"]
     for st in students:
         classroom.build_submission(st, ROOT / dirs.release, ROOT / dirs.submitted / st.name / "w8a16")
     failures = classroom.autograde("w8a16", [s.name for s in students], dirs)

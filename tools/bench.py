@@ -247,6 +247,13 @@ def markdown(meta, rows) -> str:
         "",
         f"{meta.get('gemlite', '')}",
         "",
+    ]
+    return "\n".join(lines + table(rows)) + "\n"
+
+
+def table(rows) -> list[str]:
+    """The full table of rows, one line each (bench.md, and docs/benchmark-h200.md through tools/figures.py)."""
+    lines = [
         "| kind | path | M | N | K | µs graph | % copy graph | µs eager | % copy eager | TFLOP/s graph "
         "| % cuBLAS graph | rechecked |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
@@ -268,7 +275,7 @@ def markdown(meta, rows) -> str:
             f"{f(r, 'copy_frac', 100, '.0f')} | {f(r, 'us_eager')} | {f(r, 'copy_frac_eager', 100, '.0f')} | "
             f"{f(r, 'TFLOPs')} | {f(r, 'cublas_frac', 100, '.0f')} | {ok} |"
         )
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 if __name__ == "__main__":

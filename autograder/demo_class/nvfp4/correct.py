@@ -1,8 +1,0 @@
-"""A correct submission: every solution cell as in solutions/nvfp4.
-
-expect test_quantizer: 3 /
-expect test_prefill: 3 /
-expect test_decode: 2 /
-expect[cpu] test_decode_bandwidth: 0 / Performance not measured: no CUDA GPU
-expect[gpu] test_decode_bandwidth: 3 /
-"""

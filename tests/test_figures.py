@@ -1,0 +1,87 @@
+"""Every H200 figure the docs and notebooks quote agrees with docs/bench-h200.json (tools/figures.py)."""
+
+import sys
+
+import pytest
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "tools"))
+
+import figures  # noqa: E402
+
+from qmatmul import recorded  # noqa: E402
+
+W8 = "<!-- h200: w8a16 decode | solution w8a16_decode | 1,16x28672x8192 | copy -->"  # 93 / 92 graph-timed
+
+
+def test_every_quoted_figure_agrees_with_the_data():
+    found = [e for p in figures.pages() for e in figures.problems(p)]
+    assert not found, "run `python tools/figures.py --write`, or fix the reference:\n" + "\n".join(found)
+
+
+def test_no_h200_figure_is_quoted_without_a_reference():
+    found = [e for p in figures.pages() for e in figures.unreferenced(p)]
+    assert not found, "give each a reference (tools/figures.py says how):\n" + "\n".join(found)
+
+
+def page(tmp_path, text):
+    p = tmp_path / "page.md"
+    p.write_text(text)
+    return p
+
+
+@pytest.mark.parametrize(
+    "quoted, ok",
+    [("93 % / 92 %", True), ("92 % / 93 %", False), ("92–93 %", True), ("92–94 %", False), ("93 %", False),
+     ("93.0 % / 92.5 %", False)],
+)  # fmt: skip
+def test_a_quoted_figure_is_checked_at_its_precision(tmp_path, quoted, ok):
+    found = figures.problems(
+        page(tmp_path, f"On the H200 the solution reaches {quoted}{W8} of the copy bandwidth.\n")
+    )
+    assert (not found) == ok, found
+
+
+def test_a_single_figure_must_match_every_value_it_stands_for(tmp_path):
+    ref = "<!-- h200: nvfp4 decode | solution nvfp4_decode | 1,16x28672x8192 | copy_eager -->"  # 15 and 15
+    assert not figures.problems(page(tmp_path, f"the solution reaches 15 %{ref} at M = 1 and 16\n"))
+    ref = ref.replace("copy_eager", "copy")  # 15 and 16
+    assert figures.problems(page(tmp_path, f"the solution reaches 15 %{ref} at M = 1 and 16\n"))
+
+
+def test_a_reference_to_nothing_in_the_data_is_an_error(tmp_path):
+    for ref in ["w8a16 decode | solution w8a16_decode | 2x28672x8192 | copy", "w8a16 decode | nobody | 1x1x1 | copy",
+                "w8a16 decode | solution w8a16_decode | 1x28672x8192 | speed", "w8a16 decode | 1x28672x8192"]:  # fmt: skip
+        assert figures.problems(page(tmp_path, f"reaches 93 %<!-- h200: {ref} -->\n")), ref
+
+
+def test_meta_and_ratio_references(tmp_path):
+    meta = recorded.meta()
+    text = (f"copy {meta['copy_TBps']:.2f} TB/s<!-- h200: meta | copy_TBps --> and "
+            "64–69 %<!-- h200: fp8 prefill | solution fp8_matmul ÷ torch._scaled_mm rowwise | "
+            "2048,4096,8192x8192x8192 | TFLOPs -->\n")  # fmt: skip
+    assert not figures.problems(page(tmp_path, text))
+    assert figures.problems(page(tmp_path, text.replace("64–69", "60–69")))
+
+
+def test_an_h200_figure_without_a_reference_is_caught_unless_a_bar_or_from_elsewhere(tmp_path):
+    assert figures.unreferenced(
+        page(tmp_path, "On the H200 the solution reaches 93 % of the copy bandwidth.\n")
+    )
+    for fine in ["On the H200 the bar is **50 %** of the copy bandwidth.",
+                 "On the H200 it must reach ≥ 50 % of the copy bandwidth.",
+                 "On the H200 the grader measured 85 %<!-- h200: from docs/grading-h200.md -->.",
+                 f"On the H200 the solution reaches 93 % / 92 %{W8}.",
+                 "The solution reaches 93 % (no GPU named in this paragraph)."]:  # fmt: skip
+        assert not figures.unreferenced(page(tmp_path, fine + "\n")), fine
+    own = "# A record\n<!-- h200 figures: the runs this page records -->\n\nOn the H200: 12 %.\n"
+    assert not figures.unreferenced(page(tmp_path, own))
+
+
+def test_write_rewrites_figures_and_tables_from_the_data(tmp_path):
+    p = page(tmp_path, f"reaches 90 % / 90 %{W8} of copy.\n\n<!-- begin h200 table: prefill -->\nstale\n"
+                       "<!-- end h200 table -->\n")  # fmt: skip
+    assert len(figures.problems(p)) == 2
+    figures.write(p)
+    assert not figures.problems(p)
+    assert "reaches 93 % / 92 %<!--" in p.read_text()
