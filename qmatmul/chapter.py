@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from qmatmul import bench, checks, plots
+from qmatmul import bench, checks, harness, plots
 
 ACT_DTYPES = (torch.float16, torch.bfloat16)
 
@@ -27,6 +27,15 @@ def act_dtypes(device: str) -> list:
     return [torch.float16]  # the interpreter's bf16 tl.dot is wrong; T4 has no bf16 tensor cores
 
 
+def problem(x_shape, weights, dtype, device: str, g: torch.Generator, strided: bool) -> tuple:
+    """A kernel check's call: random activations x [M, K] in `dtype` (a view of a wider buffer when `strided`),
+    drawn after the weight, then the weight's tensors, all on `device`."""
+    M, K = x_shape
+    pad = 7 if strided else 0
+    x_full = torch.randn(M, K + pad, generator=g).to(dtype).to(device)
+    return x_full[:, :K], *(t.to(device) for t in weights)
+
+
 def poisoned_out(M: int, N: int, dtype, device: str, strided: bool):
     """A NaN-filled output (a view of a wider buffer when strided, so stray writes can be seen): (full, out)."""
     pad = 5 if strided else 0
@@ -34,23 +43,32 @@ def poisoned_out(M: int, N: int, dtype, device: str, strided: bool):
     return full, full[:, :N]
 
 
-def check_kernel(fn, what: str, cases, *, names: Sequence[str], problem: Callable, reference: Callable,
-                 mistakes: Callable, device: str, dtypes, strided_cases=(False, True)) -> int:  # fmt: skip
-    """Check a learner's matmul kernel on every case, dtype and layout; returns how many calls passed.
+def cell(seed: int | None) -> tuple[int, torch.Generator, str]:
+    """A check cell's seed (fresh when None: no learner can predict it), the generator it seeds, the device."""
+    seed = checks.fresh_seed() if seed is None else seed
+    return seed, checks.generator(seed), device()
 
-    cases: (M, N, K) or (M, N, K, group_size). problem(case, dtype, strided) returns the call's tensors in order
-    (named by `names`, x first); the case's entries after K are passed after them. Each call writes into a
-    NaN-poisoned `out` and must pass checks.verify_kernel_result against reference(*args), naming the known
-    mistakes(*args) it matches.
+
+def check_kernel(fn, what: str, cases, *, g: torch.Generator, hidden: bool, seed: int, names: Sequence[str],
+                 problem: Callable, reference: Callable, mistakes: Callable, dtypes=None,
+                 strided_cases=(False, True), note: str = "") -> None:  # fmt: skip
+    """A kernel check cell: the learner's matmul kernel on every case, dtype and layout, then one line of success.
+
+    cases: (M, N, K) or (M, N, K, group_size), drawn from the cell's generator g (chapter.cell; seed is named in the
+    success line). problem(case, dtype, device, g, strided) returns the call's tensors in order (named by `names`,
+    x first); the case's entries after K are passed after them. Each call writes into
+    a NaN-poisoned `out` and must pass checks.verify_kernel_result against reference(*args), naming the known
+    mistakes(*args) it matches. dtypes: the activation dtypes (default: every one this device checks).
     """
+    dev = device()
     n = 0
     for case in cases:
         M, N, K, *extra = case
-        for dtype in dtypes:
+        for dtype in act_dtypes(dev) if dtypes is None else dtypes:
             for strided in strided_cases:
-                tensors = problem(case, dtype, strided)
+                tensors = problem(case, dtype, dev, g, strided)
                 inputs = dict(zip(names, tensors, strict=True))
-                full, out = poisoned_out(M, N, dtype, device, strided)
+                full, out = poisoned_out(M, N, dtype, dev, strided)
                 before = checks.snapshot(inputs)
                 args = (*tensors, *extra)
                 group = "".join(f", group_size={G}" for G in extra)
@@ -61,7 +79,21 @@ def check_kernel(fn, what: str, cases, *, names: Sequence[str], problem: Callabl
                                             weight_shape=(N, K), dtype=dtype, expected=reference(*args),
                                             mistakes=mistakes(*args), ctx=ctx)  # fmt: skip
                 n += 1
-    return n
+    checks.passed(
+        f"{what}: {n} {'hidden' if hidden else 'visible'} cases match the reference (seed {seed}){note}"
+    )
+
+
+def check_decode_bandwidth(fn, *, what: str, module: str, shape, Ms, nbytes, threshold: float, seed, hint: str,
+                           out_dtype=None):  # fmt: skip
+    """A decode kernel's performance cell (qmatmul/harness.py times it); without a CUDA GPU it awards nothing."""
+    if not torch.cuda.is_available():
+        return harness.not_on_cpu(what, threshold)
+    N, K = shape
+    return harness.check_bandwidth(
+        fn, what=what, module=module, N=N, K=K, Ms=Ms, out_dtype=out_dtype or act_dtypes("cuda")[-1],
+        nbytes=nbytes, threshold=threshold, hint=hint, seed=seed,
+    )  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------------------

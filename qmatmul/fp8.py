@@ -357,8 +357,7 @@ def _call_non_saturating(fn, *args, what):
 
 
 def check_saturate(fn, *, hidden: bool = False, seed: int | None = None) -> None:
-    seed = checks.fresh_seed() if seed is None else seed
-    g = checks.generator(seed)
+    seed, g, _ = chapter.cell(seed)
     what = "saturate_e4m3"
     for v in _cast_inputs(g, hidden):
         got = _call_non_saturating(fn, v.clone(), what=what)
@@ -439,8 +438,7 @@ def _quantizer_mistakes(x, block):
 
 def check_quantizer(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """quantize_fp8(x, block) must equal the reference bit for bit (zero blocks: any positive finite scale)."""
-    seed = checks.fresh_seed() if seed is None else seed
-    g = checks.generator(seed)
+    seed, g, _ = chapter.cell(seed)
     what = "quantize_fp8"
     for x, block in _quantizer_inputs(g, hidden):
         R, C = x.shape
@@ -722,9 +720,7 @@ def _skipped(device: str) -> str:
 
 def check_matmul(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 3: fp8_matmul on both paths, ragged shapes, strided views, poisoned output, fused."""
-    seed = checks.fresh_seed() if seed is None else seed
-    g = checks.generator(seed)
-    device = chapter.device()
+    seed, g, device = chapter.cell(seed)
     if not hidden:
         shapes = [(64, 64, 128), (50, 70, 90)]
     else:
@@ -744,9 +740,7 @@ def check_matmul(fn, *, hidden: bool = False, seed: int | None = None) -> None:
 
 def check_decode(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 4 (correctness): M = 1..16, ragged N and K, both paths where they run."""
-    seed = checks.fresh_seed() if seed is None else seed
-    g = checks.generator(seed)
-    device = chapter.device()
+    seed, g, device = chapter.cell(seed)
     if not hidden:
         shapes = [(16, 16, 200), (1, 64, 128)]  # a square one first: a swap of sx and sw can be named
     else:
@@ -943,9 +937,7 @@ def block_mistakes(xq, sx, wq, sw) -> list[Mistake]:
 
 def check_block_matmul(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 5: the block-scaled GEMM on both paths, ragged shapes, strided views, poisoned output, fused."""
-    seed = checks.fresh_seed() if seed is None else seed
-    g = checks.generator(seed)
-    device = chapter.device()
+    seed, g, device = chapter.cell(seed)
     what = "fp8_block_matmul"
     dtype = out_dtype(device)
     if not hidden:

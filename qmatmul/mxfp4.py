@@ -13,7 +13,7 @@ import os
 
 import torch
 
-from qmatmul import chapter, checks, floor, harness
+from qmatmul import chapter, checks, floor
 from qmatmul.chapter import ACT_DTYPES  # noqa: F401 - the notebook's name
 from qmatmul.checks import CheckFailed, Mistake
 from qmatmul.floor import bytes_moved_dense, flops  # noqa: F401 - the notebook's names
@@ -309,10 +309,7 @@ def log2_weight(N: int = 2, K: int = 256) -> torch.Tensor:
 
 def random_problem(M: int, N: int, K: int, dtype, device: str, g: torch.Generator, strided: bool = False):
     """x [M, K] (a strided view when `strided`), packed, scales from the reference quantizer."""
-    packed, scales = quantize(random_weight(N, K, g))
-    pad = 7 if strided else 0
-    x_full = torch.randn(M, K + pad, generator=g).to(dtype).to(device)
-    return x_full[:, :K], packed.to(device), scales.to(device)
+    return chapter.problem((M, K), quantize(random_weight(N, K, g)), dtype, device, g, strided)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -424,8 +421,7 @@ def _code_diff_hint(w, codes, codes_ref, scales_ref) -> str:
 
 def check_quantizer(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 1: packed codes and E8M0 scales must equal the reference bit for bit."""
-    seed = checks.fresh_seed() if seed is None else seed
-    g = checks.generator(seed)
+    seed, g, _ = chapter.cell(seed)
     what = "quantize_mxfp4"
     for w in _quantizer_inputs(g, hidden):
         N, K = w.shape
@@ -523,72 +519,72 @@ def kernel_mistakes(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor)
     return out
 
 
-def _check_kernel(fn, what: str, shapes, device: str, dtypes, g, strided_cases=(False, True)) -> int:
-    return chapter.check_kernel(
-        fn, what, shapes, names=("x", "packed", "scales"), device=device, dtypes=dtypes,
-        strided_cases=strided_cases, reference=reference, mistakes=kernel_mistakes,
-        problem=lambda case, dtype, strided: random_problem(*case, dtype, device, g, strided=strided),
+def _check_kernel(fn, what: str, shapes, **kw) -> None:
+    """chapter.check_kernel on this chapter's problems (random_problem), reference and known mistakes."""
+    chapter.check_kernel(
+        fn, what, shapes, names=("x", "packed", "scales"), reference=reference, mistakes=kernel_mistakes,
+        problem=lambda case, dtype, device, g, strided: random_problem(*case, dtype, device, g, strided=strided),
+        **kw,
     )  # fmt: skip
+
+
+def prefill_shapes(g, device: str, hidden: bool, *, block: int, k_blocks, tail) -> list:
+    """The prefill cases of a block-scaled format (MXFP4 and NVFP4): two visible shapes, or two ragged hidden ones
+    with K a multiple of `block` (k_blocks: lower bound, GPU and CPU upper bounds of K / block), then `tail`."""
+    if not hidden:
+        return [(32, 64, 64), (50, 70, 96)]
+    big = device == "cuda"
+    shapes = []
+    for _ in range(2):
+        M = int(torch.randint(17, 300 if big else 100, (1,), generator=g))
+        N = int(torch.randint(33, 700 if big else 150, (1,), generator=g))
+        K = block * int(torch.randint(k_blocks[0], k_blocks[1] if big else k_blocks[2], (1,), generator=g))
+        # The audit flags any float tensor shaped like the weight, and the interpreter copies x [M, K] and
+        # out [M, N] inside the call: keep M apart from N and K so no activation looks like a weight.
+        M = M - 1 if M == K else M
+        N = N + 1 if N == M else N
+        shapes.append((M, N, K))
+    return [*shapes, tail]
+
+
+def decode_shapes(g, device: str, hidden: bool, *, block: int, visible, k_blocks, long_blocks) -> list:
+    """The decode cases of a block-scaled format: `visible`, or M = 1, a random M < 16 and 16 on ragged N with K a
+    multiple of `block` (k_blocks: lower bound, GPU and CPU upper bounds of K / block), and on the CPU one long row
+    whose K / block lies in `long_blocks` (past 1024, where a wrong block divisor stops coinciding)."""
+    if not hidden:
+        return visible
+    big = device == "cuda"
+    shapes = [
+        (M, int(torch.randint(33, 2000 if big else 200, (1,), generator=g)),
+         block * int(torch.randint(k_blocks[0], k_blocks[1] if big else k_blocks[2], (1,), generator=g)))
+        for M in (1, int(torch.randint(2, 16, (1,), generator=g)), 16)
+    ]  # fmt: skip
+    if not big:
+        shapes.append((1, int(torch.randint(17, 48, (1,), generator=g)),
+                       block * int(torch.randint(*long_blocks, (1,), generator=g))))  # fmt: skip
+    return shapes
 
 
 def check_prefill(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 2: the tiled kernel on ragged shapes, poisoned output, strided views, fused."""
-    seed = checks.fresh_seed() if seed is None else seed
-    g = checks.generator(seed)
-    device = chapter.device()
-    if not hidden:
-        shapes = [(32, 64, 64), (50, 70, 96)]
-    else:
-        big = device == "cuda"
-        shapes = []
-        for _ in range(2):
-            M = int(torch.randint(17, 300 if big else 100, (1,), generator=g))
-            N = int(torch.randint(33, 700 if big else 150, (1,), generator=g))
-            K = BLOCK * int(torch.randint(2, 40 if big else 8, (1,), generator=g))
-            # The audit flags any float tensor shaped like the weight, and the interpreter copies x [M, K] and
-            # out [M, N] inside the call: keep M apart from N and K so no activation looks like a weight.
-            M = M - 1 if M == K else M
-            N = N + 1 if N == M else N
-            shapes.append((M, N, K))
-        shapes.append((1, 129, 160))
-    n = _check_kernel(fn, "mxfp4_matmul", shapes, device, chapter.act_dtypes(device), g)
-    checks.passed(
-        f"mxfp4_matmul: {n} {'hidden' if hidden else 'visible'} cases match the reference (seed {seed})"
-    )
+    seed, g, device = chapter.cell(seed)
+    shapes = prefill_shapes(g, device, hidden, block=BLOCK, k_blocks=(2, 40, 8), tail=(1, 129, 160))
+    _check_kernel(fn, "mxfp4_matmul", shapes, g=g, hidden=hidden, seed=seed)
 
 
 def check_decode(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 3 (correctness): M = 1..16, ragged N, K a multiple of 32."""
-    seed = checks.fresh_seed() if seed is None else seed
-    g = checks.generator(seed)
-    device = chapter.device()
-    if not hidden:
-        shapes = [(1, 64, 128), (16, 96, 192)]
-    else:
-        big = device == "cuda"
-        shapes = [
-            (M, int(torch.randint(33, 2000 if big else 200, (1,), generator=g)),
-             BLOCK * int(torch.randint(2, 100 if big else 9, (1,), generator=g)))
-            for M in (1, int(torch.randint(2, 16, (1,), generator=g)), 16)
-        ]  # fmt: skip
-        if not big:  # one long row on the CPU too: K past 1024, where a wrong block divisor stops coinciding
-            shapes.append((1, int(torch.randint(17, 48, (1,), generator=g)),
-                           BLOCK * int(torch.randint(36, 48, (1,), generator=g))))  # fmt: skip
-    n = _check_kernel(fn, "mxfp4_decode", shapes, device, chapter.act_dtypes(device), g)
-    checks.passed(
-        f"mxfp4_decode: {n} {'hidden' if hidden else 'visible'} cases match the reference (seed {seed})"
-    )
+    seed, g, device = chapter.cell(seed)
+    shapes = decode_shapes(g, device, hidden, block=BLOCK, visible=[(1, 64, 128), (16, 96, 192)],
+                           k_blocks=(2, 100, 9), long_blocks=(36, 48))  # fmt: skip
+    _check_kernel(fn, "mxfp4_decode", shapes, g=g, hidden=hidden, seed=seed)
 
 
 def check_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: int | None = None) -> list:
     """Exercise 3 (performance): bandwidth over the bytes that must move, against the copy bandwidth."""
-    if not torch.cuda.is_available():
-        return harness.not_on_cpu("mxfp4_decode", threshold)
-    N, K = BANDWIDTH_SHAPE
-    dtype = chapter.act_dtypes("cuda")[-1]
-    return harness.check_bandwidth(
-        fn, what="mxfp4_decode", module=__name__, N=N, K=K, Ms=BANDWIDTH_MS, out_dtype=dtype,
-        nbytes=lambda M: bytes_moved(M, N, K, dtype.itemsize), threshold=threshold, seed=seed,
+    return chapter.check_decode_bandwidth(
+        fn, what="mxfp4_decode", module=__name__, shape=BANDWIDTH_SHAPE, Ms=BANDWIDTH_MS, threshold=threshold,
+        seed=seed, nbytes=lambda M: bytes_moved(M, *BANDWIDTH_SHAPE),
         hint="The naive path moves each weight about nine times its packed size: load each packed tile once, "
         "decode it in registers, and keep the per-element work to a few integer operations.",
     )  # fmt: skip
@@ -635,12 +631,10 @@ def check_dot_scaled(fn, *, seed: int | None = None) -> None:
     ok, why = dot_scaled_status()
     if not ok:
         return checks.not_measured(f"tl.dot_scaled cannot run here: {why}. Nothing to check.")
-    seed = checks.fresh_seed() if seed is None else seed
-    g = checks.generator(seed)
-    device = chapter.device()
+    seed, g, device = chapter.cell(seed)
     shapes = [(32, 64, 64), (50, 70, 96), (1, 129, 160)]
-    n = _check_kernel(fn, "mxfp4_matmul_dot_scaled", shapes, device, chapter.act_dtypes(device)[-1:], g)
-    checks.passed(f"mxfp4_matmul_dot_scaled: {n} cases match the reference (seed {seed}); {why}")
+    _check_kernel(fn, "mxfp4_matmul_dot_scaled", shapes, g=g, hidden=False, seed=seed,
+                  dtypes=chapter.act_dtypes(device)[-1:], note=f"; {why}")  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------------------

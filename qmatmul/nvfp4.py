@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from qmatmul import chapter, checks, floor, harness, mxfp4
+from qmatmul import chapter, checks, floor, mxfp4
 from qmatmul.chapter import ACT_DTYPES  # noqa: F401 - the notebook's name
 from qmatmul.checks import CheckFailed, Mistake
 from qmatmul.formats import fp4
@@ -220,10 +220,8 @@ def tie_weight(N: int = 4, K: int = 128, amax: float = 0.37) -> torch.Tensor:
 
 
 def random_problem(M, N, K, dtype, device, gen, strided=False):
-    packed, scales, g = quantize(random_weight(N, K, gen))
-    pad = 7 if strided else 0
-    x_full = torch.randn(M, K + pad, generator=gen).to(dtype).to(device)
-    return x_full[:, :K], packed.to(device), scales.to(device), g.to(device)
+    """x [M, K] (a strided view when `strided`), packed, scales, g from the reference quantizer."""
+    return chapter.problem((M, K), quantize(random_weight(N, K, gen)), dtype, device, gen, strided)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -266,8 +264,7 @@ def _quantizer_mistakes(w):
 
 
 def check_quantizer(fn, *, hidden: bool = False, seed: int | None = None) -> None:
-    seed = checks.fresh_seed() if seed is None else seed
-    gen = checks.generator(seed)
+    seed, gen, _ = chapter.cell(seed)
     what = "quantize_nvfp4"
     for w in _quantizer_inputs(gen, hidden):
         N, K = w.shape
@@ -364,70 +361,35 @@ def kernel_mistakes(x, packed, scales, g) -> list[Mistake]:
     return out
 
 
-def _check_kernel(fn, what, shapes, device, dtypes, gen) -> int:
-    return chapter.check_kernel(
-        fn, what, shapes, names=("x", "packed", "scales", "g"), device=device, dtypes=dtypes,
-        reference=reference, mistakes=kernel_mistakes,
-        problem=lambda case, dtype, strided: random_problem(*case, dtype, device, gen, strided=strided),
+def _check_kernel(fn, what: str, shapes, **kw) -> None:
+    """chapter.check_kernel on this chapter's problems (random_problem), reference and known mistakes."""
+    chapter.check_kernel(
+        fn, what, shapes, names=("x", "packed", "scales", "g"), reference=reference, mistakes=kernel_mistakes,
+        problem=lambda case, dtype, device, g, strided: random_problem(*case, dtype, device, g, strided=strided),
+        **kw,
     )  # fmt: skip
 
 
 def check_prefill(fn, *, hidden: bool = False, seed: int | None = None) -> None:
-    seed = checks.fresh_seed() if seed is None else seed
-    gen = checks.generator(seed)
-    device = chapter.device()
-    if not hidden:
-        shapes = [(32, 64, 64), (50, 70, 96)]
-    else:
-        big = device == "cuda"
-        shapes = []
-        for _ in range(2):
-            M = int(torch.randint(17, 300 if big else 100, (1,), generator=gen))
-            N = int(torch.randint(33, 700 if big else 150, (1,), generator=gen))
-            K = BLOCK * int(torch.randint(3, 80 if big else 16, (1,), generator=gen))
-            # The audit flags any float tensor shaped like the weight, and the interpreter copies x [M, K] and
-            # out [M, N] inside the call: keep M apart from N and K so no activation looks like a weight.
-            M = M - 1 if M == K else M
-            N = N + 1 if N == M else N
-            shapes.append((M, N, K))
-        shapes.append((1, 129, 144))
-    n = _check_kernel(fn, "nvfp4_matmul", shapes, device, chapter.act_dtypes(device), gen)
-    checks.passed(
-        f"nvfp4_matmul: {n} {'hidden' if hidden else 'visible'} cases match the reference (seed {seed})"
-    )
+    """Exercise 2: the tiled kernel on ragged shapes, poisoned output, strided views, fused."""
+    seed, gen, device = chapter.cell(seed)
+    shapes = mxfp4.prefill_shapes(gen, device, hidden, block=BLOCK, k_blocks=(3, 80, 16), tail=(1, 129, 144))
+    _check_kernel(fn, "nvfp4_matmul", shapes, g=gen, hidden=hidden, seed=seed)
 
 
 def check_decode(fn, *, hidden: bool = False, seed: int | None = None) -> None:
-    seed = checks.fresh_seed() if seed is None else seed
-    gen = checks.generator(seed)
-    device = chapter.device()
-    if not hidden:
-        shapes = [(1, 64, 128), (16, 96, 176)]
-    else:
-        big = device == "cuda"
-        shapes = [
-            (M, int(torch.randint(33, 2000 if big else 200, (1,), generator=gen)),
-             BLOCK * int(torch.randint(3, 200 if big else 18, (1,), generator=gen)))
-            for M in (1, int(torch.randint(2, 16, (1,), generator=gen)), 16)
-        ]  # fmt: skip
-        if not big:  # one long row on the CPU too: K past 1024, where a wrong block divisor stops coinciding
-            shapes.append((1, int(torch.randint(17, 48, (1,), generator=gen)),
-                           BLOCK * int(torch.randint(72, 96, (1,), generator=gen))))  # fmt: skip
-    n = _check_kernel(fn, "nvfp4_decode", shapes, device, chapter.act_dtypes(device), gen)
-    checks.passed(
-        f"nvfp4_decode: {n} {'hidden' if hidden else 'visible'} cases match the reference (seed {seed})"
-    )
+    """Exercise 3 (correctness): M = 1..16, ragged N, K a multiple of 16."""
+    seed, gen, device = chapter.cell(seed)
+    shapes = mxfp4.decode_shapes(gen, device, hidden, block=BLOCK, visible=[(1, 64, 128), (16, 96, 176)],
+                                 k_blocks=(3, 200, 18), long_blocks=(72, 96))  # fmt: skip
+    _check_kernel(fn, "nvfp4_decode", shapes, g=gen, hidden=hidden, seed=seed)
 
 
 def check_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: int | None = None) -> list:
     """Exercise 3 (performance): bandwidth over the bytes that must move, against the copy bandwidth."""
-    if not torch.cuda.is_available():
-        return harness.not_on_cpu("nvfp4_decode", threshold)
-    N, K = BANDWIDTH_SHAPE
-    dtype = chapter.act_dtypes("cuda")[-1]
-    return harness.check_bandwidth(
-        fn, what="nvfp4_decode", module=__name__, N=N, K=K, Ms=BANDWIDTH_MS, out_dtype=dtype,
-        nbytes=lambda M: bytes_moved(M, N, K, dtype.itemsize), threshold=threshold, seed=seed,
+    return chapter.check_decode_bandwidth(
+        fn, what="nvfp4_decode", module=__name__, shape=BANDWIDTH_SHAPE, Ms=BANDWIDTH_MS, threshold=threshold,
+        seed=seed, nbytes=lambda M: bytes_moved(M, *BANDWIDTH_SHAPE),
         hint="Load each packed tile once, decode it in registers with a few integer operations per element, "
         "and apply the tensor scale once in the epilogue.",
     )  # fmt: skip

@@ -11,7 +11,7 @@ import numbers
 
 import torch
 
-from qmatmul import bench, checks, w8a16
+from qmatmul import bench, chapter, checks, w8a16
 from qmatmul.checks import CheckFailed
 from qmatmul.floor import (  # noqa: F401 - the notebook's names
     FORMAT_TEXT,
@@ -253,8 +253,7 @@ def _floor_cases(g, hidden: bool):
 
 def check_floor(flops_fn, intensity_fn, floor_fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 2: linear_flops(M, N, K), intensity(nbytes, nflops), floor_time(nbytes, nflops, bw, rate)."""
-    seed = checks.fresh_seed() if seed is None else seed
-    g = checks.generator(seed)
+    seed, g, _ = chapter.cell(seed)
     cases = _floor_cases(g, hidden)
     for _, M, N, K, _, nflops, _, _ in cases:
         call = f"linear_flops(M={M}, N={N}, K={K})"
@@ -351,8 +350,7 @@ def naive_mistakes(fmt: str, M: int, N: int, K: int, group_size: int = 128) -> l
 def check_naive(bytes_fn, slowdown_fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 3: naive_bytes(fmt, M, N, K, group_size) and naive_slowdown(fmt, M, N, K, bw, rate, group_size)."""
 
-    seed = checks.fresh_seed() if seed is None else seed
-    g = checks.generator(seed)
+    seed, g, _ = chapter.cell(seed)
     cases = _bytes_cases(g, hidden)
     for fmt, M, N, K, G in cases:
         expected = model_bytes_naive(fmt, M, N, K, G)

@@ -11,7 +11,7 @@ import inspect
 
 import torch
 
-from qmatmul import bench, chapter, checks, floor, harness, plots
+from qmatmul import bench, chapter, checks, floor, plots
 from qmatmul.chapter import ACT_DTYPES  # noqa: F401 - the notebook's name
 from qmatmul.checks import CheckFailed, Mistake
 from qmatmul.floor import bytes_moved_dense, flops  # noqa: F401 - the notebook's names
@@ -236,10 +236,7 @@ def random_weight(N: int, K: int, g: torch.Generator, dtype=torch.float32) -> to
 
 def random_problem(M, N, K, G, dtype, device, g, strided: bool = False):
     """x [M, K] (a strided view when `strided`) and the reference quantization of a random weight."""
-    packed, s, z = quantize(random_weight(N, K, g), G)
-    pad = 7 if strided else 0
-    x_full = torch.randn(M, K + pad, generator=g).to(dtype).to(device)
-    return x_full[:, :K], packed.to(device), s.to(device), z.to(device)
+    return chapter.problem((M, K), quantize(random_weight(N, K, g), G), dtype, device, g, strided)
 
 
 def random_packed(N: int, K: int, G: int, device: str, g: torch.Generator):
@@ -355,8 +352,7 @@ def check_quantizer(fn, *, hidden: bool = False, seed: int | None = None) -> Non
     """Exercise 1: packed, scales and zeros equal the reference bit for bit.
 
     An all-zero group may have any positive scale and any zero point, as long as its codes equal that zero."""
-    seed = checks.fresh_seed() if seed is None else seed
-    g = checks.generator(seed)
+    seed, g, _ = chapter.cell(seed)
     what = "quantize_int4"
     for w, G in _quantizer_inputs(g, hidden):
         N, K = w.shape
@@ -479,19 +475,18 @@ def kernel_mistakes(x, packed, scales, zeros, G) -> list[Mistake]:
     return out
 
 
-def _check_kernel(fn, what, cases, device, dtypes, g, strided_cases=(False, True)) -> int:
-    return chapter.check_kernel(
-        fn, what, cases, names=("x", "packed", "scales", "zeros"), device=device, dtypes=dtypes,
-        strided_cases=strided_cases, reference=reference, mistakes=kernel_mistakes,
-        problem=lambda case, dtype, strided: random_problem(*case, dtype, device, g, strided=strided),
+def _check_kernel(fn, what: str, shapes, **kw) -> None:
+    """chapter.check_kernel on this chapter's problems (random_problem), reference and known mistakes."""
+    chapter.check_kernel(
+        fn, what, shapes, names=("x", "packed", "scales", "zeros"), reference=reference, mistakes=kernel_mistakes,
+        problem=lambda case, dtype, device, g, strided: random_problem(*case, dtype, device, g, strided=strided),
+        **kw,
     )  # fmt: skip
 
 
 def check_prefill(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 2: the tiled kernel on ragged M and N, every group size, poisoned and strided outputs, fused."""
-    seed = checks.fresh_seed() if seed is None else seed
-    g = checks.generator(seed)
-    device = chapter.device()
+    seed, g, device = chapter.cell(seed)
     if not hidden:
         cases = [(32, 64, 128, 32), (50, 70, 256, 128)]
     else:
@@ -502,18 +497,13 @@ def check_prefill(fn, *, hidden: bool = False, seed: int | None = None) -> None:
             N = int(torch.randint(33, 700 if big else 160, (1,), generator=g))
             K = G * int(torch.randint(2, (3000 if big else 300) // G + 1, (1,), generator=g))
             cases.append((M, N, K, G))
-    n = _check_kernel(fn, "w4a16_matmul", cases, device, chapter.act_dtypes(device), g,
-                      strided_cases=(False, True) if not hidden else (True,))  # fmt: skip
-    checks.passed(
-        f"w4a16_matmul: {n} {'hidden' if hidden else 'visible'} cases match the reference (seed {seed})"
-    )
+
+    _check_kernel(fn, "w4a16_matmul", cases, g=g, hidden=hidden, seed=seed, strided_cases=(False, True) if not hidden else (True,))  # fmt: skip
 
 
 def check_decode(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 3 (correctness): M = 1..16, ragged N, every group size."""
-    seed = checks.fresh_seed() if seed is None else seed
-    g = checks.generator(seed)
-    device = chapter.device()
+    seed, g, device = chapter.cell(seed)
     if not hidden:
         cases = [(1, 64, 256, 128), (16, 96, 128, 32)]
     else:
@@ -523,11 +513,8 @@ def check_decode(fn, *, hidden: bool = False, seed: int | None = None) -> None:
             N = int(torch.randint(33, 2000 if big else 200, (1,), generator=g))
             K = G * int(torch.randint(2, (4000 if big else 300) // G + 1, (1,), generator=g))
             cases.append((M, N, K, G))
-    n = _check_kernel(fn, "w4a16_decode", cases, device, chapter.act_dtypes(device), g,
-                      strided_cases=(False, True) if not hidden else (True,))  # fmt: skip
-    checks.passed(
-        f"w4a16_decode: {n} {'hidden' if hidden else 'visible'} cases match the reference (seed {seed})"
-    )
+
+    _check_kernel(fn, "w4a16_decode", cases, g=g, hidden=hidden, seed=seed, strided_cases=(False, True) if not hidden else (True,))  # fmt: skip
 
 
 def check_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: int | None = None) -> list:
@@ -535,12 +522,9 @@ def check_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: 
 
     Awards nothing without a CUDA GPU. Every timed output is checked (qmatmul/harness.py).
     """
-    if not torch.cuda.is_available():
-        return harness.not_on_cpu("w4a16_decode", threshold)
-    N, K = BANDWIDTH_SHAPE
-    return harness.check_bandwidth(
-        fn, what="w4a16_decode", module=__name__, N=N, K=K, Ms=BANDWIDTH_MS, out_dtype=chapter.act_dtypes("cuda")[-1],
-        nbytes=lambda M: bytes_moved(M, N, K, BANDWIDTH_GROUP), threshold=threshold, seed=seed,
+    return chapter.check_decode_bandwidth(
+        fn, what="w4a16_decode", module=__name__, shape=BANDWIDTH_SHAPE, Ms=BANDWIDTH_MS, threshold=threshold,
+        seed=seed, nbytes=lambda M: bytes_moved(M, *BANDWIDTH_SHAPE, BANDWIDTH_GROUP),
         hint="The naive path moves each weight about nine times its packed size: read each packed tile once, "
         "unpack it in registers, and keep the per-weight work to a few integer operations.",
     )  # fmt: skip
@@ -654,8 +638,7 @@ def _kernel_source(kernel) -> str:
 
 def check_unpack_magic(fn, kernel=None, *, hidden: bool = False, seed: int | None = None) -> None:
     """Bonus: fn(packed) -> float16 codes [N, K], bit for bit, computed by a Triton kernel that bitcasts."""
-    seed = checks.fresh_seed() if seed is None else seed
-    g = checks.generator(seed)
+    seed, g, _ = chapter.cell(seed)
     what = "unpack_magic"
     device = chapter.device()
     shapes = [(4, 64), (3, 100)] if not hidden else [
@@ -844,8 +827,7 @@ def _check_gptq_types(result, what, N, K, G, ctx):
 def check_from_gptq(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Bonus: fn(qweight, qzeros, scales, group_size) -> (packed, scales, zeros) in the course layout, bit for bit,
     reading GPTQ's v1 format (zeros stored minus one). Ragged N (a multiple of 8), G = 32/64/128."""
-    seed = checks.fresh_seed() if seed is None else seed
-    g = checks.generator(seed)
+    seed, g, _ = chapter.cell(seed)
     what = "from_gptq"
     for packed, s, z, G in _gptq_inputs(g, hidden):
         N, K = packed.shape[0], 2 * packed.shape[1]

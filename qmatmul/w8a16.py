@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from qmatmul import chapter, checks, floor, harness, traffic
+from qmatmul import chapter, checks, floor, traffic
 from qmatmul.chapter import ACT_DTYPES  # noqa: F401 - the notebook's name
 from qmatmul.checks import CheckFailed, Mistake
 from qmatmul.floor import bytes_moved_dense, flops  # noqa: F401 - the notebook's names
@@ -109,10 +109,7 @@ def random_weight(N: int, K: int, g: torch.Generator, dtype=torch.float32) -> to
 
 def random_problem(M: int, N: int, K: int, dtype, device: str, g: torch.Generator, strided: bool = False):
     """x [M, K] (a strided view when `strided`), q, s from the reference quantizer."""
-    q, s = quantize(random_weight(N, K, g))
-    pad = 7 if strided else 0
-    x_full = torch.randn(M, K + pad, generator=g).to(dtype).to(device)
-    return x_full[:, :K], q.to(device), s.to(device)
+    return chapter.problem((M, K), quantize(random_weight(N, K, g)), dtype, device, g, strided)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -171,8 +168,7 @@ def _named_quantizer_mistake(w, q, s, zero_rows) -> str | None:
 
 def check_quantizer(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 1: q and s must equal the reference bit for bit (zero rows: any positive finite scale)."""
-    seed = checks.fresh_seed() if seed is None else seed
-    g = checks.generator(seed)
+    seed, g, _ = chapter.cell(seed)
     what = "quantize_int8_per_channel"
     for w in _quantizer_inputs(g, hidden):
         N, K = w.shape
@@ -288,19 +284,18 @@ def kernel_mistakes(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> list[M
     return out
 
 
-def _check_kernel(fn, what: str, shapes, device: str, dtypes, g, strided_cases=(False, True)) -> int:
-    return chapter.check_kernel(
-        fn, what, shapes, names=("x", "q", "s"), device=device, dtypes=dtypes, strided_cases=strided_cases,
-        problem=lambda case, dtype, strided: random_problem(*case, dtype, device, g, strided=strided),
-        reference=reference, mistakes=kernel_mistakes,
+def _check_kernel(fn, what: str, shapes, **kw) -> None:
+    """chapter.check_kernel on this chapter's problems (random_problem), reference and known mistakes."""
+    chapter.check_kernel(
+        fn, what, shapes, names=("x", "q", "s"), reference=reference, mistakes=kernel_mistakes,
+        problem=lambda case, dtype, device, g, strided: random_problem(*case, dtype, device, g, strided=strided),
+        **kw,
     )  # fmt: skip
 
 
 def check_prefill(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 2: the tiled kernel on ragged shapes, poisoned output, strided views, fused (no torch matmul)."""
-    seed = checks.fresh_seed() if seed is None else seed
-    g = checks.generator(seed)
-    device = chapter.device()
+    seed, g, device = chapter.cell(seed)
     if not hidden:
         shapes = [(32, 64, 64), (50, 70, 90)]
     else:
@@ -312,17 +307,12 @@ def check_prefill(fn, *, hidden: bool = False, seed: int | None = None) -> None:
             K = int(torch.randint(40, 1000 if big else 260, (1,), generator=g))
             shapes.append((M, N, K if K != M else K + 1))  # M differs from N and K: no shape looks like W
         shapes.append((1, 129, 77))
-    n = _check_kernel(fn, "w8a16_matmul", shapes, device, chapter.act_dtypes(device), g)
-    checks.passed(
-        f"w8a16_matmul: {n} {'hidden' if hidden else 'visible'} cases match the reference (seed {seed})"
-    )
+    _check_kernel(fn, "w8a16_matmul", shapes, g=g, hidden=hidden, seed=seed)
 
 
 def check_decode(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 3 (correctness): M = 1..16, ragged N and K."""
-    seed = checks.fresh_seed() if seed is None else seed
-    g = checks.generator(seed)
-    device = chapter.device()
+    seed, g, device = chapter.cell(seed)
     if not hidden:
         shapes = [(1, 64, 128), (16, 96, 200)]
     else:
@@ -332,10 +322,7 @@ def check_decode(fn, *, hidden: bool = False, seed: int | None = None) -> None:
              int(torch.randint(40, 3000 if big else 300, (1,), generator=g)))
             for M in (1, int(torch.randint(2, 16, (1,), generator=g)), 16)
         ]  # fmt: skip
-    n = _check_kernel(fn, "w8a16_decode", shapes, device, chapter.act_dtypes(device), g)
-    checks.passed(
-        f"w8a16_decode: {n} {'hidden' if hidden else 'visible'} cases match the reference (seed {seed})"
-    )
+    _check_kernel(fn, "w8a16_decode", shapes, g=g, hidden=hidden, seed=seed)
 
 
 def check_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: int | None = None) -> None:
@@ -343,15 +330,11 @@ def check_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: 
 
     Awards nothing without a CUDA GPU. After timing, correctness is checked again on fresh inputs.
     """
-    if not torch.cuda.is_available():
-        if not checks.is_remote(fn):  # feedback in the learner's notebook: it patches the local interpreter
-            traffic_feedback(fn)
-        return harness.not_on_cpu("w8a16_decode", threshold)
-    N, K = BANDWIDTH_SHAPE
-    dtype = chapter.act_dtypes("cuda")[-1]
-    return harness.check_bandwidth(
-        fn, what="w8a16_decode", module=__name__, N=N, K=K, Ms=BANDWIDTH_MS, out_dtype=dtype,
-        nbytes=lambda M: bytes_moved(M, N, K, dtype.itemsize), threshold=threshold, seed=seed,
+    if not torch.cuda.is_available() and not checks.is_remote(fn):  # feedback in the learner's own notebook
+        traffic_feedback(fn)
+    return chapter.check_decode_bandwidth(
+        fn, what="w8a16_decode", module=__name__, shape=BANDWIDTH_SHAPE, Ms=BANDWIDTH_MS, threshold=threshold,
+        seed=seed, nbytes=lambda M: bytes_moved(M, *BANDWIDTH_SHAPE),
         hint="The naive dequantize-then-matmul path moves each weight about five times: load each int8 tile "
         "once and keep it in registers.",
     )  # fmt: skip
