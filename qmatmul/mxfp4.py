@@ -13,7 +13,7 @@ import os
 
 import torch
 
-from qmatmul import chapter, checks, floor
+from qmatmul import chapter, checks, floor, plots
 from qmatmul.chapter import ACT_DTYPES  # noqa: F401 - the notebook's name
 from qmatmul.checks import CheckFailed, Mistake
 from qmatmul.floor import bytes_moved_dense, flops  # noqa: F401 - the notebook's names
@@ -241,28 +241,8 @@ def error_table(w: torch.Tensor) -> list[tuple[str, float, float]]:
 
 def compare_rules_figure(seed: int = 0):
     """Relative error of each method on two weight distributions; prints the table too."""
-    import matplotlib.pyplot as plt
-
-    kinds = ["gaussian", "heavy-tailed"]
-    tables = {k: error_table(realistic_weights(k, seed=seed)) for k in kinds}
-    fig, ax = plt.subplots(figsize=(9, 3.4))
-    methods = [m for m, _, _ in tables[kinds[0]]]
-    width = 0.38
-    for i, k in enumerate(kinds):
-        errs = [e for _, _, e in tables[k]]
-        bars = ax.barh([j + i * width for j in range(len(methods))], errs, height=width, label=k)
-        for b, e in zip(bars, errs, strict=True):
-            ax.text(b.get_width(), b.get_y() + b.get_height() / 2, f" {e:.2%}", va="center", fontsize=8)
-    ax.set_yticks([j + width / 2 for j in range(len(methods))])
-    ax.set_yticklabels([f"{m} ({b:g} bits)" for m, b, _ in tables[kinds[0]]])
-    ax.invert_yaxis()
-    ax.set_xlabel("‖dequantized − w‖ / ‖w‖")
-    ax.legend(loc="lower right")
-    ax.set_title("512 × 2048 weights: relative error by format and scale rule")
-    fig.tight_layout()
-    for k in kinds:
-        print(k + ": " + ", ".join(f"{m} {e:.3%}" for m, _, e in tables[k]))
-    return fig
+    tables = {k: error_table(realistic_weights(k, seed=seed)) for k in ("gaussian", "heavy-tailed")}
+    return plots.error_bars(tables, "512 × 2048 weights: relative error by format and scale rule")
 
 
 # ----------------------------------------------------------------------------------------------------------

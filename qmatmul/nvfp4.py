@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from qmatmul import chapter, checks, floor, mxfp4
+from qmatmul import chapter, checks, floor, mxfp4, plots
 from qmatmul.chapter import ACT_DTYPES  # noqa: F401 - the notebook's name
 from qmatmul.checks import CheckFailed, Mistake
 from qmatmul.formats import fp4
@@ -142,8 +142,6 @@ def block_explorer():
 
 def compare_figure(seed: int = 0):
     """NVFP4 against MXFP4 and int4 g=16 on the same weights."""
-    import matplotlib.pyplot as plt
-
     kinds = ["gaussian", "heavy-tailed"]
     tables = {}
     for k in kinds:
@@ -161,24 +159,7 @@ def compare_figure(seed: int = 0):
             ("MXFP4 (E8M0 per 32)", 4.25, rel(mxfp4.dequantize(mp, ms))),
             ("int4 g=16, bf16 scale", 5.0, rel(mxfp4.int4_groupwise(w, 16))),
         ]
-    fig, ax = plt.subplots(figsize=(9, 3.4))
-    methods = tables[kinds[0]]
-    width = 0.38
-    for i, k in enumerate(kinds):
-        errs = [e for _, _, e in tables[k]]
-        bars = ax.barh([j + i * width for j in range(len(methods))], errs, height=width, label=k)
-        for b, e in zip(bars, errs, strict=True):
-            ax.text(b.get_width(), b.get_y() + b.get_height() / 2, f" {e:.2%}", va="center", fontsize=8)
-    ax.set_yticks([j + width / 2 for j in range(len(methods))])
-    ax.set_yticklabels([f"{m} ({b:g} bits)" for m, b, _ in methods])
-    ax.invert_yaxis()
-    ax.set_xlabel("‖dequantized − w‖ / ‖w‖")
-    ax.legend(loc="lower right")
-    ax.set_title("512 × 2048 weights: relative error by format")
-    fig.tight_layout()
-    for k in kinds:
-        print(k + ": " + ", ".join(f"{m} {e:.3%}" for m, _, e in tables[k]))
-    return fig
+    return plots.error_bars(tables, "512 × 2048 weights: relative error by format")
 
 
 # ----------------------------------------------------------------------------------------------------------

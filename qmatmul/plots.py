@@ -121,3 +121,29 @@ def roofline(ceil, points, title: str = "roofline", *, extra_ceilings=()):
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+def error_bars(tables: dict, title: str):
+    """tables: weight kind -> [(method, bits per weight, relative error)], the same methods for every kind.
+    Horizontal bars of each method's error, one colour per kind; the table is printed too."""
+    import matplotlib.pyplot as plt
+
+    kinds = list(tables)
+    methods = tables[kinds[0]]
+    fig, ax = plt.subplots(figsize=(9, 3.4))
+    width = 0.38
+    for i, k in enumerate(kinds):
+        errs = [e for _, _, e in tables[k]]
+        bars = ax.barh([j + i * width for j in range(len(methods))], errs, height=width, label=k)
+        for b, e in zip(bars, errs, strict=True):
+            ax.text(b.get_width(), b.get_y() + b.get_height() / 2, f" {e:.2%}", va="center", fontsize=8)
+    ax.set_yticks([j + width / 2 for j in range(len(methods))])
+    ax.set_yticklabels([f"{m} ({b:g} bits)" for m, b, _ in methods])
+    ax.invert_yaxis()
+    ax.set_xlabel("‖dequantized − w‖ / ‖w‖")
+    ax.legend(loc="lower right")
+    ax.set_title(title)
+    fig.tight_layout()
+    for k in kinds:
+        print(k + ": " + ", ".join(f"{m} {e:.3%}" for m, _, e in tables[k]))
+    return fig
