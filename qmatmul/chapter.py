@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from qmatmul import bench, checks, harness, plots
+from qmatmul.checks import CheckFailed
 
 ACT_DTYPES = (torch.float16, torch.bfloat16)
 
@@ -47,6 +48,26 @@ def cell(seed: int | None) -> tuple[int, torch.Generator, str]:
     """A check cell's seed (fresh when None: no learner can predict it), the generator it seeds, the device."""
     seed = checks.fresh_seed() if seed is None else seed
     return seed, checks.generator(seed), device()
+
+
+def call_quantizer(
+    fn, w: torch.Tensor, *args, what: str, returns: Sequence[str], ctx: str, copy: bool = False
+) -> tuple:
+    """Call a learner's quantizer on w: it must return one tensor per name in `returns` and leave w untouched.
+
+    copy=True hands the learner a copy of w, so that a quantizer which changes its input in place is harmless
+    (W8A16 and W4A16, whose tests say so); otherwise w itself, and an in-place change fails the cell."""
+    before = w.clone()
+    result = checks.call_learner(fn, w.clone() if copy else w, *args, what=what)
+    kind = {2: "pair", 3: "triple"}.get(len(returns), f"{len(returns)}-tuple")
+    if not (isinstance(result, (tuple, list)) and len(result) == len(returns)):
+        raise CheckFailed(f"{what} must return a {kind} ({', '.join(returns)}), got {type(result).__name__}")
+    for name, t in zip(returns, result, strict=True):
+        if not isinstance(t, torch.Tensor):
+            raise CheckFailed(f"{what} must return {len(returns)} tensors; {name} is a {type(t).__name__}")
+    if not torch.equal(w, before):
+        raise CheckFailed(f"{what} modified its input w in place; leave the weights untouched.{ctx}")
+    return tuple(result)
 
 
 def check_kernel(fn, what: str, cases, *, g: torch.Generator, hidden: bool, seed: int, names: Sequence[str],

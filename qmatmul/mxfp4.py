@@ -406,15 +406,7 @@ def check_quantizer(fn, *, hidden: bool = False, seed: int | None = None) -> Non
     for w in _quantizer_inputs(g, hidden):
         N, K = w.shape
         ctx = f" (w: {str(w.dtype).replace('torch.', '')} [{N}, {K}])"
-        w_before = w.clone()
-        result = checks.call_learner(fn, w, what=what)
-        if not (isinstance(result, (tuple, list)) and len(result) == 2):
-            raise CheckFailed(f"{what} must return a pair (packed, scales), got {type(result).__name__}")
-        packed, scales = result
-        if not isinstance(packed, torch.Tensor) or not isinstance(scales, torch.Tensor):
-            raise CheckFailed(f"{what} must return two tensors (packed, scales)")
-        if not torch.equal(w, w_before):
-            raise CheckFailed(f"{what} modified its input w in place; leave the weights untouched.{ctx}")
+        packed, scales = chapter.call_quantizer(fn, w, what=what, returns=("packed", "scales"), ctx=ctx)
         if tuple(packed.shape) == (N, K):
             raise CheckFailed(
                 f"packed has shape [N, K] = [{N}, {K}]: pack two codes per byte, shape [N, K/2] = [{N}, {K // 2}].{ctx}"

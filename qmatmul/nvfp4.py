@@ -250,15 +250,9 @@ def check_quantizer(fn, *, hidden: bool = False, seed: int | None = None) -> Non
     for w in _quantizer_inputs(gen, hidden):
         N, K = w.shape
         ctx = f" (w: {str(w.dtype).replace('torch.', '')} [{N}, {K}])"
-        w_before = w.clone()
-        result = checks.call_learner(fn, w, what=what)
-        if not (isinstance(result, (tuple, list)) and len(result) == 3):
-            raise CheckFailed(f"{what} must return a triple (packed, scales, g), got {type(result).__name__}")
-        packed, scales, g = result
-        if not all(isinstance(t, torch.Tensor) for t in (packed, scales, g)):
-            raise CheckFailed(f"{what} must return three tensors (packed, scales, g)")
-        if not torch.equal(w, w_before):
-            raise CheckFailed(f"{what} modified its input w in place; leave the weights untouched.{ctx}")
+        packed, scales, g = chapter.call_quantizer(
+            fn, w, what=what, returns=("packed", "scales", "g"), ctx=ctx
+        )
         if packed.dtype != torch.uint8 or tuple(packed.shape) != (N, K // 2):
             raise CheckFailed(
                 f"packed must be uint8 of shape [{N}, {K // 2}], got {packed.dtype} {list(packed.shape)}{ctx}"
