@@ -106,7 +106,7 @@ mutate: setup
 
 # The GPU targets use the machine's own python (its CUDA torch), not the CPU venv.
 gpu-check:
-	$(PYTHON) autograder/gpu_check.py
+	$(PYTHON) autograder/grade_direct.py
 
 # The demo class through the real nbgrader with the machine's own python (a GPU box whose CUDA torch is
 # installed system-wide; on the lent GPU, nbgrader's wheels on PYTHONPATH: docs/grading-h200.md says how).

@@ -4,7 +4,7 @@
 
 Each solution region of each solution notebook is mutated one change at a time (a constant ±1, an operator,
 a comparison, a shift, a mask or broadcast axis, a reduction dim, an index offset, a dropped line), and every
-mutant is graded by the course's own test cells, hidden tests included (`gpu_check.grade`: the trusted grader
+mutant is graded by the course's own test cells, hidden tests included (`grade_direct.grade`: the trusted grader
 that nbgrader runs). A mutant is killed when it scores less than the solution. Survivors are printed; those listed
 in autograder/equivalent_mutants.json with a reason are counted as equivalent. Exit status 1 when a chapter's
 kill rate over non-equivalent mutants is under --target (0.9).
@@ -114,12 +114,12 @@ def grade(job: dict, timeout: float) -> dict:
     import contextlib
     import io
 
-    import gpu_check
+    import grade_direct
 
     t0 = time.time()
     try:
         with contextlib.redirect_stdout(io.StringIO()):
-            res = gpu_check.grade(job["assignment"], job.get("overrides"), timeout=timeout)
+            res = grade_direct.grade(job["assignment"], job.get("overrides"), timeout=timeout)
         points = sum(p for p, _, _ in res.values())
         why = "; ".join(m for _, m, _ in res.values() if m and not m.startswith("NotMeasured"))[:300]
     except Exception as exc:  # noqa: BLE001 - a mutant the grader cannot even start loses everything

@@ -17,6 +17,9 @@ from dataclasses import dataclass
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from qmatmul import traffic
+from qmatmul.grader import static
+
 
 class CheckFailed(AssertionError):
     """A check found a wrong answer. str(exc) is the report shown to the learner."""
@@ -220,8 +223,6 @@ def run_audited(fn: Callable, *args, what: str, **kwargs):
     that lets an edge through can go unseen in the output (the other operand is masked to 0) and still
     fault on a GPU.
     """
-    from qmatmul import traffic
-
     if is_remote(fn):
         require_own_kernel(fn, what=what)
         try:
@@ -264,8 +265,6 @@ def _notebook_kernel_problems(name: str) -> list[str]:
     history = list(shell.user_ns.get("In", [])) if shell is not None else []
     if not history or not name.isidentifier():
         return []
-    from qmatmul.grader import static
-
     return static.own_kernel_problems(
         static.parse([(f"In[{i}]", src, False) for i, src in enumerate(history)]), name
     )
@@ -396,7 +395,7 @@ def _ranges(indices: Sequence[int], limit: int = 6) -> str:
     return text + (f" and {len(spans) - limit} more ranges" if len(spans) > limit else "")
 
 
-def _where_2d(bad: torch.Tensor, names=("rows", "columns")) -> str:
+def where_2d(bad: torch.Tensor, names=("rows", "columns")) -> str:
     rows = torch.nonzero(bad.any(dim=1)).flatten().tolist()
     cols = torch.nonzero(bad.any(dim=0)).flatten().tolist()
     n_rows, n_cols = bad.shape
@@ -446,7 +445,7 @@ def compare(
     elif poisoned and bool(nan.any()):
         headline = f"{what} left {int(nan.sum())} of {total} output elements unwritten{context}"
         if got_c.dim() == 2:
-            lines.append(f"Unwritten (still the NaN the buffer was filled with): {_where_2d(nan)}.")
+            lines.append(f"Unwritten (still the NaN the buffer was filled with): {where_2d(nan)}.")
         lines.append("Check the grid covers every tile and the store mask lets every valid element through.")
     else:
         headline = f"{what}: {n_bad} of {total} elements ({100 * n_bad / total:.3g} %) differ from the reference{context}"
@@ -462,7 +461,7 @@ def compare(
             f"expected {float(exp_c.flatten()[idx]):.6g} (tolerance {rtol:.2g} relative)."
         )
         if got_c.dim() == 2:
-            lines.append(f"Wrong elements lie {_where_2d(bad & ~nan)}.")
+            lines.append(f"Wrong elements lie {where_2d(bad & ~nan)}.")
         inf = torch.isinf(got_c.float())
         if inf.any():
             lines.append(f"{int(inf.sum())} elements are infinite (overflow?).")

@@ -1,12 +1,9 @@
-"""Chapter FP8: e4m3 weights and activations (W8A8-FP8) with per-tensor, per-row and block scales.
+"""Chapter FP8: the bits explorer, the notebook's scaffolding (validation, the two kernel paths, launch
+configurations), test inputs, the known mistakes and the checks of each exercise, and the cells that predict and
+compare the paths.
 
-Weights use nn.Linear's layout W[N, K]; activations x[M, K]. Symmetric scaling by blocks of br x bc elements:
-    s[i, j] = max |x| over block (i, j) / 448       (float32; an all-zero block gets s = 1)
-    q = saturate(x / s) cast to float8_e4m3fn        (x / s in float32, clamped to ±448, round to nearest even)
-Per tensor: one block of the whole shape; per row: blocks of 1 x K (per token for x, per output channel for W);
-DeepSeek-V3: activations 1 x 128, weights 128 x 128.
-The W8A8 GEMM with per-row scales applies both scales in the epilogue:
-    y = (xq @ wq.T) * sx[:, None] * sw[None, :]      (fp32 accumulation, y in bf16; fp16 on the CPU and pre-sm_80)
+The format itself (saturating cast, block scales, quantizer, dequantizer, references, bytes moved) is
+qmatmul/formats/fp8.py; its names are re-exported here, where the notebook reaches them as `fp8.<name>`.
 """
 
 from __future__ import annotations
@@ -16,13 +13,32 @@ import math
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from qmatmul import checks, harness, recorded
+from qmatmul import bench, chapter, checks, floor, harness, recorded
 from qmatmul.checks import CheckFailed, Mistake
+from qmatmul.floor import bytes_moved_dense, flops  # noqa: F401 - the notebook's names
+from qmatmul.formats.fp8 import (  # noqa: F401 - the notebook's names
+    E4M3,
+    E4M3_MAX,
+    E4M3_OVERFLOW,
+    FLOAT8_FIELDS,
+    SCALE_BLOCK,
+    block_amax,
+    block_reference,
+    bytes_moved,
+    bytes_moved_naive,
+    bytes_per_weight,
+    cdiv,
+    decode_bits,
+    dequantize,
+    expand_scales,
+    naive,
+    normalize_block,
+    quantize,
+    reference,
+    saturate,
+    scaled_mm,
+)
 
-E4M3 = torch.float8_e4m3fn
-E4M3_MAX = 448.0
-# torch <= 2.11 (and ml_dtypes, and a GPU's cvt without .satfinite) round |v| > 464 into the NaN code 0x7F.
-E4M3_OVERFLOW = 464.0
 # Decode grading: a weight of 28672 x 8192 e4m3 (235 MB) is about 4x the H200's L2.
 BANDWIDTH_SHAPE = (28672, 8192)
 BANDWIDTH_MS = (1, 16)
@@ -34,99 +50,12 @@ PREFILL_THRESHOLD = 0.45
 
 
 # ----------------------------------------------------------------------------------------------------------
-# The reference
-
-
-def saturate(v: torch.Tensor) -> torch.Tensor:
-    """The saturating cast: clamp to ±448 (inf included), then round to nearest even into e4m3fn. NaN stays NaN."""
-    return v.float().clamp(-E4M3_MAX, E4M3_MAX).to(E4M3)
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def block_amax(x: torch.Tensor, block: tuple[int, int]) -> torch.Tensor:
-    """max |x| over each block; partial blocks at the edges count only their real elements."""
-    R, C = x.shape
-    br, bc = block
-    a = torch.nn.functional.pad(x.float().abs(), (0, _cdiv(C, bc) * bc - C, 0, _cdiv(R, br) * br - R))
-    return a.view(_cdiv(R, br), br, _cdiv(C, bc), bc).amax(dim=(1, 3))
-
-
-def expand_scales(s: torch.Tensor, shape: tuple[int, int], block: tuple[int, int]) -> torch.Tensor:
-    """One scale per element: s[i // br, j // bc]."""
-    R, C = shape
-    return s.repeat_interleave(block[0], 0).repeat_interleave(block[1], 1)[:R, :C]
-
-
-def normalize_block(block, shape) -> tuple[int, int]:
-    R, C = shape
-    br, bc = block
-    return (R if br is None else min(int(br), R) or 1, C if bc is None else min(int(bc), C) or 1)
-
-
-def quantize(x: torch.Tensor, block: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """The reference quantizer: q (e4m3fn, x's shape) and s (float32 [cdiv(R, br), cdiv(C, bc)])."""
-    amax = block_amax(x, block)
-    s = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
-    q = saturate(x.float() / expand_scales(s, tuple(x.shape), block))
-    return q, s
-
-
-def dequantize(q: torch.Tensor, s: torch.Tensor, block: tuple[int, int]) -> torch.Tensor:
-    return q.float() * expand_scales(s.float(), tuple(q.shape), block)
-
-
-def reference(xq, sx, wq, sw) -> torch.Tensor:
-    """y = (xq @ wq.T) * sx[:, None] * sw[None, :] in float32 (the grading reference)."""
-    raw = xq.float().cpu() @ wq.float().cpu().T
-    return raw * sx.float().cpu().reshape(-1)[:, None] * sw.float().cpu().reshape(-1)[None, :]
-
-
-def naive(xq, sx, wq, sw, dtype=torch.bfloat16):
-    """The naive path: dequantize both operands into memory, then a dense matmul."""
-    x = (xq.to(dtype) * sx.reshape(-1, 1).to(dtype)).to(dtype)
-    w = (wq.to(dtype) * sw.reshape(-1, 1).to(dtype)).to(dtype)
-    return x @ w.T
-
-
-def scaled_mm(xq, sx, wq, sw):
-    """PyTorch's fp8 GEMM (cuBLASLt) with row-wise scales: the speed reference on sm_89+."""
-    return torch._scaled_mm(xq, wq.t(), scale_a=sx.reshape(-1, 1), scale_b=sw.reshape(1, -1),
-                            out_dtype=torch.bfloat16)  # fmt: skip
-
-
-# ----------------------------------------------------------------------------------------------------------
 # The bits of an 8-bit float
-
-
-FORMATS = {
-    # name: (exponent bits, mantissa bits, bias, has infinities)
-    "e4m3fn": (4, 3, 7, False),
-    "e5m2": (5, 2, 15, True),
-}
-
-
-def decode_bits(code: int, fmt: str = "e4m3fn") -> float:
-    """The value of an 8-bit code, from the rules (not from torch): sign, biased exponent, mantissa."""
-    e_bits, m_bits, bias, has_inf = FORMATS[fmt]
-    sign = -1.0 if code & 0x80 else 1.0
-    e = (code >> m_bits) & ((1 << e_bits) - 1)
-    m = code & ((1 << m_bits) - 1)
-    e_max = (1 << e_bits) - 1
-    if has_inf and e == e_max:
-        return sign * math.inf if m == 0 else math.nan
-    if not has_inf and e == e_max and m == (1 << m_bits) - 1:
-        return math.nan
-    if e == 0:
-        return sign * m * 2.0 ** (1 - bias - m_bits)
-    return sign * (1 + m / (1 << m_bits)) * 2.0 ** (e - bias)
 
 
 def describe_bits(v: float, fmt: str = "e4m3fn", saturating: bool = True) -> dict:
     """What happens to v in an 8-bit format: the code, its fields, its value and the error."""
-    e_bits, m_bits, bias, has_inf = FORMATS[fmt]
+    e_bits, m_bits, bias, has_inf = FLOAT8_FIELDS[fmt]
     dtype = E4M3 if fmt == "e4m3fn" else torch.float8_e5m2
     t = torch.tensor([v], dtype=torch.float32)
     if saturating:
@@ -173,7 +102,7 @@ def bits_explorer():
         rows = []
         for fmt, sat in (("e4m3fn", saturating), ("e5m2", False)):
             c = describe_bits(v, fmt, saturating=sat)
-            _, m_bits, bias, _ = FORMATS[fmt]
+            _, m_bits, bias, _ = FLOAT8_FIELDS[fmt]
             rows.append(
                 f"{fmt:<7} bits {c['bits']:<12} ({c['kind']}: sign {c['sign']}, exponent {c['exponent']} "
                 f"(bias {bias}), mantissa {c['mantissa']}/{1 << m_bits})\n"
@@ -244,39 +173,26 @@ def _vector(t, n, name):
     return t.reshape(-1)
 
 
+def _operands(xq, wq) -> tuple[int, int, int]:
+    """Both operands e4m3 [M, K] and [N, K]: returns M, N, K."""
+    chapter.require_tensors(xq=xq, wq=wq)
+    chapter.require_codes("xq", xq, E4M3)
+    chapter.require_codes("wq", wq, E4M3)
+    chapter.require_same_k("xq", xq, "wq", wq, "[N, K]", wq.shape[1])
+    return xq.shape[0], wq.shape[0], xq.shape[1]
+
+
 def prepare(xq, sx, wq, sw, out=None):
     """Validate the inputs of a W8A8-FP8 matmul with per-row scales; allocate out if needed.
 
     Returns M, N, K, sx, sw (as 1-D views), out.
     """
-    for name, t in (("xq", xq), ("wq", wq)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() != 2 or t.dtype != E4M3:
-            raise TypeError(
-                f"{name} must be a 2-D float8_e4m3fn tensor, got {t.dtype} of shape {list(t.shape)}"
-            )
-    M, K = xq.shape
-    N, Kw = wq.shape
-    if Kw != K:
-        raise ValueError(
-            f"xq is [M, K] = {list(xq.shape)} but wq is [N, K] = {list(wq.shape)}: the K's differ"
-        )
+    M, N, K = _operands(xq, wq)
     sx = _vector(sx, M, "sx")
     sw = _vector(sw, N, "sw")
-    if not (xq.device == wq.device == sx.device == sw.device):
-        raise ValueError("xq, sx, wq and sw must be on one device")
-    if not wq.is_contiguous():
-        raise ValueError("wq must be contiguous (xq and out may be strided)")
-    dtype = out_dtype(xq.device.type)
-    if out is None:
-        out = torch.empty((M, N), dtype=dtype, device=xq.device)
-    elif tuple(out.shape) != (M, N) or out.dtype != dtype or out.device != xq.device:
-        raise ValueError(
-            f"out must be {dtype} of shape [{M}, {N}] on {xq.device}, got {out.dtype} {list(out.shape)} "
-            f"on {out.device}"
-        )
-    return M, N, K, sx, sw, out
+    chapter.require_one_device(xq=xq, sx=sx, wq=wq, sw=sw)
+    chapter.require_contiguous("xq", wq=wq)
+    return M, N, K, sx, sw, chapter.output(out, M, N, out_dtype(xq.device.type), xq.device)
 
 
 def prefill_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
@@ -313,31 +229,6 @@ def decode_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
 
 # ----------------------------------------------------------------------------------------------------------
 # Byte and FLOP counts
-
-
-def bytes_per_weight(K: int, block: tuple[int, int] | None = None) -> float:
-    """e4m3 weight plus its share of the float32 scales (per row when block is None)."""
-    if block is None:
-        return 1 + 4 / K
-    return 1 + 4 / (block[0] * block[1])
-
-
-def bytes_moved(M: int, N: int, K: int, out_bytes: int = 2) -> int:
-    """What a fused W8A8-FP8 matmul must move: e4m3 weights and activations, row scales, the output."""
-    return N * K + M * K + 4 * (M + N) + out_bytes * M * N
-
-
-def bytes_moved_naive(M: int, N: int, K: int, act_bytes: int = 2) -> int:
-    """Dequantize both operands to 16 bits in memory, read them back for the matmul."""
-    return bytes_moved(M, N, K, act_bytes) + 2 * act_bytes * (N * K + M * K)
-
-
-def bytes_moved_dense(M: int, N: int, K: int, act_bytes: int = 2) -> int:
-    return act_bytes * (N * K + M * K + M * N)
-
-
-def flops(M: int, N: int, K: int) -> int:
-    return 2 * M * N * K
 
 
 def explain_format(K: int = 8192) -> None:
@@ -394,16 +285,6 @@ def random_problem(M, N, K, device, g, strided=False, per_tensor=False):
         sx = sx.expand(M, 1).contiguous()
     wq, sw = quantize(random_matrix(N, K, g) * 0.02, (1, K))
     return xq_full[:, :K].to(device), sx.reshape(-1).to(device), wq.to(device), sw.reshape(-1).to(device)
-
-
-def _poisoned_out(M, N, dtype, device, strided):
-    pad = 5 if strided else 0
-    full = torch.full((M, N + pad), float("nan"), dtype=dtype, device=device)
-    return full, full[:, :N]
-
-
-def _device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -476,8 +357,7 @@ def _call_non_saturating(fn, *args, what):
 
 
 def check_saturate(fn, *, hidden: bool = False, seed: int | None = None) -> None:
-    seed = checks.fresh_seed() if seed is None else seed
-    g = checks.generator(seed)
+    seed, g, _ = chapter.cell(seed)
     what = "saturate_e4m3"
     for v in _cast_inputs(g, hidden):
         got = _call_non_saturating(fn, v.clone(), what=what)
@@ -558,13 +438,12 @@ def _quantizer_mistakes(x, block):
 
 def check_quantizer(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """quantize_fp8(x, block) must equal the reference bit for bit (zero blocks: any positive finite scale)."""
-    seed = checks.fresh_seed() if seed is None else seed
-    g = checks.generator(seed)
+    seed, g, _ = chapter.cell(seed)
     what = "quantize_fp8"
     for x, block in _quantizer_inputs(g, hidden):
         R, C = x.shape
         nb = normalize_block(block, x.shape)
-        sg = (_cdiv(R, nb[0]), _cdiv(C, nb[1]))
+        sg = (cdiv(R, nb[0]), cdiv(C, nb[1]))
         ctx = (
             f" (x: {str(x.dtype).replace('torch.', '')} [{R}, {C}], {_block_text(nb, x.shape)}: block = {nb})"
         )
@@ -626,7 +505,7 @@ def check_quantizer(fn, *, hidden: bool = False, seed: int | None = None) -> Non
         else:
             diff = ~_bits_equal(q, q_ref)
             lines.append(f"q differs from the reference in {int(diff.sum())} of {q.numel()} codes{ctx}")
-            lines.append(f"Differences lie {checks._where_2d(diff)}.")
+            lines.append(f"Differences lie {checks.where_2d(diff)}.")
         raise CheckFailed("\n".join(lines))
     checks.passed(f"{what}: bit-exact on {'hidden' if hidden else 'visible'} inputs (seed {seed})")
 
@@ -681,7 +560,7 @@ def check_decoder(decode_fn, *, hidden: bool = False, seed: int | None = None) -
     """decode_fn(codes: uint8 tensor) -> fp16 tensor, through the learner's Triton function: all 256 codes."""
     what = "e4m3_to_fp16"
     checks.require_own_kernel(decode_fn, what=what)
-    device = _device()
+    device = chapter.device()
     codes = torch.arange(256, dtype=torch.int32).to(torch.uint8)
     if hidden:
         seed = checks.fresh_seed() if seed is None else seed
@@ -815,7 +694,7 @@ def _check_kernel(fn, what, shapes, device, g) -> int:
             strided = i % 2 == 1
             per_tensor = i == 1 and len(shapes) > 2  # strided x with one scale for the whole tensor
             xq, sx, wq, sw = random_problem(M, N, K, device, g, strided=strided, per_tensor=per_tensor)
-            full, out = _poisoned_out(M, N, dtype, device, strided)
+            full, out = chapter.poisoned_out(M, N, dtype, device, strided)
             inputs = dict(xq=xq, sx=sx, wq=wq, sw=sw)
             before = checks.snapshot(inputs)
             ctx = (f" (M={M}, N={N}, K={K}, {path}{', strided xq and out' if strided else ''}"
@@ -841,9 +720,7 @@ def _skipped(device: str) -> str:
 
 def check_matmul(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 3: fp8_matmul on both paths, ragged shapes, strided views, poisoned output, fused."""
-    seed = checks.fresh_seed() if seed is None else seed
-    g = checks.generator(seed)
-    device = _device()
+    seed, g, device = chapter.cell(seed)
     if not hidden:
         shapes = [(64, 64, 128), (50, 70, 90)]
     else:
@@ -863,9 +740,7 @@ def check_matmul(fn, *, hidden: bool = False, seed: int | None = None) -> None:
 
 def check_decode(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 4 (correctness): M = 1..16, ragged N and K, both paths where they run."""
-    seed = checks.fresh_seed() if seed is None else seed
-    g = checks.generator(seed)
-    device = _device()
+    seed, g, device = chapter.cell(seed)
     if not hidden:
         shapes = [(16, 16, 200), (1, 64, 128)]  # a square one first: a swap of sx and sw can be named
     else:
@@ -886,7 +761,7 @@ def _timing_problem(M, N, K, g):
 
 def _timing_block_problem(M, N, K, g):
     xq, _, wq, _ = _timing_problem(M, N, K, g)
-    kb, nb = _cdiv(K, SCALE_BLOCK), _cdiv(N, SCALE_BLOCK)
+    kb, nb = cdiv(K, SCALE_BLOCK), cdiv(N, SCALE_BLOCK)
     sx = torch.rand(M, kb, device="cuda", generator=g) * 1e-2 + 1e-3
     sw = torch.rand(nb, kb, device="cuda", generator=g) * 1e-4 + 1e-5
     return xq, sx, wq, sw
@@ -927,8 +802,6 @@ def check_prefill_speed(fn, *, threshold: float = PREFILL_THRESHOLD, seed: int |
             f"Performance not measured: this GPU (sm_{''.join(map(str, torch.cuda.get_device_capability()))}) has "
             "no fp8 tensor cores, so there is no fp8 GEMM to compare with (sm_89+: L4, H100, H200, B200)."
         )
-    from qmatmul import bench
-
     checks.require_own_kernel(fn, what="fp8_matmul")
     seed = checks.fresh_seed() if seed is None else seed
     M, N, K = PREFILL_SHAPE
@@ -971,44 +844,20 @@ def check_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: 
 # ----------------------------------------------------------------------------------------------------------
 # Exercise 5: the block-scaled GEMM (DeepSeek-V3: activations 1 x 128, weights 128 x 128)
 
-SCALE_BLOCK = 128
-
-
-def block_reference(xq, sx, wq, sw) -> torch.Tensor:
-    """y = dequantize(xq, sx, 1 x 128) @ dequantize(wq, sw, 128 x 128).T, in float64 then float32."""
-    x = xq.double().cpu() * expand_scales(sx.double().cpu(), tuple(xq.shape), (1, SCALE_BLOCK))
-    w = wq.double().cpu() * expand_scales(sw.double().cpu(), tuple(wq.shape), (SCALE_BLOCK, SCALE_BLOCK))
-    return (x @ w.T).float()
-
 
 def prepare_block(xq, sx, wq, sw, out=None):
     """Validate a block-scaled fp8 matmul: sx float32 [M, cdiv(K, 128)], sw float32 [cdiv(N, 128), cdiv(K, 128)]."""
-    for name, t in (("xq", xq), ("wq", wq)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 2 or t.dtype != E4M3:
-            raise TypeError(
-                f"{name} must be a 2-D float8_e4m3fn tensor, got {getattr(t, 'dtype', type(t).__name__)}"
-            )
-    M, K = xq.shape
-    N, Kw = wq.shape
-    if Kw != K:
-        raise ValueError(
-            f"xq is [M, K] = {list(xq.shape)} but wq is [N, K] = {list(wq.shape)}: the K's differ"
-        )
-    kb, nb = _cdiv(K, SCALE_BLOCK), _cdiv(N, SCALE_BLOCK)
+    M, N, K = _operands(xq, wq)
+    kb, nb = cdiv(K, SCALE_BLOCK), cdiv(N, SCALE_BLOCK)
     for name, t, shape in (("sx", sx, (M, kb)), ("sw", sw, (nb, kb))):
         if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or tuple(t.shape) != shape:
             raise ValueError(f"{name} must be float32 of shape {list(shape)} (one scale per block), got "
                              f"{getattr(t, 'dtype', type(t).__name__)} {list(getattr(t, 'shape', []))}")  # fmt: skip
         if not t.is_contiguous():
             raise ValueError(f"{name} must be contiguous")
-    if not wq.is_contiguous():
-        raise ValueError("wq must be contiguous (xq and out may be strided)")
-    dtype = out_dtype(xq.device.type)
-    if out is None:
-        out = torch.empty((M, N), dtype=dtype, device=xq.device)
-    elif tuple(out.shape) != (M, N) or out.dtype != dtype or out.device != xq.device:
-        raise ValueError(f"out must be {dtype} of shape [{M}, {N}], got {out.dtype} {list(out.shape)}")
-    return M, N, K, out
+    chapter.require_one_device(xq=xq, sx=sx, wq=wq, sw=sw)
+    chapter.require_contiguous("xq", wq=wq)
+    return M, N, K, chapter.output(out, M, N, out_dtype(xq.device.type), xq.device)
 
 
 def block_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
@@ -1089,9 +938,7 @@ def block_mistakes(xq, sx, wq, sw) -> list[Mistake]:
 
 def check_block_matmul(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 5: the block-scaled GEMM on both paths, ragged shapes, strided views, poisoned output, fused."""
-    seed = checks.fresh_seed() if seed is None else seed
-    g = checks.generator(seed)
-    device = _device()
+    seed, g, device = chapter.cell(seed)
     what = "fp8_block_matmul"
     dtype = out_dtype(device)
     if not hidden:
@@ -1108,7 +955,7 @@ def check_block_matmul(fn, *, hidden: bool = False, seed: int | None = None) -> 
         for i, (M, N, K) in enumerate(shapes):
             strided = i % 2 == 1
             xq, sx, wq, sw = random_block_problem(M, N, K, device, g, strided=strided)
-            full, out = _poisoned_out(M, N, dtype, device, strided)
+            full, out = chapter.poisoned_out(M, N, dtype, device, strided)
             ctx = f" (M={M}, N={N}, K={K}, {path}{', strided xq and out' if strided else ''})"
             inputs = dict(xq=xq, sx=sx, wq=wq, sw=sw)
             before = checks.snapshot(inputs)
@@ -1144,27 +991,19 @@ H200_RECORDED_US = recorded.decode_us(
 
 
 def predictions(env) -> None:
-    from qmatmul import roofline
-
-    ceil = roofline.ceilings(env)
-    fp8_rate = roofline.H200["fp8_flops"] if not env.has_gpu else None
+    """Print the floor time of a decode and a prefill step on this GPU (the H200's figures on a CPU)."""
     N, K = BANDWIDTH_SHAPE
-    rows = []
-    for M in (1, 16, 4096):
-        rows.append((f"dense bf16, M={M}", bytes_moved_dense(M, N, K), flops(M, N, K)))
-        rows.append((f"FP8 W8A8 fused, M={M}", bytes_moved(M, N, K), flops(M, N, K)))
-    rows.append(("FP8 naive path, M=1", bytes_moved_naive(1, N, K), flops(1, N, K)))
-    print(f"A Linear layer with N x K = {N} x {K} weights (floors at the bf16 matmul rate):")
-    roofline.print_predictions(ceil, rows)
-    if fp8_rate:
+    floor.predictions(env, ["fp8"], (1, 16, 4096), naive="fp8", shape=(N, K),
+                      note=" (floors at the bf16 matmul rate)")  # fmt: skip
+    if not env.has_gpu:
+        fp8_rate = floor.H200["fp8_flops"]
         t = flops(4096, N, K) / fp8_rate
         print(f"With the H200's fp8 tensor cores ({fp8_rate / 1e12:.0f} TFLOP/s recorded), the M=4096 floor drops "
               f"to {t * 1e6:.0f} µs: prefill is compute-bound, and fp8 doubles the rate.")  # fmt: skip
 
 
 def compare_paths(env, matmul_fn, decode_fn, M: int = 1):
-    from qmatmul import plots
-
+    """Time the dense matmul, the naive path, torch._scaled_mm and the learner's kernels at decode."""
     N, K = BANDWIDTH_SHAPE
     rows = [
         ("dense bf16 (cuBLAS)", bytes_moved_dense(M, N, K)),
@@ -1173,85 +1012,14 @@ def compare_paths(env, matmul_fn, decode_fn, M: int = 1):
         ("fp8_matmul (tiled)", bytes_moved(M, N, K)),
         ("fp8_decode", bytes_moved(M, N, K)),
     ]
-    if not env.has_gpu:
-        times = [H200_RECORDED_US.get(label) for label, _ in rows]
-        rows = [(plots.recorded_label(label), nbytes) for label, nbytes in rows]
-        note = plots.recorded_note(where_known=True)
-    else:
-        from qmatmul import bench
 
+    def fns():
         g = checks.generator(0, "cuda")
         xq, sx, wq, sw = _timing_problem(max(M, 16), N, K, g)
         xq, sx = xq[:M], sx[:M].contiguous()
         w = torch.randn(N, K, device="cuda", generator=g).to(env.act_dtype)
         x = torch.randn(M, K, device="cuda", generator=g).to(env.act_dtype)
-        fns = [lambda: x @ w.T, lambda: naive(xq, sx, wq, sw, env.act_dtype), lambda: scaled_mm(xq, sx, wq, sw),
-               lambda: matmul_fn(xq, sx, wq, sw), lambda: decode_fn(xq, sx, wq, sw)]  # fmt: skip
-        times = bench.time_paths(fns)
-        rows = [(plots.measured_label(label), nbytes) for label, nbytes in rows]
-        note = f"measured on {env.gpu_name}, L2 flushed, median"
-    return plots.paths_report(rows, times, f"M={M}, N x K = {N} x {K}: {note}")
+        return [lambda: x @ w.T, lambda: naive(xq, sx, wq, sw, env.act_dtype), lambda: scaled_mm(xq, sx, wq, sw),
+                lambda: matmul_fn(xq, sx, wq, sw), lambda: decode_fn(xq, sx, wq, sw)]  # fmt: skip
 
-
-def benchmark(sol, record, env, quick: bool = False) -> None:
-    """Time the solution beside cuBLAS bf16, torch._scaled_mm and the naive path (tools/bench.py calls this)."""
-    if not has_fp8_dot("cuda"):
-        print("fp8: this GPU has no fp8 tensor cores; timing the decode-to-fp16 path only")
-    from qmatmul import bench
-
-    g = checks.generator(0, "cuda")
-
-    def recheck(fn, M, N, K):
-        def run():
-            try:
-                _recheck(fn, "recheck", M, N, K, checks.generator(1, "cuda"))
-                return True
-            except CheckFailed as exc:
-                print(exc)
-                return False
-
-        return run
-
-    shapes = [BANDWIDTH_SHAPE] if quick else [(8192, 8192), (28672, 8192), (8192, 28672)]
-    for N, K in shapes:
-        ws = [_timing_problem(1, N, K, g)[2:] for _ in range(bench.copies_needed(N * K))]
-        dense = [torch.randn(N, K, device="cuda", generator=g).to(env.act_dtype)
-                 for _ in range(bench.copies_needed(2 * N * K))]  # fmt: skip
-        for M in (1, 16):
-            xq, sx, _, _ = _timing_problem(M, 1, K, g)
-            x = torch.randn(M, K, device="cuda", generator=g).to(env.act_dtype)
-            fused = bytes_moved(M, N, K)
-            record("decode", "dense bf16 (cuBLAS)", M, N, K, [lambda x=x, w=w: x @ w.T for w in dense],
-                   bytes_moved_dense(M, N, K))  # fmt: skip
-            record("decode", "torch._scaled_mm rowwise", M, N, K,
-                   [lambda xq=xq, sx=sx, w=w: scaled_mm(xq, sx, *w) for w in ws], fused)  # fmt: skip
-            record("decode", "solution fp8_decode", M, N, K,
-                   [lambda xq=xq, sx=sx, w=w: sol.fp8_decode(xq, sx, *w) for w in ws], fused,
-                   recheck(sol.fp8_decode, M, 4096, 4096))  # fmt: skip
-            with use_path(False):
-                sol.fp8_decode(xq, sx, *ws[0])
-                record("decode", "solution fp8_decode, fp16 path", M, N, K,
-                       [lambda xq=xq, sx=sx, w=w: sol.fp8_decode(xq, sx, *w) for w in ws], fused)  # fmt: skip
-    N = K = 8192
-    ws = [_timing_problem(1, N, K, g)[2:] for _ in range(2)]
-    dense = [torch.randn(N, K, device="cuda", generator=g).to(env.act_dtype) for _ in range(2)]
-    for M in (4096,) if quick else (2048, 4096, 8192):
-        xq, sx, _, _ = _timing_problem(M, 1, K, g)
-        x = torch.randn(M, K, device="cuda", generator=g).to(env.act_dtype)
-        fused = bytes_moved(M, N, K)
-        record("prefill", "dense bf16 (cuBLAS)", M, N, K, [lambda x=x, w=w: x @ w.T for w in dense],
-               bytes_moved_dense(M, N, K))  # fmt: skip
-        record("prefill", "torch._scaled_mm rowwise", M, N, K,
-               [lambda xq=xq, sx=sx, w=w: scaled_mm(xq, sx, *w) for w in ws], fused)  # fmt: skip
-        record("prefill", "naive: dequantize, matmul", M, N, K,
-               [lambda xq=xq, sx=sx, w=w: naive(xq, sx, *w, env.act_dtype) for w in ws], fused)  # fmt: skip
-        xb, sxb, wb, swb = _timing_block_problem(M, N, K, g)
-        record("prefill", "solution fp8_block_matmul (128x128)", M, N, K,
-               lambda xb=xb, sxb=sxb, wb=wb, swb=swb: sol.fp8_block_matmul(xb, sxb, wb, swb), fused)  # fmt: skip
-        record("prefill", "solution fp8_matmul", M, N, K,
-               [lambda xq=xq, sx=sx, w=w: sol.fp8_matmul(xq, sx, *w) for w in ws], fused,
-               recheck(sol.fp8_matmul, 300, 1000, 777))  # fmt: skip
-        with use_path(False):
-            sol.fp8_matmul(xq, sx, *ws[0])
-            record("prefill", "solution fp8_matmul, fp16 path", M, N, K,
-                   [lambda xq=xq, sx=sx, w=w: sol.fp8_matmul(xq, sx, *w) for w in ws], fused)  # fmt: skip
+    return chapter.compare_paths(env, rows, fns, H200_RECORDED_US, M=M, shape=(N, K), where_known=True)

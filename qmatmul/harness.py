@@ -27,11 +27,12 @@ from __future__ import annotations
 import importlib
 import math
 import secrets
+import time
 from dataclasses import dataclass
 
 import torch
 
-from qmatmul import checks
+from qmatmul import bench, checks
 from qmatmul.checks import CheckFailed
 
 BATCH_MS = 50.0  # aim for a timed batch about this long: the fixed cost of the protocol shrinks with it
@@ -97,8 +98,6 @@ def outputs_checksum(outs: torch.Tensor) -> int:
 def time_calls(fn, *, what: str, module: str, N: int, K: int, M: int, out_dtype: torch.dtype, nbytes: int,
                seed: int | None = None, device: str = "cuda", est_ms: float | None = None) -> Timed:  # fmt: skip
     """Time fn(*inputs, *weights, out=out) at one M, check every timed output, and return both figures."""
-    from qmatmul import bench
-
     seed = checks.fresh_seed() if seed is None else seed
     copy_bw = bench.copy_bandwidth() if device == "cuda" else 1e12
     copies = bench.copies_needed(nbytes, device) if device == "cuda" else 2
@@ -127,8 +126,6 @@ def time_calls(fn, *, what: str, module: str, N: int, K: int, M: int, out_dtype:
 
 def _local(fn, mod, weights, N, K, M, calls, out_dtype, device, what):
     """In-process timing for a learner's own notebook: graph replay and eager, both over fresh inputs."""
-    import time
-
     copies = len(weights)
     cuda = device == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)

@@ -1,22 +1,37 @@
-"""Chapter MXFP4: OCP microscaling. E2M1 (fp4) weights, one E8M0 (power-of-two) scale per 32 along K.
+"""Chapter MXFP4: the notebook's scaffolding (validation, launch configurations), the block explorer and the
+figures that compare the scale rules, test inputs, the known mistakes and the checks of each exercise and of the
+tl.dot_scaled bonus, and the cells that predict and compare the paths.
 
-Weights use nn.Linear's layout W[N, K]; K must be a multiple of 32 (one MX block).
-    X[n, b]  = 2^(floor(log2(max |W[n, 32b : 32b+32]|)) - 2)      (2 = emax of E2M1; clamped to 2^-127..2^127)
-    code     = E2M1(round-to-nearest-even(W / X), saturated to ±6)  (fp4.e2m1_encode)
-    packed   = uint8 [N, K/2], element 2i in the low nibble;  scales = uint8 [N, K/32], E8M0 codes
-    y        = x @ (E2M1 value · X).T                               (x: [M, K] fp16/bf16, y: [M, N] in x's dtype)
+The format itself (shared exponent, quantizer, dequantizer, reference, bytes moved) is qmatmul/formats/mxfp4.py
+and its element codecs qmatmul/formats/fp4.py; the format's names are re-exported here, where the notebook reaches
+them as `mxfp4.<name>`.
 """
 
 from __future__ import annotations
 
+import os
+
 import torch
 
-from qmatmul import checks, fp4, harness, recorded
+from qmatmul import chapter, checks, floor, plots, recorded
+from qmatmul.chapter import ACT_DTYPES  # noqa: F401 - the notebook's name
 from qmatmul.checks import CheckFailed, Mistake
+from qmatmul.floor import bytes_moved_dense, flops  # noqa: F401 - the notebook's names
+from qmatmul.formats import fp4
+from qmatmul.formats.mxfp4 import (  # noqa: F401 - the notebook's names
+    BLOCK,
+    EMAX_E2M1,
+    bytes_moved,
+    bytes_moved_naive,
+    bytes_per_weight,
+    dequantize,
+    naive,
+    quantize,
+    quantize_codes,
+    reference,
+    shared_exponent,
+)
 
-BLOCK = 32  # elements per MX block (one E8M0 scale)
-EMAX_E2M1 = 2  # the exponent of E2M1's largest power of two, 4 (6 = 1.5 · 2^2)
-ACT_DTYPES = (torch.float16, torch.bfloat16)
 BANDWIDTH_SHAPE = (28672, 8192)
 BANDWIDTH_MS = (1, 16)
 # Fraction of the copy bandwidth measured in the same process (the graded cell times eagerly, do_bench around the
@@ -27,107 +42,26 @@ BANDWIDTH_THRESHOLD = 0.1
 
 
 # ----------------------------------------------------------------------------------------------------------
-# The reference
-
-
-def shared_exponent(amax: torch.Tensor, rule: str = "floor") -> torch.Tensor:
-    """The block's scale exponent (int32). "floor": the spec's floor(log2(amax)) - 2, which may clip values in
-    (6, 8)·X to 6. "ceil": ceil(log2(amax / 6)), which never clips but wastes up to a binade. amax = 0 gives
-    the smallest scale, 2^-127."""
-    if rule == "floor":
-        e = fp4.floor_log2(amax) - EMAX_E2M1
-    elif rule == "ceil":
-        ratio = amax.float() / fp4.E2M1_MAX
-        e = fp4.floor_log2(ratio)
-        e = e + (ratio > torch.ldexp(torch.ones_like(ratio), e.float())).to(torch.int32)  # ceil
-    else:
-        raise ValueError(f"rule must be 'floor' or 'ceil', got {rule!r}")
-    return torch.where(amax > 0, e, torch.full_like(e, -fp4.E8M0_BIAS)).clamp(-fp4.E8M0_BIAS, fp4.E8M0_BIAS)
-
-
-def quantize_codes(w: torch.Tensor, rule: str = "floor") -> tuple[torch.Tensor, torch.Tensor]:
-    """Unpacked E2M1 codes (uint8 [N, K]) and E8M0 scale codes (uint8 [N, K/32])."""
-    w = w.float()
-    N, K = w.shape
-    if K % BLOCK:
-        raise ValueError(f"K must be a multiple of {BLOCK} (one MX block), got K = {K}")
-    blocks = w.reshape(N, K // BLOCK, BLOCK)
-    e = shared_exponent(blocks.abs().amax(dim=2), rule)
-    # Dividing by a power of two is exact (multiplying by 2^-e): no rounding happens before the E2M1 rounding.
-    v = torch.ldexp(blocks, -e[:, :, None].float())
-    return fp4.e2m1_encode(v).reshape(N, K), fp4.e8m0_from_exponent(e)
-
-
-def quantize(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The reference quantizer: (packed uint8 [N, K/2], scales uint8 [N, K/32])."""
-    codes, scales = quantize_codes(w)
-    return fp4.pack_nibbles(codes), scales
-
-
-def dequantize(packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
-    """float32 [N, K] from packed codes and E8M0 scales."""
-    values = fp4.e2m1_decode(fp4.unpack_nibbles(packed))
-    return values * fp4.e8m0_decode(scales).repeat_interleave(BLOCK, dim=1)
-
-
-def reference(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
-    """y = x @ W.T in float32 (the grading reference)."""
-    return x.float() @ dequantize(packed, scales).T
-
-
-def naive(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
-    """The naive path: dequantize the whole weight into memory (as torch ops on the GPU), then a dense matmul."""
-    table = fp4.e2m1_table(x.dtype).to(x.device)
-    N = packed.shape[0]
-    codes = torch.stack([packed & 0xF, packed >> 4], dim=-1).reshape(N, -1).long()
-    scale = torch.exp2(scales.float() - 127).to(x.dtype).repeat_interleave(BLOCK, dim=1)
-    return x @ (table[codes] * scale).T
-
-
-# ----------------------------------------------------------------------------------------------------------
 # The scaffolding the notebook's wrappers use
 
 
 def prepare(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, out: torch.Tensor | None = None):
     """Validate the inputs of an MXFP4 matmul with clear messages; allocate out if needed. Returns M, N, K, out."""
-    for name, t in (("x", x), ("packed", packed), ("scales", scales)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if x.dim() != 2:
-        raise ValueError(f"x must be 2-D [M, K], got shape {list(x.shape)}")
-    if x.dtype not in ACT_DTYPES:
-        raise TypeError(f"x must be float16 or bfloat16, got {x.dtype}")
-    if packed.dim() != 2 or packed.dtype != torch.uint8:
-        raise TypeError(
-            f"packed must be a 2-D uint8 tensor [N, K/2], got {packed.dtype} of shape {list(packed.shape)}"
-        )
-    M, K = x.shape
-    N, half = packed.shape
+    chapter.require_tensors(x=x, packed=packed, scales=scales)
+    M, K = chapter.require_activations(x)
+    chapter.require_codes("packed", packed, torch.uint8, "[N, K/2]")
+    N = packed.shape[0]
     if K % BLOCK:
         raise ValueError(f"K must be a multiple of {BLOCK} (one MX block), got K = {K}")
-    if 2 * half != K:
-        raise ValueError(
-            f"x is [M, K] = {list(x.shape)} but packed is [N, K/2] = {list(packed.shape)}: the K's differ"
-        )
+    chapter.require_same_k("x", x, "packed", packed, "[N, K/2]", 2 * packed.shape[1])
     if scales.dtype != torch.uint8 or tuple(scales.shape) != (N, K // BLOCK):
         raise ValueError(
             f"scales must be uint8 E8M0 codes of shape [N, K/32] = [{N}, {K // BLOCK}], got {scales.dtype} "
             f"of shape {list(scales.shape)}"
         )
-    if not (x.device == packed.device == scales.device):
-        raise ValueError(
-            f"x, packed and scales must be on one device, got {x.device}, {packed.device}, {scales.device}"
-        )
-    if not packed.is_contiguous() or not scales.is_contiguous():
-        raise ValueError("packed and scales must be contiguous (x and out may be strided)")
-    if out is None:
-        out = torch.empty((M, N), dtype=x.dtype, device=x.device)
-    elif tuple(out.shape) != (M, N) or out.dtype != x.dtype or out.device != x.device:
-        raise ValueError(
-            f"out must be {x.dtype} of shape [{M}, {N}] on {x.device}, got {out.dtype} {list(out.shape)} "
-            f"on {out.device}"
-        )
-    return M, N, K, out
+    chapter.require_one_device(x=x, packed=packed, scales=scales)
+    chapter.require_contiguous(packed=packed, scales=scales)
+    return M, N, K, chapter.output(out, M, N, x.dtype, x.device)
 
 
 def prefill_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
@@ -176,29 +110,6 @@ def dot_scaled_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
 
 # ----------------------------------------------------------------------------------------------------------
 # Byte and FLOP counts
-
-
-def bytes_per_weight() -> float:
-    """Half a byte of E2M1 plus a 32nd of a byte of E8M0: 4.25 bits."""
-    return 0.5 + 1 / BLOCK
-
-
-def bytes_moved(M: int, N: int, K: int, act_bytes: int = 2) -> int:
-    """The bytes a fused MXFP4 matmul must move: packed codes, scales, activations in, output out."""
-    return N * K // 2 + N * K // BLOCK + act_bytes * (M * K + M * N)
-
-
-def bytes_moved_naive(M: int, N: int, K: int, act_bytes: int = 2) -> int:
-    """The naive path: read the packed weight, write the dequantized 16-bit weight, read it back."""
-    return bytes_moved(M, N, K, act_bytes) + 2 * act_bytes * N * K
-
-
-def bytes_moved_dense(M: int, N: int, K: int, act_bytes: int = 2) -> int:
-    return act_bytes * (N * K + M * K + M * N)
-
-
-def flops(M: int, N: int, K: int) -> int:
-    return 2 * M * N * K
 
 
 def explain_format() -> None:
@@ -330,28 +241,8 @@ def error_table(w: torch.Tensor) -> list[tuple[str, float, float]]:
 
 def compare_rules_figure(seed: int = 0):
     """Relative error of each method on two weight distributions; prints the table too."""
-    import matplotlib.pyplot as plt
-
-    kinds = ["gaussian", "heavy-tailed"]
-    tables = {k: error_table(realistic_weights(k, seed=seed)) for k in kinds}
-    fig, ax = plt.subplots(figsize=(9, 3.4))
-    methods = [m for m, _, _ in tables[kinds[0]]]
-    width = 0.38
-    for i, k in enumerate(kinds):
-        errs = [e for _, _, e in tables[k]]
-        bars = ax.barh([j + i * width for j in range(len(methods))], errs, height=width, label=k)
-        for b, e in zip(bars, errs, strict=True):
-            ax.text(b.get_width(), b.get_y() + b.get_height() / 2, f" {e:.2%}", va="center", fontsize=8)
-    ax.set_yticks([j + width / 2 for j in range(len(methods))])
-    ax.set_yticklabels([f"{m} ({b:g} bits)" for m, b, _ in tables[kinds[0]]])
-    ax.invert_yaxis()
-    ax.set_xlabel("‖dequantized − w‖ / ‖w‖")
-    ax.legend(loc="lower right")
-    ax.set_title("512 × 2048 weights: relative error by format and scale rule")
-    fig.tight_layout()
-    for k in kinds:
-        print(k + ": " + ", ".join(f"{m} {e:.3%}" for m, _, e in tables[k]))
-    return fig
+    tables = {k: error_table(realistic_weights(k, seed=seed)) for k in ("gaussian", "heavy-tailed")}
+    return plots.error_bars(tables, "512 × 2048 weights: relative error by format and scale rule")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -398,26 +289,7 @@ def log2_weight(N: int = 2, K: int = 256) -> torch.Tensor:
 
 def random_problem(M: int, N: int, K: int, dtype, device: str, g: torch.Generator, strided: bool = False):
     """x [M, K] (a strided view when `strided`), packed, scales from the reference quantizer."""
-    packed, scales = quantize(random_weight(N, K, g))
-    pad = 7 if strided else 0
-    x_full = torch.randn(M, K + pad, generator=g).to(dtype).to(device)
-    return x_full[:, :K], packed.to(device), scales.to(device)
-
-
-def _poisoned_out(M: int, N: int, dtype, device: str, strided: bool):
-    pad = 5 if strided else 0
-    full = torch.full((M, N + pad), float("nan"), dtype=dtype, device=device)
-    return full, full[:, :N]
-
-
-def _act_dtypes(device: str) -> list:
-    if device == "cuda" and torch.cuda.get_device_capability() >= (8, 0):
-        return [torch.float16, torch.bfloat16]
-    return [torch.float16]
-
-
-def _device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    return chapter.problem((M, K), quantize(random_weight(N, K, g)), dtype, device, g, strided)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -437,10 +309,6 @@ def _quantizer_inputs(g: torch.Generator, hidden: bool):
     # A long row: more than 31 blocks, where a block count computed with a wrong divisor stops coinciding.
     cases.append(random_weight(3, BLOCK * int(torch.randint(32, 48, (1,), generator=g)), g))
     return cases
-
-
-def _swap_nibbles(p: torch.Tensor) -> torch.Tensor:
-    return (p >> 4) | ((p & 0xF) << 4)
 
 
 def _no_saturation_codes(w: torch.Tensor) -> torch.Tensor:
@@ -472,7 +340,7 @@ def _quantizer_mistakes(w: torch.Tensor):
     log2_codes, log2_scales = _float_log2_codes(w)
     mistakes = [
         ("nibble order", "Element 2i goes in the LOW nibble and element 2i+1 in the high nibble: "
-         "packed = codes[:, 0::2] | (codes[:, 1::2] << 4).", _swap_nibbles(packed), scales),
+         "packed = codes[:, 0::2] | (codes[:, 1::2] << 4).", fp4.swap_nibbles(packed), scales),
         ("E8M0 bias off by one (128)", "The E8M0 code of 2^e is e + 127 (bias 127, like fp32's exponent).",
          packed, (scales.int() + 1).clamp(0, 254).to(torch.uint8)),
         ("E8M0 bias off by one (126)", "The E8M0 code of 2^e is e + 127 (bias 127, like fp32's exponent).",
@@ -533,21 +401,12 @@ def _code_diff_hint(w, codes, codes_ref, scales_ref) -> str:
 
 def check_quantizer(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 1: packed codes and E8M0 scales must equal the reference bit for bit."""
-    seed = checks.fresh_seed() if seed is None else seed
-    g = checks.generator(seed)
+    seed, g, _ = chapter.cell(seed)
     what = "quantize_mxfp4"
     for w in _quantizer_inputs(g, hidden):
         N, K = w.shape
         ctx = f" (w: {str(w.dtype).replace('torch.', '')} [{N}, {K}])"
-        w_before = w.clone()
-        result = checks.call_learner(fn, w, what=what)
-        if not (isinstance(result, (tuple, list)) and len(result) == 2):
-            raise CheckFailed(f"{what} must return a pair (packed, scales), got {type(result).__name__}")
-        packed, scales = result
-        if not isinstance(packed, torch.Tensor) or not isinstance(scales, torch.Tensor):
-            raise CheckFailed(f"{what} must return two tensors (packed, scales)")
-        if not torch.equal(w, w_before):
-            raise CheckFailed(f"{what} modified its input w in place; leave the weights untouched.{ctx}")
+        packed, scales = chapter.call_quantizer(fn, w, what=what, returns=("packed", "scales"), ctx=ctx)
         if tuple(packed.shape) == (N, K):
             raise CheckFailed(
                 f"packed has shape [N, K] = [{N}, {K}]: pack two codes per byte, shape [N, K/2] = [{N}, {K // 2}].{ctx}"
@@ -581,7 +440,7 @@ def check_quantizer(fn, *, hidden: bool = False, seed: int | None = None) -> Non
             lines.append(
                 f"First at [n={i}, block={b}]: amax = {amax:.6g}, got code {int(scales[i, b])}, expected "
                 f"{int(scales_ref[i, b])} (X = 2^{int(scales_ref[i, b]) - 127}). Blocks differ "
-                f"{checks._where_2d(bad, ('rows', 'blocks'))}."
+                f"{checks.where_2d(bad, ('rows', 'blocks'))}."
             )
         else:
             codes, codes_ref = fp4.unpack_nibbles(packed), fp4.unpack_nibbles(packed_ref)
@@ -591,7 +450,7 @@ def check_quantizer(fn, *, hidden: bool = False, seed: int | None = None) -> Non
             )
             if not named:
                 lines.append(_code_diff_hint(w, codes, codes_ref, scales_ref))
-            lines.append(f"Differences lie {checks._where_2d(bad, ('rows', 'columns'))}.")
+            lines.append(f"Differences lie {checks.where_2d(bad, ('rows', 'columns'))}.")
         raise CheckFailed("\n".join(lines))
     checks.passed(f"{what}: bit-exact on {'hidden' if hidden else 'visible'} inputs (seed {seed})")
 
@@ -609,7 +468,7 @@ def kernel_mistakes(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor)
     codes = fp4.unpack_nibbles(packed)
     out = [
         Mistake("nibble order", "Element 2i is the LOW nibble (p & 0xF) and element 2i+1 the high one "
-                "(p >> 4): pair the low nibbles with x's even columns.", xf @ dequantize(_swap_nibbles(packed), scales).T),
+                "(p >> 4): pair the low nibbles with x's even columns.", xf @ dequantize(fp4.swap_nibbles(packed), scales).T),
         Mistake("E8M0 bias off by one", "The E8M0 code e stands for 2^(e - 127): the float with exponent "
                 "field e, i.e. (e << 23) bitcast to float32.", xf @ (2 * w).T),
         Mistake("E8M0 bias off by one", "The E8M0 code e stands for 2^(e - 127): the float with exponent "
@@ -632,82 +491,72 @@ def kernel_mistakes(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor)
     return out
 
 
-def _check_kernel(fn, what: str, shapes, device: str, dtypes, g, strided_cases=(False, True)) -> int:
-    n = 0
-    for M, N, K in shapes:
-        for dtype in dtypes:
-            for strided in strided_cases:
-                x, packed, scales = random_problem(M, N, K, dtype, device, g, strided=strided)
-                full, out = _poisoned_out(M, N, dtype, device, strided)
-                inputs = dict(x=x, packed=packed, scales=scales)
-                before = checks.snapshot(inputs)
-                ctx = f" (M={M}, N={N}, K={K}, {str(dtype).replace('torch.', '')}{', strided x and out' if strided else ''})"
-                y, ops = checks.run_audited(fn, x, packed, scales, out=out, what=what)
-                checks.verify_kernel_result(y, ops, what=what, inputs=inputs, before=before, out=out, full=full,
-                                            weight_shape=(N, K), dtype=dtype, expected=reference(x, packed, scales),
-                                            mistakes=kernel_mistakes(x, packed, scales), ctx=ctx)  # fmt: skip
-                n += 1
-    return n
+def _check_kernel(fn, what: str, shapes, **kw) -> None:
+    """chapter.check_kernel on this chapter's problems (random_problem), reference and known mistakes."""
+    chapter.check_kernel(
+        fn, what, shapes, names=("x", "packed", "scales"), reference=reference, mistakes=kernel_mistakes,
+        problem=lambda case, dtype, device, g, strided: random_problem(*case, dtype, device, g, strided=strided),
+        **kw,
+    )  # fmt: skip
+
+
+def prefill_shapes(g, device: str, hidden: bool, *, block: int, k_blocks, tail) -> list:
+    """The prefill cases of a block-scaled format (MXFP4 and NVFP4): two visible shapes, or two ragged hidden ones
+    with K a multiple of `block` (k_blocks: lower bound, GPU and CPU upper bounds of K / block), then `tail`."""
+    if not hidden:
+        return [(32, 64, 64), (50, 70, 96)]
+    big = device == "cuda"
+    shapes = []
+    for _ in range(2):
+        M = int(torch.randint(17, 300 if big else 100, (1,), generator=g))
+        N = int(torch.randint(33, 700 if big else 150, (1,), generator=g))
+        K = block * int(torch.randint(k_blocks[0], k_blocks[1] if big else k_blocks[2], (1,), generator=g))
+        # The audit flags any float tensor shaped like the weight, and the interpreter copies x [M, K] and
+        # out [M, N] inside the call: keep M apart from N and K so no activation looks like a weight.
+        M = M - 1 if M == K else M
+        N = N + 1 if N == M else N
+        shapes.append((M, N, K))
+    return [*shapes, tail]
+
+
+def decode_shapes(g, device: str, hidden: bool, *, block: int, visible, k_blocks, long_blocks) -> list:
+    """The decode cases of a block-scaled format: `visible`, or M = 1, a random M < 16 and 16 on ragged N with K a
+    multiple of `block` (k_blocks: lower bound, GPU and CPU upper bounds of K / block), and on the CPU one long row
+    whose K / block lies in `long_blocks` (past 1024, where a wrong block divisor stops coinciding)."""
+    if not hidden:
+        return visible
+    big = device == "cuda"
+    shapes = [
+        (M, int(torch.randint(33, 2000 if big else 200, (1,), generator=g)),
+         block * int(torch.randint(k_blocks[0], k_blocks[1] if big else k_blocks[2], (1,), generator=g)))
+        for M in (1, int(torch.randint(2, 16, (1,), generator=g)), 16)
+    ]  # fmt: skip
+    if not big:
+        shapes.append((1, int(torch.randint(17, 48, (1,), generator=g)),
+                       block * int(torch.randint(*long_blocks, (1,), generator=g))))  # fmt: skip
+    return shapes
 
 
 def check_prefill(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 2: the tiled kernel on ragged shapes, poisoned output, strided views, fused."""
-    seed = checks.fresh_seed() if seed is None else seed
-    g = checks.generator(seed)
-    device = _device()
-    if not hidden:
-        shapes = [(32, 64, 64), (50, 70, 96)]
-    else:
-        big = device == "cuda"
-        shapes = []
-        for _ in range(2):
-            M = int(torch.randint(17, 300 if big else 100, (1,), generator=g))
-            N = int(torch.randint(33, 700 if big else 150, (1,), generator=g))
-            K = BLOCK * int(torch.randint(2, 40 if big else 8, (1,), generator=g))
-            # The audit flags any float tensor shaped like the weight, and the interpreter copies x [M, K] and
-            # out [M, N] inside the call: keep M apart from N and K so no activation looks like a weight.
-            M = M - 1 if M == K else M
-            N = N + 1 if N == M else N
-            shapes.append((M, N, K))
-        shapes.append((1, 129, 160))
-    n = _check_kernel(fn, "mxfp4_matmul", shapes, device, _act_dtypes(device), g)
-    checks.passed(
-        f"mxfp4_matmul: {n} {'hidden' if hidden else 'visible'} cases match the reference (seed {seed})"
-    )
+    seed, g, device = chapter.cell(seed)
+    shapes = prefill_shapes(g, device, hidden, block=BLOCK, k_blocks=(2, 40, 8), tail=(1, 129, 160))
+    _check_kernel(fn, "mxfp4_matmul", shapes, g=g, hidden=hidden, seed=seed)
 
 
 def check_decode(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 3 (correctness): M = 1..16, ragged N, K a multiple of 32."""
-    seed = checks.fresh_seed() if seed is None else seed
-    g = checks.generator(seed)
-    device = _device()
-    if not hidden:
-        shapes = [(1, 64, 128), (16, 96, 192)]
-    else:
-        big = device == "cuda"
-        shapes = [
-            (M, int(torch.randint(33, 2000 if big else 200, (1,), generator=g)),
-             BLOCK * int(torch.randint(2, 100 if big else 9, (1,), generator=g)))
-            for M in (1, int(torch.randint(2, 16, (1,), generator=g)), 16)
-        ]  # fmt: skip
-        if not big:  # one long row on the CPU too: K past 1024, where a wrong block divisor stops coinciding
-            shapes.append((1, int(torch.randint(17, 48, (1,), generator=g)),
-                           BLOCK * int(torch.randint(36, 48, (1,), generator=g))))  # fmt: skip
-    n = _check_kernel(fn, "mxfp4_decode", shapes, device, _act_dtypes(device), g)
-    checks.passed(
-        f"mxfp4_decode: {n} {'hidden' if hidden else 'visible'} cases match the reference (seed {seed})"
-    )
+    seed, g, device = chapter.cell(seed)
+    shapes = decode_shapes(g, device, hidden, block=BLOCK, visible=[(1, 64, 128), (16, 96, 192)],
+                           k_blocks=(2, 100, 9), long_blocks=(36, 48))  # fmt: skip
+    _check_kernel(fn, "mxfp4_decode", shapes, g=g, hidden=hidden, seed=seed)
 
 
 def check_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: int | None = None) -> list:
     """Exercise 3 (performance): bandwidth over the bytes that must move, against the copy bandwidth."""
-    if not torch.cuda.is_available():
-        return harness.not_on_cpu("mxfp4_decode", threshold)
-    N, K = BANDWIDTH_SHAPE
-    dtype = _act_dtypes("cuda")[-1]
-    return harness.check_bandwidth(
-        fn, what="mxfp4_decode", module=__name__, N=N, K=K, Ms=BANDWIDTH_MS, out_dtype=dtype,
-        nbytes=lambda M: bytes_moved(M, N, K, dtype.itemsize), threshold=threshold, seed=seed,
+    return chapter.check_decode_bandwidth(
+        fn, what="mxfp4_decode", module=__name__, shape=BANDWIDTH_SHAPE, Ms=BANDWIDTH_MS, threshold=threshold,
+        seed=seed, nbytes=lambda M: bytes_moved(M, *BANDWIDTH_SHAPE),
         hint="The naive path moves each weight about nine times its packed size: load each packed tile once, "
         "decode it in registers, and keep the per-element work to a few integer operations.",
     )  # fmt: skip
@@ -721,7 +570,7 @@ def timing_weights(N: int, K: int, g: torch.Generator) -> tuple:
 
 
 def timing_inputs(M: int, K: int, g: torch.Generator, n: int) -> tuple:
-    return (torch.randn(n, M, K, device=g.device, generator=g).to(_act_dtypes(g.device.type)[-1]),)
+    return (torch.randn(n, M, K, device=g.device, generator=g).to(chapter.act_dtypes(g.device.type)[-1]),)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -730,8 +579,6 @@ def timing_inputs(M: int, K: int, g: torch.Generator, n: int) -> tuple:
 
 def dot_scaled_status() -> tuple[bool, str]:
     """Can this triton run tl.dot_scaled with e2m1 weights here? (ok, why)."""
-    import os
-
     import triton
     import triton.language as tl
 
@@ -756,12 +603,10 @@ def check_dot_scaled(fn, *, seed: int | None = None) -> None:
     ok, why = dot_scaled_status()
     if not ok:
         return checks.not_measured(f"tl.dot_scaled cannot run here: {why}. Nothing to check.")
-    seed = checks.fresh_seed() if seed is None else seed
-    g = checks.generator(seed)
-    device = _device()
+    seed, g, device = chapter.cell(seed)
     shapes = [(32, 64, 64), (50, 70, 96), (1, 129, 160)]
-    n = _check_kernel(fn, "mxfp4_matmul_dot_scaled", shapes, device, _act_dtypes(device)[-1:], g)
-    checks.passed(f"mxfp4_matmul_dot_scaled: {n} cases match the reference (seed {seed}); {why}")
+    _check_kernel(fn, "mxfp4_matmul_dot_scaled", shapes, g=g, hidden=False, seed=seed,
+                  dtypes=chapter.act_dtypes(device)[-1:], note=f"; {why}")  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -783,23 +628,11 @@ H200_RECORDED_US = recorded.decode_us(
 
 def predictions(env) -> None:
     """Print the floor time of a decode and a prefill step on this GPU (the H200's figures on a CPU)."""
-    from qmatmul import roofline
-
-    ceil = roofline.ceilings(env)
-    N, K = BANDWIDTH_SHAPE
-    rows = []
-    for M in (1, 16, 2048):
-        rows.append((f"dense bf16, M={M}", bytes_moved_dense(M, N, K), flops(M, N, K)))
-        rows.append((f"MXFP4 fused, M={M}", bytes_moved(M, N, K), flops(M, N, K)))
-    rows.append(("MXFP4 naive path, M=1", bytes_moved_naive(1, N, K), flops(1, N, K)))
-    print(f"A Linear layer with N x K = {N} x {K} weights:")
-    roofline.print_predictions(ceil, rows)
+    floor.predictions(env, ["mxfp4"], (1, 16, 2048), naive="mxfp4", shape=BANDWIDTH_SHAPE)
 
 
 def compare_paths(env, prefill_fn, decode_fn, dot_scaled_fn=None, M: int = 1):
     """Time the dense matmul, the naive path and the learner's kernels at decode; plot bytes and time."""
-    from qmatmul import plots
-
     N, K = BANDWIDTH_SHAPE
     rows = [
         ("dense bf16 (cuBLAS)", bytes_moved_dense(M, N, K)),
@@ -809,102 +642,15 @@ def compare_paths(env, prefill_fn, decode_fn, dot_scaled_fn=None, M: int = 1):
     ]
     if dot_scaled_fn is not None:
         rows.append(("tl.dot_scaled kernel", bytes_moved(M, N, K)))
-    if not env.has_gpu:
-        times = [H200_RECORDED_US.get(label) for label, _ in rows]
-        rows = [(plots.recorded_label(label), nbytes) for label, nbytes in rows]
-        note = plots.recorded_note()
-    else:
-        from qmatmul import bench
 
+    def fns():
         g = checks.generator(0, "cuda")
-        dtype = env.act_dtype
         packed, scales = timing_weights(N, K, g)
-        w = torch.randn(N, K, device="cuda", generator=g).to(dtype)
-        x = torch.randn(M, K, device="cuda", generator=g).to(dtype)
-        fns = [lambda: x @ w.T, lambda: naive(x, packed, scales), lambda: prefill_fn(x, packed, scales),
-               lambda: decode_fn(x, packed, scales)]  # fmt: skip
-        if dot_scaled_fn is not None:
-            fns.append(lambda: dot_scaled_fn(x, packed, scales))
-        times = bench.time_paths(fns)
-        rows = [(plots.measured_label(label), nbytes) for label, nbytes in rows]
-        note = f"measured on {env.gpu_name}, L2 flushed, median"
-    return plots.paths_report(rows, times, f"M={M}, N x K = {N} x {K}: {note}")
-
-
-# ----------------------------------------------------------------------------------------------------------
-# The benchmark (tools/bench.py calls this on a CUDA GPU)
-
-
-def benchmark(sol, record, env, quick: bool = False) -> None:
-    """Time the solution kernels beside the dense matmul and the naive path, over rotating weight copies."""
-    from qmatmul import bench
-
-    dtype = env.act_dtype
-    g = checks.generator(0, "cuda")
-    has_ds = hasattr(sol, "mxfp4_matmul_dot_scaled") and dot_scaled_status()[0]
-
-    def recheck(fn, M, N, K):
-        def run():
-            x, packed, scales = random_problem(M, N, K, dtype, "cuda", checks.generator(1))
-            try:
-                checks.compare(fn(x, packed, scales), reference(x, packed, scales), what="recheck",
-                               rtol=checks.tolerance_for(dtype))  # fmt: skip
-                return True
-            except CheckFailed as exc:
-                print(exc)
-                return False
-
-        return run
-
-    shapes = [BANDWIDTH_SHAPE] if quick else [(8192, 8192), (28672, 8192), (8192, 28672)]
-    for N, K in shapes:
-        ws = [timing_weights(N, K, g) for _ in range(bench.copies_needed(bytes_moved(1, N, K)))]
-        dense = [
-            torch.randn(N, K, device="cuda", generator=g).to(dtype)
-            for _ in range(bench.copies_needed(2 * N * K))
+        w = torch.randn(N, K, device="cuda", generator=g).to(env.act_dtype)
+        x = torch.randn(M, K, device="cuda", generator=g).to(env.act_dtype)
+        kernels = [prefill_fn, decode_fn] + ([dot_scaled_fn] if dot_scaled_fn is not None else [])
+        return [lambda: x @ w.T, lambda: naive(x, packed, scales)] + [
+            lambda fn=fn: fn(x, packed, scales) for fn in kernels
         ]
-        for M in (1, 16) if quick else (1, 4, 16):
-            x = torch.randn(M, K, device="cuda", generator=g).to(dtype)
-            fused = bytes_moved(M, N, K)
-            record("decode", "dense (cuBLAS)", M, N, K, [lambda x=x, w=w: x @ w.T for w in dense],
-                   bytes_moved_dense(M, N, K))  # fmt: skip
-            record(
-                "decode",
-                "naive: dequantize, matmul",
-                M,
-                N,
-                K,
-                [lambda x=x, w=w: naive(x, *w) for w in ws],
-                fused,
-            )
-            record("decode", "solution mxfp4_decode", M, N, K, [lambda x=x, w=w: sol.mxfp4_decode(x, *w) for w in ws],
-                   fused, recheck(sol.mxfp4_decode, M, N, K))  # fmt: skip
-            record("decode", "solution mxfp4_matmul (tiled)", M, N, K,
-                   [lambda x=x, w=w: sol.mxfp4_matmul(x, *w) for w in ws], fused)  # fmt: skip
-            if has_ds:
-                record("decode", "solution tl.dot_scaled", M, N, K,
-                       [lambda x=x, w=w: sol.mxfp4_matmul_dot_scaled(x, *w) for w in ws], fused,
-                       recheck(sol.mxfp4_matmul_dot_scaled, M, N, K))  # fmt: skip
-    N = K = 8192
-    ws = [timing_weights(N, K, g) for _ in range(2)]
-    dense = [torch.randn(N, K, device="cuda", generator=g).to(dtype) for _ in range(2)]
-    for M in (2048,) if quick else (2048, 4096):
-        x = torch.randn(M, K, device="cuda", generator=g).to(dtype)
-        fused = bytes_moved(M, N, K)
-        record("prefill", "dense (cuBLAS)", M, N, K, [lambda x=x, w=w: x @ w.T for w in dense],
-               bytes_moved_dense(M, N, K))  # fmt: skip
-        record(
-            "prefill",
-            "naive: dequantize, matmul",
-            M,
-            N,
-            K,
-            [lambda x=x, w=w: naive(x, *w) for w in ws],
-            fused,
-        )
-        record("prefill", "solution mxfp4_matmul", M, N, K, [lambda x=x, w=w: sol.mxfp4_matmul(x, *w) for w in ws],
-               fused, recheck(sol.mxfp4_matmul, 300, 1000, 768))  # fmt: skip
-        if has_ds:
-            record("prefill", "solution tl.dot_scaled", M, N, K,
-                   [lambda x=x, w=w: sol.mxfp4_matmul_dot_scaled(x, *w) for w in ws], fused,
-                   recheck(sol.mxfp4_matmul_dot_scaled, 300, 1000, 768))  # fmt: skip
+
+    return chapter.compare_paths(env, rows, fns, H200_RECORDED_US, M=M, shape=(N, K))

@@ -1,27 +1,33 @@
-"""Chapter NVFP4: E2M1 weights, an e4m3 scale per 16 along K, and one float32 scale per tensor.
+"""Chapter NVFP4: the notebook's scaffolding (validation, launch configurations), the block explorer and the
+comparison with MXFP4, test inputs, the known mistakes and the checks of each exercise, and the prediction cell.
 
-Weights use nn.Linear's layout W[N, K]; K must be a multiple of 16. torchao's two-level rule, step by step in
-float32 (the order matters for bit-exactness):
-    g        = max |W| / (448 · 6)                       (the tensor scale; an all-zero tensor gets g = 1)
-    s[n, b]  = e4m3(clamp((amax_block / 6) / g, 2^-6, 448))   (the block scale, rounded to e4m3)
-    r[n, b]  = (1 / g) / s                                (the reciprocal of the combined scale)
-    code     = E2M1(clamp(W · r, -6, 6))                  (round to nearest even; fp4.e2m1_encode)
-    packed   = uint8 [N, K/2] (element 2i low nibble), scales = uint8 [N, K/16] (e4m3 bits), g: float32 [1]
-    y        = (x @ (E2M1 value · s).T) · g
-The element step follows torchao 0.18 (`nvfp4_quantize`), which multiplies by r "to match the MSLK triton kernel
-numerics"; torchao up to 0.17 divided by g · s instead. The two differ only where W / (g · s) lies on an exact
-E2M1 midpoint (tests/test_oracles.py compares with the installed torchao, bit for bit).
+The format itself (global and block scales, quantizer, dequantizer, reference, bytes moved) is
+qmatmul/formats/nvfp4.py and its element codecs qmatmul/formats/fp4.py; the format's names are re-exported here,
+where the notebook reaches them as `nvfp4.<name>`. Here, as in the notebook, `g` is the global (per-tensor) scale
+and `gen` a torch.Generator.
 """
 
 from __future__ import annotations
 
 import torch
 
-from qmatmul import checks, fp4, harness, mxfp4
+from qmatmul import chapter, checks, floor, mxfp4, plots
+from qmatmul.chapter import ACT_DTYPES  # noqa: F401 - the notebook's name
 from qmatmul.checks import CheckFailed, Mistake
+from qmatmul.formats import fp4
+from qmatmul.formats.nvfp4 import (  # noqa: F401 - the notebook's names
+    BLOCK,
+    bytes_moved,
+    bytes_moved_naive,
+    bytes_per_weight,
+    dequantize,
+    naive,
+    quantize,
+    quantize_codes,
+    reference,
+    tensor_scale,
+)
 
-BLOCK = 16
-ACT_DTYPES = (torch.float16, torch.bfloat16)
 BANDWIDTH_SHAPE = (28672, 8192)
 BANDWIDTH_MS = (1, 16)
 # Fraction of the copy bandwidth measured in the same process (the graded cell times eagerly). The bar is half what
@@ -31,95 +37,18 @@ BANDWIDTH_THRESHOLD = 0.07
 
 
 # ----------------------------------------------------------------------------------------------------------
-# The reference
-
-
-def tensor_scale(w: torch.Tensor) -> torch.Tensor:
-    """g = max |w| / (448 · 6) as a float32 tensor of shape [1]; 1 for an all-zero tensor."""
-    amax = w.float().abs().amax().reshape(1)
-    return torch.where(amax > 0, amax / (fp4.E4M3_MAX * fp4.E2M1_MAX), torch.ones_like(amax))
-
-
-def quantize_codes(
-    w: torch.Tensor,
-    block: int = BLOCK,
-    two_level: bool = True,
-    round_scale: bool = True,
-    reciprocal: bool = True,
-):
-    """(codes uint8 [N, K], block scales uint8 [N, K/block] as e4m3 bits, g float32 [1]).
-
-    two_level=False, round_scale=False and reciprocal=False give known wrong variants (no tensor scale; data
-    scaled by the unrounded block scale; data divided by g · s, torchao <= 0.17's numerics)."""
-    w = w.float()
-    N, K = w.shape
-    if K % block:
-        raise ValueError(f"K must be a multiple of {block}, got K = {K}")
-    g = tensor_scale(w) if two_level else torch.ones(1)
-    blocks = w.reshape(N, K // block, block)
-    amax = blocks.abs().amax(dim=2)
-    s = torch.clamp((amax / fp4.E2M1_MAX) / g, fp4.E4M3_TINY, fp4.E4M3_MAX)
-    bits = fp4.e4m3_encode(s)
-    s_used = fp4.e4m3_decode(bits) if round_scale else s
-    if reciprocal:
-        v = blocks * ((1.0 / g) / s_used)[:, :, None]
-    else:
-        v = blocks / (g * s_used)[:, :, None]
-    v = torch.clamp(v, -fp4.E2M1_MAX, fp4.E2M1_MAX)
-    return fp4.e2m1_encode(v).reshape(N, K), bits, g
-
-
-def quantize(w: torch.Tensor):
-    """The reference quantizer: (packed uint8 [N, K/2], scales uint8 [N, K/16], g float32 [1])."""
-    codes, scales, g = quantize_codes(w)
-    return fp4.pack_nibbles(codes), scales, g
-
-
-def dequantize(packed, scales, g) -> torch.Tensor:
-    values = fp4.e2m1_decode(fp4.unpack_nibbles(packed))
-    return values * fp4.e4m3_decode(scales).repeat_interleave(BLOCK, dim=1) * g.float()
-
-
-def reference(x, packed, scales, g) -> torch.Tensor:
-    """y = x @ W.T in float32: (x @ (E2M1 · s).T) · g, the order the kernels use."""
-    w = fp4.e2m1_decode(fp4.unpack_nibbles(packed)) * fp4.e4m3_decode(scales).repeat_interleave(BLOCK, dim=1)
-    return (x.float() @ w.T) * g.float()
-
-
-def naive(x, packed, scales, g):
-    """Decode the whole weight into memory with torch ops, then a dense matmul."""
-    table = fp4.e2m1_table(x.dtype).to(x.device)
-    N = packed.shape[0]
-    codes = torch.stack([packed & 0xF, packed >> 4], dim=-1).reshape(N, -1).long()
-    s = scales.view(torch.float8_e4m3fn).to(x.dtype).repeat_interleave(BLOCK, dim=1)
-    return (x @ (table[codes] * s).T) * g.to(x.dtype)
-
-
-# ----------------------------------------------------------------------------------------------------------
 # Scaffolding
 
 
 def prepare(x, packed, scales, g, out=None):
     """Validate the inputs of an NVFP4 matmul with clear messages; allocate out if needed. Returns M, N, K, out."""
-    for name, t in (("x", x), ("packed", packed), ("scales", scales), ("g", g)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if x.dim() != 2:
-        raise ValueError(f"x must be 2-D [M, K], got shape {list(x.shape)}")
-    if x.dtype not in ACT_DTYPES:
-        raise TypeError(f"x must be float16 or bfloat16, got {x.dtype}")
-    if packed.dim() != 2 or packed.dtype != torch.uint8:
-        raise TypeError(
-            f"packed must be a 2-D uint8 tensor [N, K/2], got {packed.dtype} {list(packed.shape)}"
-        )
-    M, K = x.shape
-    N, half = packed.shape
+    chapter.require_tensors(x=x, packed=packed, scales=scales, g=g)
+    M, K = chapter.require_activations(x)
+    chapter.require_codes("packed", packed, torch.uint8, "[N, K/2]")
+    N = packed.shape[0]
     if K % BLOCK:
         raise ValueError(f"K must be a multiple of {BLOCK} (one NVFP4 block), got K = {K}")
-    if 2 * half != K:
-        raise ValueError(
-            f"x is [M, K] = {list(x.shape)} but packed is [N, K/2] = {list(packed.shape)}: the K's differ"
-        )
+    chapter.require_same_k("x", x, "packed", packed, "[N, K/2]", 2 * packed.shape[1])
     if scales.dtype != torch.uint8 or tuple(scales.shape) != (N, K // BLOCK):
         raise ValueError(
             f"scales must be uint8 e4m3 bits of shape [N, K/16] = [{N}, {K // BLOCK}], got {scales.dtype} "
@@ -127,17 +56,9 @@ def prepare(x, packed, scales, g, out=None):
         )
     if g.dtype != torch.float32 or g.numel() != 1:
         raise ValueError(f"g must be a float32 tensor of one element, got {g.dtype} of shape {list(g.shape)}")
-    if not (x.device == packed.device == scales.device == g.device):
-        raise ValueError("x, packed, scales and g must be on one device")
-    if not packed.is_contiguous() or not scales.is_contiguous():
-        raise ValueError("packed and scales must be contiguous (x and out may be strided)")
-    if out is None:
-        out = torch.empty((M, N), dtype=x.dtype, device=x.device)
-    elif tuple(out.shape) != (M, N) or out.dtype != x.dtype or out.device != x.device:
-        raise ValueError(
-            f"out must be {x.dtype} of shape [{M}, {N}] on {x.device}, got {out.dtype} {list(out.shape)} on {out.device}"
-        )
-    return M, N, K, out
+    chapter.require_one_device(x=x, packed=packed, scales=scales, g=g)
+    chapter.require_contiguous(packed=packed, scales=scales)
+    return M, N, K, chapter.output(out, M, N, x.dtype, x.device)
 
 
 def prefill_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
@@ -147,19 +68,6 @@ def prefill_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
 def decode_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
     """Not swept for NVFP4: the MXFP4 decode tiles (same loop structure)."""
     return mxfp4.decode_config(M, N, K, device)
-
-
-def bytes_per_weight() -> float:
-    """Half a byte of E2M1 plus a 16th of a byte of e4m3: 4.5 bits (the tensor scale is negligible)."""
-    return 0.5 + 1 / BLOCK
-
-
-def bytes_moved(M: int, N: int, K: int, act_bytes: int = 2) -> int:
-    return N * K // 2 + N * K // BLOCK + 4 + act_bytes * (M * K + M * N)
-
-
-def bytes_moved_naive(M: int, N: int, K: int, act_bytes: int = 2) -> int:
-    return bytes_moved(M, N, K, act_bytes) + 2 * act_bytes * N * K
 
 
 def explain_format() -> None:
@@ -220,8 +128,8 @@ def block_explorer():
     out = W.HTML()
 
     def show(seed: int, block_scale: float, tensor_amax: float) -> None:
-        g = checks.generator(seed)
-        v = torch.randn(BLOCK, generator=g) * 10**block_scale
+        gen = checks.generator(seed)
+        v = torch.randn(BLOCK, generator=gen) * 10**block_scale
         out.value = "<pre>" + block_text(v, 10**tensor_amax) + "</pre>"
 
     seed = W.IntSlider(value=0, min=0, max=50, description="block")
@@ -234,8 +142,6 @@ def block_explorer():
 
 def compare_figure(seed: int = 0):
     """NVFP4 against MXFP4 and int4 g=16 on the same weights."""
-    import matplotlib.pyplot as plt
-
     kinds = ["gaussian", "heavy-tailed"]
     tables = {}
     for k in kinds:
@@ -253,24 +159,7 @@ def compare_figure(seed: int = 0):
             ("MXFP4 (E8M0 per 32)", 4.25, rel(mxfp4.dequantize(mp, ms))),
             ("int4 g=16, bf16 scale", 5.0, rel(mxfp4.int4_groupwise(w, 16))),
         ]
-    fig, ax = plt.subplots(figsize=(9, 3.4))
-    methods = tables[kinds[0]]
-    width = 0.38
-    for i, k in enumerate(kinds):
-        errs = [e for _, _, e in tables[k]]
-        bars = ax.barh([j + i * width for j in range(len(methods))], errs, height=width, label=k)
-        for b, e in zip(bars, errs, strict=True):
-            ax.text(b.get_width(), b.get_y() + b.get_height() / 2, f" {e:.2%}", va="center", fontsize=8)
-    ax.set_yticks([j + width / 2 for j in range(len(methods))])
-    ax.set_yticklabels([f"{m} ({b:g} bits)" for m, b, _ in methods])
-    ax.invert_yaxis()
-    ax.set_xlabel("‖dequantized − w‖ / ‖w‖")
-    ax.legend(loc="lower right")
-    ax.set_title("512 × 2048 weights: relative error by format")
-    fig.tight_layout()
-    for k in kinds:
-        print(k + ": " + ", ".join(f"{m} {e:.3%}" for m, _, e in tables[k]))
-    return fig
+    return plots.error_bars(tables, "512 × 2048 weights: relative error by format")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -312,14 +201,8 @@ def tie_weight(N: int = 4, K: int = 128, amax: float = 0.37) -> torch.Tensor:
 
 
 def random_problem(M, N, K, dtype, device, gen, strided=False):
-    packed, scales, g = quantize(random_weight(N, K, gen))
-    pad = 7 if strided else 0
-    x_full = torch.randn(M, K + pad, generator=gen).to(dtype).to(device)
-    return x_full[:, :K], packed.to(device), scales.to(device), g.to(device)
-
-
-def _device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    """x [M, K] (a strided view when `strided`), packed, scales, g from the reference quantizer."""
+    return chapter.problem((M, K), quantize(random_weight(N, K, gen)), dtype, device, gen, strided)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -356,27 +239,20 @@ def _quantizer_mistakes(w):
          "block scale), not w / (g · s). The two round differently where w / (g · s) is an exact tie between two "
          "E2M1 values.", fp4.pack_nibbles(c3), s3, g),
         ("nibble order", "Element 2i goes in the LOW nibble: packed = codes[:, 0::2] | (codes[:, 1::2] << 4).",
-         mxfp4._swap_nibbles(fp4.pack_nibbles(codes)), scales, g),
+         fp4.swap_nibbles(fp4.pack_nibbles(codes)), scales, g),
         ("sign bit lost", "Bit 3 of each code is the sign of w.", fp4.pack_nibbles(codes & 7), scales, g),
     ]  # fmt: skip
 
 
 def check_quantizer(fn, *, hidden: bool = False, seed: int | None = None) -> None:
-    seed = checks.fresh_seed() if seed is None else seed
-    gen = checks.generator(seed)
+    seed, gen, _ = chapter.cell(seed)
     what = "quantize_nvfp4"
     for w in _quantizer_inputs(gen, hidden):
         N, K = w.shape
         ctx = f" (w: {str(w.dtype).replace('torch.', '')} [{N}, {K}])"
-        w_before = w.clone()
-        result = checks.call_learner(fn, w, what=what)
-        if not (isinstance(result, (tuple, list)) and len(result) == 3):
-            raise CheckFailed(f"{what} must return a triple (packed, scales, g), got {type(result).__name__}")
-        packed, scales, g = result
-        if not all(isinstance(t, torch.Tensor) for t in (packed, scales, g)):
-            raise CheckFailed(f"{what} must return three tensors (packed, scales, g)")
-        if not torch.equal(w, w_before):
-            raise CheckFailed(f"{what} modified its input w in place; leave the weights untouched.{ctx}")
+        packed, scales, g = chapter.call_quantizer(
+            fn, w, what=what, returns=("packed", "scales", "g"), ctx=ctx
+        )
         if packed.dtype != torch.uint8 or tuple(packed.shape) != (N, K // 2):
             raise CheckFailed(
                 f"packed must be uint8 of shape [{N}, {K // 2}], got {packed.dtype} {list(packed.shape)}{ctx}"
@@ -428,7 +304,7 @@ def check_quantizer(fn, *, hidden: bool = False, seed: int | None = None) -> Non
             lines.insert(
                 0, f"packed differs from the reference in {int(bad.sum())} of {bad.numel()} codes{ctx}"
             )
-            lines.append(f"Differences lie {checks._where_2d(bad, ('rows', 'columns'))}.")
+            lines.append(f"Differences lie {checks.where_2d(bad, ('rows', 'columns'))}.")
         raise CheckFailed("\n".join(lines))
     checks.passed(f"{what}: bit-exact on {'hidden' if hidden else 'visible'} inputs (seed {seed})")
 
@@ -451,7 +327,7 @@ def kernel_mistakes(x, packed, scales, g) -> list[Mistake]:
                 "3 mantissa bits), not E8M0 powers of two: ((b & 0x7F) << 7) as fp16 bits, times 2^8.",
                 (xf @ (vals * fp4.e8m0_decode(scales).repeat_interleave(BLOCK, 1)).T) * g),
         Mistake("nibble order", "Element 2i is the LOW nibble (p & 0xF), paired with x's even columns.",
-                (xf @ (fp4.e2m1_decode(fp4.unpack_nibbles(mxfp4._swap_nibbles(packed))) * s).T) * g),
+                (xf @ (fp4.e2m1_decode(fp4.unpack_nibbles(fp4.swap_nibbles(packed))) * s).T) * g),
     ]  # fmt: skip
     if K >= 2 * BLOCK:
         s32 = fp4.e4m3_decode(scales).repeat_interleave(2 * BLOCK, 1)[:, :K]
@@ -460,82 +336,35 @@ def kernel_mistakes(x, packed, scales, g) -> list[Mistake]:
     return out
 
 
-def _check_kernel(fn, what, shapes, device, dtypes, gen) -> int:
-    n = 0
-    for M, N, K in shapes:
-        for dtype in dtypes:
-            for strided in (False, True):
-                x, packed, scales, g = random_problem(M, N, K, dtype, device, gen, strided=strided)
-                pad = 5 if strided else 0
-                full = torch.full((M, N + pad), float("nan"), dtype=dtype, device=device)
-                out = full[:, :N]
-                inputs = dict(x=x, packed=packed, scales=scales, g=g)
-                before = checks.snapshot(inputs)
-                ctx = f" (M={M}, N={N}, K={K}, {str(dtype).replace('torch.', '')}{', strided x and out' if strided else ''})"
-                y, ops = checks.run_audited(fn, x, packed, scales, g, out=out, what=what)
-                checks.verify_kernel_result(y, ops, what=what, inputs=inputs, before=before, out=out, full=full,
-                                            weight_shape=(N, K), dtype=dtype, expected=reference(x, packed, scales, g),
-                                            mistakes=kernel_mistakes(x, packed, scales, g), ctx=ctx)  # fmt: skip
-                n += 1
-    return n
+def _check_kernel(fn, what: str, shapes, **kw) -> None:
+    """chapter.check_kernel on this chapter's problems (random_problem), reference and known mistakes."""
+    chapter.check_kernel(
+        fn, what, shapes, names=("x", "packed", "scales", "g"), reference=reference, mistakes=kernel_mistakes,
+        problem=lambda case, dtype, device, g, strided: random_problem(*case, dtype, device, g, strided=strided),
+        **kw,
+    )  # fmt: skip
 
 
 def check_prefill(fn, *, hidden: bool = False, seed: int | None = None) -> None:
-    seed = checks.fresh_seed() if seed is None else seed
-    gen = checks.generator(seed)
-    device = _device()
-    if not hidden:
-        shapes = [(32, 64, 64), (50, 70, 96)]
-    else:
-        big = device == "cuda"
-        shapes = []
-        for _ in range(2):
-            M = int(torch.randint(17, 300 if big else 100, (1,), generator=gen))
-            N = int(torch.randint(33, 700 if big else 150, (1,), generator=gen))
-            K = BLOCK * int(torch.randint(3, 80 if big else 16, (1,), generator=gen))
-            # The audit flags any float tensor shaped like the weight, and the interpreter copies x [M, K] and
-            # out [M, N] inside the call: keep M apart from N and K so no activation looks like a weight.
-            M = M - 1 if M == K else M
-            N = N + 1 if N == M else N
-            shapes.append((M, N, K))
-        shapes.append((1, 129, 144))
-    n = _check_kernel(fn, "nvfp4_matmul", shapes, device, mxfp4._act_dtypes(device), gen)
-    checks.passed(
-        f"nvfp4_matmul: {n} {'hidden' if hidden else 'visible'} cases match the reference (seed {seed})"
-    )
+    """Exercise 2: the tiled kernel on ragged shapes, poisoned output, strided views, fused."""
+    seed, gen, device = chapter.cell(seed)
+    shapes = mxfp4.prefill_shapes(gen, device, hidden, block=BLOCK, k_blocks=(3, 80, 16), tail=(1, 129, 144))
+    _check_kernel(fn, "nvfp4_matmul", shapes, g=gen, hidden=hidden, seed=seed)
 
 
 def check_decode(fn, *, hidden: bool = False, seed: int | None = None) -> None:
-    seed = checks.fresh_seed() if seed is None else seed
-    gen = checks.generator(seed)
-    device = _device()
-    if not hidden:
-        shapes = [(1, 64, 128), (16, 96, 176)]
-    else:
-        big = device == "cuda"
-        shapes = [
-            (M, int(torch.randint(33, 2000 if big else 200, (1,), generator=gen)),
-             BLOCK * int(torch.randint(3, 200 if big else 18, (1,), generator=gen)))
-            for M in (1, int(torch.randint(2, 16, (1,), generator=gen)), 16)
-        ]  # fmt: skip
-        if not big:  # one long row on the CPU too: K past 1024, where a wrong block divisor stops coinciding
-            shapes.append((1, int(torch.randint(17, 48, (1,), generator=gen)),
-                           BLOCK * int(torch.randint(72, 96, (1,), generator=gen))))  # fmt: skip
-    n = _check_kernel(fn, "nvfp4_decode", shapes, device, mxfp4._act_dtypes(device), gen)
-    checks.passed(
-        f"nvfp4_decode: {n} {'hidden' if hidden else 'visible'} cases match the reference (seed {seed})"
-    )
+    """Exercise 3 (correctness): M = 1..16, ragged N, K a multiple of 16."""
+    seed, gen, device = chapter.cell(seed)
+    shapes = mxfp4.decode_shapes(gen, device, hidden, block=BLOCK, visible=[(1, 64, 128), (16, 96, 176)],
+                                 k_blocks=(3, 200, 18), long_blocks=(72, 96))  # fmt: skip
+    _check_kernel(fn, "nvfp4_decode", shapes, g=gen, hidden=hidden, seed=seed)
 
 
 def check_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: int | None = None) -> list:
     """Exercise 3 (performance): bandwidth over the bytes that must move, against the copy bandwidth."""
-    if not torch.cuda.is_available():
-        return harness.not_on_cpu("nvfp4_decode", threshold)
-    N, K = BANDWIDTH_SHAPE
-    dtype = mxfp4._act_dtypes("cuda")[-1]
-    return harness.check_bandwidth(
-        fn, what="nvfp4_decode", module=__name__, N=N, K=K, Ms=BANDWIDTH_MS, out_dtype=dtype,
-        nbytes=lambda M: bytes_moved(M, N, K, dtype.itemsize), threshold=threshold, seed=seed,
+    return chapter.check_decode_bandwidth(
+        fn, what="nvfp4_decode", module=__name__, shape=BANDWIDTH_SHAPE, Ms=BANDWIDTH_MS, threshold=threshold,
+        seed=seed, nbytes=lambda M: bytes_moved(M, *BANDWIDTH_SHAPE),
         hint="Load each packed tile once, decode it in registers with a few integer operations per element, "
         "and apply the tensor scale once in the epilogue.",
     )  # fmt: skip
@@ -550,7 +379,7 @@ def timing_weights(N: int, K: int, gen: torch.Generator) -> tuple:
 
 def timing_inputs(M: int, K: int, gen: torch.Generator, n: int) -> tuple:
     return (
-        torch.randn(n, M, K, device=gen.device, generator=gen).to(mxfp4._act_dtypes(gen.device.type)[-1]),
+        torch.randn(n, M, K, device=gen.device, generator=gen).to(chapter.act_dtypes(gen.device.type)[-1]),
     )
 
 
@@ -567,58 +396,5 @@ def blackwell_status() -> str:
 
 
 def predictions(env) -> None:
-    from qmatmul import roofline
-
-    ceil = roofline.ceilings(env)
-    N, K = BANDWIDTH_SHAPE
-    rows = []
-    for M in (1, 16):
-        rows.append((f"dense bf16, M={M}", mxfp4.bytes_moved_dense(M, N, K), mxfp4.flops(M, N, K)))
-        rows.append((f"NVFP4 fused, M={M}", bytes_moved(M, N, K), mxfp4.flops(M, N, K)))
-    rows.append(("NVFP4 naive path, M=1", bytes_moved_naive(1, N, K), mxfp4.flops(1, N, K)))
-    print(f"A Linear layer with N x K = {N} x {K} weights:")
-    roofline.print_predictions(ceil, rows)
-
-
-def benchmark(sol, record, env, quick: bool = False) -> None:
-    """Time the solution kernels beside the dense matmul and the naive path (tools/bench.py calls this)."""
-    from qmatmul import bench
-
-    dtype = env.act_dtype
-    gen = checks.generator(0, "cuda")
-
-    def recheck(fn, M, N, K):
-        def run():
-            x, p, s, g = random_problem(M, N, K, dtype, "cuda", checks.generator(1))
-            try:
-                checks.compare(
-                    fn(x, p, s, g), reference(x, p, s, g), what="recheck", rtol=checks.tolerance_for(dtype)
-                )
-                return True
-            except CheckFailed as exc:
-                print(exc)
-                return False
-
-        return run
-
-    shapes = [BANDWIDTH_SHAPE] if quick else [(8192, 8192), (28672, 8192), (8192, 28672)]
-    for N, K in shapes:
-        ws = [timing_weights(N, K, gen) for _ in range(bench.copies_needed(bytes_moved(1, N, K)))]
-        dense = [torch.randn(N, K, device="cuda", generator=gen).to(dtype)
-                 for _ in range(bench.copies_needed(2 * N * K))]  # fmt: skip
-        for M in (1, 16) if quick else (1, 4, 16):
-            x = torch.randn(M, K, device="cuda", generator=gen).to(dtype)
-            fused = bytes_moved(M, N, K)
-            record("decode", "dense (cuBLAS)", M, N, K, [lambda x=x, w=w: x @ w.T for w in dense],
-                   mxfp4.bytes_moved_dense(M, N, K))  # fmt: skip
-            record(
-                "decode",
-                "naive: dequantize, matmul",
-                M,
-                N,
-                K,
-                [lambda x=x, w=w: naive(x, *w) for w in ws],
-                fused,
-            )
-            record("decode", "solution nvfp4_decode", M, N, K, [lambda x=x, w=w: sol.nvfp4_decode(x, *w) for w in ws],
-                   fused, recheck(sol.nvfp4_decode, M, N, K))  # fmt: skip
+    """Print the floor time of a decode step on this GPU (the H200's figures on a CPU)."""
+    floor.predictions(env, ["nvfp4"], (1, 16), naive="nvfp4", shape=BANDWIDTH_SHAPE)

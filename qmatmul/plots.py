@@ -1,13 +1,19 @@
-"""Figures the chapters share. Each returns the matplotlib Figure (the notebook shows it)."""
+"""Figures the chapters share. Each returns the matplotlib Figure (the notebook shows it).
+
+matplotlib is imported by the functions that draw, as in the chapter modules' figures: the grader's worker imports
+the chapter modules and never draws.
+"""
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
+from qmatmul.floor import H200
 
 
 def quantization_error(w, q, s, title: str = "int8, one scale per output channel"):
     """Left: error of each weight in steps of its scale (uniform in ±0.5 when rounding is right).
     Right: each channel's relative error against its largest magnitude."""
+    import matplotlib.pyplot as plt
+
     wf = w.float().cpu()
     deq = q.float().cpu() * s.float().cpu()[:, None]
     steps = ((deq - wf) / s.float().cpu()[:, None]).flatten()
@@ -39,15 +45,15 @@ def measured_label(label: str) -> str:
 
 def recorded_note(where_known: bool = False, date: str | None = None) -> str:
     """Title of a figure of recorded times: which GPU, when, and that nothing was measured here."""
-    from qmatmul import roofline
-
-    h = roofline.H200
+    h = H200
     return (f"bytes: the model; times{' where known' if where_known else ''}: recorded on the course's {h['gpu']} "
             f"on {date or h['date']} ({h['versions']}), not measured here (no GPU)")  # fmt: skip
 
 
 def paths(rows, title: str):
     """rows: (label, MB moved, µs or None). Two bar charts: bytes moved and time."""
+    import matplotlib.pyplot as plt
+
     labels = [r[0] for r in rows]
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.4))
     a.barh(labels, [r[1] for r in rows], color="tab:gray")
@@ -80,6 +86,7 @@ def roofline(ceil, points, title: str = "roofline", *, extra_ceilings=()):
     and each point labeled. extra_ceilings: (label, FLOP/s) drawn as dashed roofs (e.g. an fp8 matmul rate).
     Later chapters place their measured kernels with it: a point's FLOP/s is flops / measured seconds.
     """
+    import matplotlib.pyplot as plt
     import numpy as np
 
     fig, ax = plt.subplots(figsize=(7, 4.4))
@@ -113,4 +120,30 @@ def roofline(ceil, points, title: str = "roofline", *, extra_ceilings=()):
     ax.set_title(f"{title}: {ceil.name}")
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
+    return fig
+
+
+def error_bars(tables: dict, title: str):
+    """tables: weight kind -> [(method, bits per weight, relative error)], the same methods for every kind.
+    Horizontal bars of each method's error, one colour per kind; the table is printed too."""
+    import matplotlib.pyplot as plt
+
+    kinds = list(tables)
+    methods = tables[kinds[0]]
+    fig, ax = plt.subplots(figsize=(9, 3.4))
+    width = 0.38
+    for i, k in enumerate(kinds):
+        errs = [e for _, _, e in tables[k]]
+        bars = ax.barh([j + i * width for j in range(len(methods))], errs, height=width, label=k)
+        for b, e in zip(bars, errs, strict=True):
+            ax.text(b.get_width(), b.get_y() + b.get_height() / 2, f" {e:.2%}", va="center", fontsize=8)
+    ax.set_yticks([j + width / 2 for j in range(len(methods))])
+    ax.set_yticklabels([f"{m} ({b:g} bits)" for m, b, _ in methods])
+    ax.invert_yaxis()
+    ax.set_xlabel("‖dequantized − w‖ / ‖w‖")
+    ax.legend(loc="lower right")
+    ax.set_title(title)
+    fig.tight_layout()
+    for k in kinds:
+        print(k + ": " + ", ".join(f"{m} {e:.3%}" for m, _, e in tables[k]))
     return fig

@@ -1,151 +1,34 @@
-"""The roofline: the time a kernel cannot beat, from the bytes it must move and the FLOPs it must do."""
+"""Chapter 0, the roofline: measure a GPU's two ceilings, count a Linear layer's bytes and FLOPs in every format,
+predict its floor time and the naive round trip's, and check each of the learner's answers.
+
+The model itself (ceilings, byte counts, floor time) is qmatmul/floor.py, which every chapter predicts with; its
+names are re-exported here because the chapter's notebook reaches them as `roofline.<name>`.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import numbers
 
-from qmatmul import recorded
+import torch
 
-# Measured on the course's lent H200 (docs/bench-h200.json): used as data where no GPU is present.
-H200 = recorded.ceilings()
-
-
-@dataclass
-class Ceilings:
-    name: str
-    copy_bandwidth: float  # bytes/s
-    matmul_flops: float  # FLOP/s in the chapter's activation dtype
-    measured: bool  # False: recorded figures of another GPU
-
-    def describe(self) -> str:
-        how = (
-            "measured now"
-            if self.measured
-            else f"recorded on {H200['date']} with {H200['versions']}; no GPU here"
-        )
-        return (
-            f"{self.name}: copy {self.copy_bandwidth / 1e12:.2f} TB/s, dense matmul "
-            f"{self.matmul_flops / 1e12:.0f} TFLOP/s ({how})"
-        )
-
-
-def ceilings(env) -> Ceilings:
-    """The two ceilings of this GPU, measured in this process; the H200's recorded figures on a CPU."""
-    if env.has_gpu:
-        from qmatmul import bench
-
-        return Ceilings(env.gpu_name, bench.copy_bandwidth(), bench.matmul_flops(dtype=env.act_dtype), True)
-    return recorded_ceilings()
-
-
-def recorded_ceilings() -> Ceilings:
-    """The H200's recorded figures (bf16 matmul), the course's data where nothing can be measured."""
-    return Ceilings(H200["gpu"], H200["copy_bandwidth"], H200["bf16_flops"], False)
-
-
-def floor_seconds(nbytes: float, nflops: float, ceil: Ceilings) -> tuple[float, str]:
-    t_mem, t_math = nbytes / ceil.copy_bandwidth, nflops / ceil.matmul_flops
-    return max(t_mem, t_math), ("memory" if t_mem >= t_math else "compute")
-
-
-def print_predictions(ceil: Ceilings, rows) -> None:
-    """rows: (label, nbytes, nflops). Prints bytes, intensity and the floor time of each."""
-    print(ceil.describe())
-    ridge = ceil.matmul_flops / ceil.copy_bandwidth
-    print(f"ridge point: {ridge:.0f} FLOP/byte (below it a kernel is memory-bound)")
-    print(f"{'':<34}{'MB moved':>10}{'FLOP/byte':>11}{'floor':>12}  bound")
-    for label, nbytes, nflops in rows:
-        t, bound = floor_seconds(nbytes, nflops, ceil)
-        print(f"{label:<34}{nbytes / 1e6:>10.1f}{nflops / nbytes:>11.1f}{t * 1e6:>10.1f} µs  {bound}")
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Chapter 00 "roofline": the bytes and FLOPs of a Linear layer per format, the floor time, the naive round trip.
-# The byte counts come from the chapter modules (`<ch>.bytes_moved`, `<ch>.bytes_moved_naive`): one source of
-# truth. The chapter modules are imported inside the functions, so that importing this module stays light.
-
-FORMATS = ("bf16", "w8a16", "w4a16", "fp8", "mxfp4", "nvfp4")
-FORMAT_TEXT = {
-    "bf16": "bf16 dense: 2 bytes per weight, no scales",
-    "w8a16": "W8A16: int8 weights, one fp32 scale per output channel",
-    "w4a16": "W4A16: int4 weights (two per byte), an fp32 scale and a uint8 zero per group",
-    "fp8": "FP8 W8A8: e4m3 weights and activations, an fp32 scale per weight row and per token",
-    "mxfp4": "MXFP4: E2M1 (two per byte), an E8M0 scale (1 byte) per 32 weights",
-    "nvfp4": "NVFP4: E2M1 (two per byte), an e4m3 scale (1 byte) per 16 weights, one fp32 tensor scale",
-}
-# The decode shape every chapter grades bandwidth on (a Llama-3-70B MLP projection: N x K = 28672 x 8192).
-LAYER_SHAPE = (28672, 8192)
-
-
-def _modules():
-    from qmatmul import fp8, mxfp4, nvfp4, w4a16, w8a16
-
-    return dict(w8a16=w8a16, w4a16=w4a16, fp8=fp8, mxfp4=mxfp4, nvfp4=nvfp4)
-
-
-def _check_format(fmt: str) -> None:
-    if fmt not in FORMATS:
-        raise ValueError(f"unknown format {fmt!r}: one of {', '.join(FORMATS)}")
-
-
-def model_bytes(fmt: str, M: int, N: int, K: int, group_size: int = 128) -> int:
-    """The bytes a fused kernel must move, from the chapter module's byte model (16-bit activations)."""
-    _check_format(fmt)
-    m = _modules()
-    if fmt == "bf16":
-        return m["w8a16"].bytes_moved_dense(M, N, K)
-    if fmt == "w4a16":
-        return m["w4a16"].bytes_moved(M, N, K, group_size)
-    return m[fmt].bytes_moved(M, N, K)
-
-
-def model_bytes_naive(fmt: str, M: int, N: int, K: int, group_size: int = 128) -> int:
-    """The naive dequantize-then-matmul path, from the chapter module's byte model."""
-    _check_format(fmt)
-    m = _modules()
-    if fmt == "bf16":
-        return m["w8a16"].bytes_moved_dense(M, N, K)  # nothing to dequantize
-    if fmt == "w4a16":
-        return m["w4a16"].bytes_moved_naive(M, N, K, group_size)
-    return m[fmt].bytes_moved_naive(M, N, K)
-
-
-def model_flops(M: int, N: int, K: int) -> int:
-    return _modules()["w8a16"].flops(M, N, K)
-
-
-def byte_parts(fmt: str, M: int, N: int, K: int, group_size: int = 128) -> dict:
-    """The parts of model_bytes: weights, scales, zeros, activations, output (tests check they add up)."""
-    _check_format(fmt)
-    weights = {"bf16": 2 * N * K, "w8a16": N * K, "fp8": N * K}.get(fmt, N * K // 2)
-    scales = {
-        "bf16": 0,
-        "w8a16": 4 * N,
-        "w4a16": 4 * N * (K // group_size),
-        "fp8": 4 * N + 4 * M,  # one fp32 scale per weight row and one per token
-        "mxfp4": N * K // 32,
-        "nvfp4": N * K // 16 + 4,  # e4m3 block scales and the fp32 tensor scale
-    }[fmt]
-    zeros = N * (K // group_size) if fmt == "w4a16" else 0
-    acts = (1 if fmt == "fp8" else 2) * M * K
-    return dict(weights=weights, scales=scales, zeros=zeros, activations=acts, output=2 * M * N)
-
-
-def layer_numbers(
-    fmt: str, M: int, ceil: Ceilings, N: int | None = None, K: int | None = None, group_size=128
-):
-    """What the chapter's widget shows for one format and M: bytes, FLOPs, intensity, floor time, bound."""
-    N, K = (N or LAYER_SHAPE[0]), (K or LAYER_SHAPE[1])
-    nbytes, nflops = model_bytes(fmt, M, N, K, group_size), model_flops(M, N, K)
-    naive = model_bytes_naive(fmt, M, N, K, group_size)
-    t, bound = floor_seconds(nbytes, nflops, ceil)
-    t_naive, _ = floor_seconds(naive, nflops, ceil)
-    return dict(
-        bytes=nbytes, flops=nflops, intensity=nflops / nbytes, seconds=t, bound=bound,
-        bytes_per_weight=model_bytes(fmt, 0, N, K, group_size) / (N * K), naive_bytes=naive, naive_seconds=t_naive,
-        ridge=ceil.matmul_flops / ceil.copy_bandwidth,
-    )  # fmt: skip
-
+from qmatmul import bench, chapter, checks, w8a16
+from qmatmul.checks import CheckFailed
+from qmatmul.floor import (  # noqa: F401 - the notebook's names
+    FORMAT_TEXT,
+    FORMATS,
+    H200,
+    LAYER_SHAPE,
+    Ceilings,
+    byte_parts,
+    ceilings,
+    floor_seconds,
+    layer_numbers,
+    model_bytes,
+    model_bytes_naive,
+    model_flops,
+    print_predictions,
+    recorded_ceilings,
+)
 
 # ---- the two ceilings, measured in the notebook
 
@@ -167,10 +50,6 @@ def measure_ceilings(env, verbose: bool = True) -> Ceilings:
                 f"  fp8 matmul (torch._scaled_mm, 8192^3)       {H200['fp8_flops'] / 1e12:.0f} TFLOP/s"
             )
         return ceil
-    import torch
-
-    from qmatmul import bench
-
     bw = bench.copy_bandwidth()
     rate = bench.matmul_flops(dtype=env.act_dtype)
     ceil = Ceilings(env.gpu_name, bw, rate, True)
@@ -203,8 +82,6 @@ def measure_ceilings(env, verbose: bool = True) -> Ceilings:
 
 def _loop_ms(fn, calls: int = 100) -> float:
     """Mean time of back-to-back calls between two CUDA events, L2 never flushed (what not to do)."""
-    import torch
-
     for _ in range(10):
         fn()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -220,8 +97,6 @@ def _loop_ms(fn, calls: int = 100) -> float:
 
 
 def _is_number(v) -> bool:
-    import numbers
-
     if isinstance(v, bool):
         return False
     if isinstance(v, numbers.Real):
@@ -230,8 +105,6 @@ def _is_number(v) -> bool:
 
 
 def _as_float(v, what: str) -> float:
-    from qmatmul.checks import CheckFailed
-
     if hasattr(v, "dim") and callable(v.dim) and v.dim() == 0:
         v = v.item()
     if not _is_number(v):
@@ -290,8 +163,6 @@ def _call_form(name, fmt, M, N, K, group_size):
 
 
 def _bytes_cases(g, hidden: bool) -> list[tuple[str, int, int, int, int]]:
-    import torch
-
     if not hidden:
         cases = []
         for fmt in FORMATS:
@@ -311,9 +182,6 @@ def _bytes_cases(g, hidden: bool) -> list[tuple[str, int, int, int, int]]:
 
 
 def _check_bytes_value(fn, name, fmt, M, N, K, G, expected, mistakes) -> None:
-    from qmatmul import checks
-    from qmatmul.checks import CheckFailed
-
     call = _call_form(name, fmt, M, N, K, G)
     kwargs = dict(group_size=G) if fmt == "w4a16" else {}
     got = _as_float(checks.call_learner(fn, fmt, M, N, K, **kwargs, what=name), f"{call}")
@@ -339,8 +207,6 @@ def _check_bytes_value(fn, name, fmt, M, N, K, G, expected, mistakes) -> None:
 
 def check_linear_bytes(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 1: linear_bytes(fmt, M, N, K, group_size=128) equals the chapter modules' byte models."""
-    from qmatmul import checks
-
     seed = checks.fresh_seed() if seed is None else seed
     cases = _bytes_cases(checks.generator(seed), hidden)
     for fmt, M, N, K, G in cases:
@@ -357,8 +223,6 @@ def check_linear_bytes(fn, *, hidden: bool = False, seed: int | None = None) -> 
 
 def _gpus(g, hidden: bool, n: int) -> list[tuple[float, float]]:
     """n (bandwidth, FLOP rate) pairs: the H200 and GPUs like a T4 and an A100, or random ones when hidden."""
-    import torch
-
     if hidden:
         return [(float(torch.empty(1).uniform_(0.2e12, 8e12, generator=g)),
                  float(torch.empty(1).uniform_(50e12, 2000e12, generator=g))) for _ in range(n)]  # fmt: skip
@@ -372,8 +236,6 @@ def _gpus(g, hidden: bool, n: int) -> list[tuple[float, float]]:
 
 def _floor_cases(g, hidden: bool):
     """(nbytes, nflops, bandwidth, flops_rate): decode (memory-bound) and prefill (compute-bound) layers."""
-    import torch
-
     gpus = _gpus(g, hidden, 3)
     shapes = [("w8a16", 1, 28672, 8192), ("w4a16", 16, 8192, 8192), ("bf16", 4096, 8192, 8192),
               ("fp8", 2048, 4096, 4096)]  # fmt: skip
@@ -391,11 +253,7 @@ def _floor_cases(g, hidden: bool):
 
 def check_floor(flops_fn, intensity_fn, floor_fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 2: linear_flops(M, N, K), intensity(nbytes, nflops), floor_time(nbytes, nflops, bw, rate)."""
-    from qmatmul import checks
-    from qmatmul.checks import CheckFailed
-
-    seed = checks.fresh_seed() if seed is None else seed
-    g = checks.generator(seed)
+    seed, g, _ = chapter.cell(seed)
     cases = _floor_cases(g, hidden)
     for _, M, N, K, _, nflops, _, _ in cases:
         call = f"linear_flops(M={M}, N={N}, K={K})"
@@ -492,11 +350,7 @@ def naive_mistakes(fmt: str, M: int, N: int, K: int, group_size: int = 128) -> l
 def check_naive(bytes_fn, slowdown_fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 3: naive_bytes(fmt, M, N, K, group_size) and naive_slowdown(fmt, M, N, K, bw, rate, group_size)."""
 
-    from qmatmul import checks
-    from qmatmul.checks import CheckFailed
-
-    seed = checks.fresh_seed() if seed is None else seed
-    g = checks.generator(seed)
+    seed, g, _ = chapter.cell(seed)
     cases = _bytes_cases(g, hidden)
     for fmt, M, N, K, G in cases:
         expected = model_bytes_naive(fmt, M, N, K, G)
@@ -550,11 +404,6 @@ NAIVE_MS = (1, 16)
 
 def check_naive_measured(bytes_fn, floor_fn, *, slack: float = 0.9) -> None:
     """Time PyTorch's naive W8A16 path at decode and check the learner's floor holds (GPU only)."""
-    import torch
-
-    from qmatmul import checks
-    from qmatmul.checks import CheckFailed
-
     N, K = LAYER_SHAPE
     if not torch.cuda.is_available():
         return checks.not_measured(
@@ -562,8 +411,6 @@ def check_naive_measured(bytes_fn, floor_fn, *, slack: float = 0.9) -> None:
             f"On a GPU this cell times the naive W8A16 path at M = 1 and 16 on a {N} x {K} weight and checks "
             "that your predicted floor holds; it awards its point only there."
         )
-    from qmatmul import bench, w8a16
-
     dtype = torch.bfloat16 if torch.cuda.get_device_capability() >= (8, 0) else torch.float16
     bw, rate = bench.copy_bandwidth(), bench.matmul_flops(dtype=dtype)
     gen = checks.generator(0, "cuda")
@@ -600,8 +447,6 @@ def naive_gap(env, bytes_fn=None, floor_fn=None) -> None:
         except NotImplementedError:
             print("(exercise 3 unfinished: using the course's byte model)")
     if not env.has_gpu:
-        from qmatmul import w8a16
-
         ceil = ceilings(env)
         t, _ = floor_seconds(nbytes, model_flops(M, N, K), ceil)
         recorded = w8a16.H200_RECORDED_US["naive: dequantize, then matmul"]
@@ -615,10 +460,6 @@ def naive_gap(env, bytes_fn=None, floor_fn=None) -> None:
             "cell times each step."
         )
         return
-    import torch
-
-    from qmatmul import bench, checks, w8a16
-
     dtype = env.act_dtype
     gen = checks.generator(0, "cuda")
     q = torch.randint(-127, 128, (N, K), dtype=torch.int8, device="cuda", generator=gen)

@@ -1,27 +1,42 @@
-"""Chapter W4A16: int4 weights in groups along K, each group with a scale and a zero point (AWQ/GPTQ family).
+"""Chapter W4A16: the notebook's scaffolding (validation, launch configurations), the nibble explorer, test inputs,
+the known mistakes and the checks of each exercise and bonus, and the cells that predict and compare the paths.
 
-Weights use nn.Linear's layout W[N, K]. Groups of G consecutive k (G = 32, 64 or 128; K a multiple of G) share
-one float32 scale and one uint8 zero point. Asymmetric quantization, computed in float32 for each group:
-    lo = min(min_k W, 0),  hi = max(max_k W, 0)          (the range always holds 0.0, as in GPTQ)
-    scale = (hi - lo) / 15                               (an all-zero group gets scale = 1)
-    zero  = clamp(round(-lo / scale), 0, 15)
-    q     = clamp(round(W / scale) + zero, 0, 15)        (round half to even; W / scale is a division)
-Dequantized: w = (q - zero) * scale. Stored:
-    packed uint8 [N, K/2]:  packed[n, i] = q[n, 2i] | (q[n, 2i+1] << 4)   (element 2i in the low nibble)
-    scales float32 [N, K/G], zeros uint8 [N, K/G]
-y = x @ w.T (x: [M, K] fp16/bf16, y: [M, N] in x's dtype).
+The format itself (quantizer, packer, dequantizer, reference, bytes moved, the tinygemm and GPTQ layouts) is
+qmatmul/formats/w4a16.py; its names are re-exported here, where the notebook reaches them as `w4a16.<name>`.
 """
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 
-from qmatmul import checks, harness, recorded
+from qmatmul import bench, chapter, checks, floor, plots, recorded
+from qmatmul.chapter import ACT_DTYPES  # noqa: F401 - the notebook's name
 from qmatmul.checks import CheckFailed, Mistake
+from qmatmul.floor import bytes_moved_dense, flops  # noqa: F401 - the notebook's names
+from qmatmul.formats.w4a16 import (  # noqa: F401 - the notebook's names
+    GPTQ_PACK,
+    GROUP_SIZES,
+    QMAX,
+    bytes_moved,
+    bytes_moved_naive,
+    bytes_per_weight,
+    dequantize,
+    gptq_dequantize,
+    gptq_prepare,
+    grouped,
+    naive,
+    pack,
+    quantize,
+    quantize_codes,
+    reference,
+    tinygemm_operands,
+    to_gptq,
+    unpack,
+    unpack_int32,
+)
 
-QMAX = 15
-GROUP_SIZES = (32, 64, 128)
-ACT_DTYPES = (torch.float16, torch.bfloat16)
 # Decode grading: a 28672 x 8192 int4 weight is 117 MB packed (plus 5.9 MB of scales and zeros): about twice
 # the H200's L2 and far above a T4's.
 BANDWIDTH_SHAPE = (28672, 8192)
@@ -34,69 +49,6 @@ BANDWIDTH_THRESHOLD = 0.13
 
 
 # ----------------------------------------------------------------------------------------------------------
-# The reference
-
-
-def _grouped(w: torch.Tensor, group_size: int) -> torch.Tensor:
-    N, K = w.shape
-    if group_size not in GROUP_SIZES:
-        raise ValueError(f"group_size must be one of {GROUP_SIZES}, got {group_size}")
-    if K % group_size:
-        raise ValueError(f"K = {K} is not a multiple of the group size {group_size}")
-    return w.float().reshape(N, K // group_size, group_size)
-
-
-def quantize_codes(w: torch.Tensor, group_size: int = 128):
-    """The reference quantizer, unpacked: q (uint8 [N, K], codes 0..15), scales float32 [N, K/G], zeros uint8."""
-    wg = _grouped(w, group_size)
-    lo = wg.amin(dim=2).clamp(max=0)
-    hi = wg.amax(dim=2).clamp(min=0)
-    scale = (hi - lo) / QMAX
-    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
-    zero = torch.round(-lo / scale).clamp(0, QMAX)
-    q = (torch.round(wg / scale[..., None]) + zero[..., None]).clamp(0, QMAX)
-    return q.reshape(w.shape).to(torch.uint8), scale, zero.to(torch.uint8)
-
-
-def pack(q: torch.Tensor) -> torch.Tensor:
-    """uint8 codes [N, K] -> packed uint8 [N, K/2], element 2i in the low nibble."""
-    return q[:, 0::2] | (q[:, 1::2] << 4)
-
-
-def unpack(packed: torch.Tensor) -> torch.Tensor:
-    """packed uint8 [N, K/2] -> codes uint8 [N, K]."""
-    N, half = packed.shape
-    q = torch.empty(N, 2 * half, dtype=torch.uint8, device=packed.device)
-    q[:, 0::2] = packed & 0xF
-    q[:, 1::2] = packed >> 4
-    return q
-
-
-def quantize(w: torch.Tensor, group_size: int = 128):
-    """The reference quantizer: (packed uint8 [N, K/2], scales float32 [N, K/G], zeros uint8 [N, K/G])."""
-    q, scale, zero = quantize_codes(w, group_size)
-    return pack(q), scale, zero
-
-
-def dequantize(packed, scales, zeros, group_size: int) -> torch.Tensor:
-    q = unpack(packed).float()
-    N, K = q.shape
-    s = scales.float().repeat_interleave(group_size, dim=1)
-    z = zeros.float().repeat_interleave(group_size, dim=1)
-    return (q - z) * s
-
-
-def reference(x, packed, scales, zeros, group_size: int) -> torch.Tensor:
-    """y = x @ dequantize(...).T in float32 (the grading reference)."""
-    return x.float() @ dequantize(packed, scales, zeros, group_size).to(x.device).T
-
-
-def naive(x, packed, scales, zeros, group_size: int) -> torch.Tensor:
-    """The naive path: unpack and dequantize the whole weight into memory, then a dense matmul."""
-    return x @ dequantize(packed, scales, zeros, group_size).to(x.dtype).T
-
-
-# ----------------------------------------------------------------------------------------------------------
 # The scaffolding the notebook's wrappers use: validation, allocation, launch configurations
 
 
@@ -105,25 +57,13 @@ def prepare(x, packed, scales, zeros, group_size, out=None):
 
     Returns M, N, K, out.
     """
-    for name, t in (("x", x), ("packed", packed), ("scales", scales), ("zeros", zeros)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if x.dim() != 2:
-        raise ValueError(f"x must be 2-D [M, K], got shape {list(x.shape)}")
-    if x.dtype not in ACT_DTYPES:
-        raise TypeError(f"x must be float16 or bfloat16, got {x.dtype}")
-    if packed.dim() != 2 or packed.dtype != torch.uint8:
-        raise TypeError(
-            f"packed must be a 2-D uint8 tensor [N, K/2], got {packed.dtype} of shape {list(packed.shape)}"
-        )
+    chapter.require_tensors(x=x, packed=packed, scales=scales, zeros=zeros)
+    M, K = chapter.require_activations(x)
+    chapter.require_codes("packed", packed, torch.uint8, "[N, K/2]")
     if group_size not in GROUP_SIZES:
         raise ValueError(f"group_size must be one of {GROUP_SIZES}, got {group_size}")
-    M, K = x.shape
-    N, half = packed.shape
-    if 2 * half != K:
-        raise ValueError(
-            f"x is [M, K] = {list(x.shape)} but packed is [N, K/2] = {list(packed.shape)}: the K's differ"
-        )
+    N = packed.shape[0]
+    chapter.require_same_k("x", x, "packed", packed, "[N, K/2]", 2 * packed.shape[1])
     if K % group_size:
         raise ValueError(f"K = {K} must be a multiple of the group size {group_size}")
     groups = K // group_size
@@ -137,18 +77,9 @@ def prepare(x, packed, scales, zeros, group_size, out=None):
             f"zeros must be uint8 of shape [N, K/G] = [{N}, {groups}], got {zeros.dtype} of shape "
             f"{list(zeros.shape)}"
         )
-    if not (x.device == packed.device == scales.device == zeros.device):
-        raise ValueError("x, packed, scales and zeros must be on one device")
-    if not (packed.is_contiguous() and scales.is_contiguous() and zeros.is_contiguous()):
-        raise ValueError("packed, scales and zeros must be contiguous (x and out may be strided)")
-    if out is None:
-        out = torch.empty((M, N), dtype=x.dtype, device=x.device)
-    elif tuple(out.shape) != (M, N) or out.dtype != x.dtype or out.device != x.device:
-        raise ValueError(
-            f"out must be {x.dtype} of shape [{M}, {N}] on {x.device}, got {out.dtype} {list(out.shape)} "
-            f"on {out.device}"
-        )
-    return M, N, K, out
+    chapter.require_one_device(x=x, packed=packed, scales=scales, zeros=zeros)
+    chapter.require_contiguous(packed=packed, scales=scales, zeros=zeros)
+    return M, N, K, chapter.output(out, M, N, x.dtype, x.device)
 
 
 def prefill_config(M: int, N: int, K: int, group_size: int, device: str = "cuda") -> dict:
@@ -190,29 +121,6 @@ def decode_split(M: int, N: int, K: int, group_size: int, device: str = "cuda") 
 
 # ----------------------------------------------------------------------------------------------------------
 # Byte and FLOP counts
-
-
-def bytes_per_weight(group_size: int = 128) -> float:
-    """Half a byte per weight plus its share of one float32 scale and one uint8 zero per group."""
-    return 0.5 + 5 / group_size
-
-
-def bytes_moved(M: int, N: int, K: int, group_size: int = 128, act_bytes: int = 2) -> int:
-    """The bytes a fused W4A16 matmul must move: packed weights, scales, zeros, activations in, output out."""
-    return N * K // 2 + N * (K // group_size) * 5 + act_bytes * (M * K + M * N)
-
-
-def bytes_moved_naive(M: int, N: int, K: int, group_size: int = 128, act_bytes: int = 2) -> int:
-    """The naive path: read the packed weight, write the dequantized one, read it back for the matmul."""
-    return bytes_moved(M, N, K, group_size, act_bytes) + 2 * act_bytes * N * K
-
-
-def bytes_moved_dense(M: int, N: int, K: int, act_bytes: int = 2) -> int:
-    return act_bytes * (N * K + M * K + M * N)
-
-
-def flops(M: int, N: int, K: int) -> int:
-    return 2 * M * N * K
 
 
 def explain_format(K: int = 8192) -> None:
@@ -327,10 +235,7 @@ def random_weight(N: int, K: int, g: torch.Generator, dtype=torch.float32) -> to
 
 def random_problem(M, N, K, G, dtype, device, g, strided: bool = False):
     """x [M, K] (a strided view when `strided`) and the reference quantization of a random weight."""
-    packed, s, z = quantize(random_weight(N, K, g), G)
-    pad = 7 if strided else 0
-    x_full = torch.randn(M, K + pad, generator=g).to(dtype).to(device)
-    return x_full[:, :K], packed.to(device), s.to(device), z.to(device)
+    return chapter.problem((M, K), quantize(random_weight(N, K, g), G), dtype, device, g, strided)
 
 
 def random_packed(N: int, K: int, G: int, device: str, g: torch.Generator):
@@ -339,22 +244,6 @@ def random_packed(N: int, K: int, G: int, device: str, g: torch.Generator):
     s = torch.rand(N, K // G, device=device, generator=g) * 1e-3 + 1e-4
     z = torch.randint(0, 16, (N, K // G), dtype=torch.uint8, device=device, generator=g)
     return packed, s, z
-
-
-def _poisoned_out(M: int, N: int, dtype, device: str, strided: bool):
-    pad = 5 if strided else 0
-    full = torch.full((M, N + pad), float("nan"), dtype=dtype, device=device)
-    return full, full[:, :N]
-
-
-def _act_dtypes(device: str) -> list:
-    if device == "cuda" and torch.cuda.get_device_capability() >= (8, 0):
-        return [torch.float16, torch.bfloat16]
-    return [torch.float16]  # the interpreter's bf16 tl.dot is wrong; T4 has no bf16 tensor cores
-
-
-def _device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -388,7 +277,7 @@ def _wrong_quantizers(w: torch.Tensor, G: int):
     """(name, explanation, packed, scales, zeros) of the known wrong quantizers."""
     q, s, z = quantize_codes(w, G)
     N, K = w.shape
-    wg = _grouped(w, G)
+    wg = grouped(w, G)
     out = []
     out.append(("swapped nibbles", "Element 2i goes in the LOW nibble: packed = q[:, 0::2] | (q[:, 1::2] << 4).",
                 q[:, 1::2] | (q[:, 0::2] << 4), s, z))  # fmt: skip
@@ -423,12 +312,7 @@ def _wrong_quantizers(w: torch.Tensor, G: int):
 
 
 def _check_types(result, what, N, K, G, ctx):
-    if not (isinstance(result, (tuple, list)) and len(result) == 3):
-        raise CheckFailed(f"{what} must return a triple (packed, scales, zeros), got {type(result).__name__}")
     packed, s, z = result
-    for name, t in (("packed", packed), ("scales", s), ("zeros", z)):
-        if not isinstance(t, torch.Tensor):
-            raise CheckFailed(f"{what} must return three tensors; {name} is a {type(t).__name__}")
     if tuple(packed.shape) == (N, K):
         raise CheckFailed(
             f"packed has shape [N, K] = [{N}, {K}]: pack two codes per byte, packed[n, i] = q[n, 2i] | "
@@ -462,17 +346,17 @@ def check_quantizer(fn, *, hidden: bool = False, seed: int | None = None) -> Non
     """Exercise 1: packed, scales and zeros equal the reference bit for bit.
 
     An all-zero group may have any positive scale and any zero point, as long as its codes equal that zero."""
-    seed = checks.fresh_seed() if seed is None else seed
-    g = checks.generator(seed)
+    seed, g, _ = chapter.cell(seed)
     what = "quantize_int4"
     for w, G in _quantizer_inputs(g, hidden):
         N, K = w.shape
         ctx = f" (w: {str(w.dtype).replace('torch.', '')} [{N}, {K}], group_size={G})"
-        w_before = w.clone()
-        result = checks.call_learner(fn, w.clone(), G, what=what)
+        result = chapter.call_quantizer(
+            fn, w, G, what=what, returns=("packed", "scales", "zeros"), ctx=ctx, copy=True
+        )
         packed, s, z = _check_types(result, what, N, K, G, ctx)
         p_ref, s_ref, z_ref = quantize(w, G)
-        zero_groups = _grouped(w, G).abs().amax(dim=2) == 0
+        zero_groups = grouped(w, G).abs().amax(dim=2) == 0
         if bool((s[zero_groups] <= 0).any()):
             raise CheckFailed(
                 f"an all-zero group got scale {s[zero_groups].min().item()}: it must be positive{ctx}"
@@ -517,12 +401,10 @@ def check_quantizer(fn, *, hidden: bool = False, seed: int | None = None) -> Non
                 if not named and int(diff.abs().max()) == 1:
                     lines.append("Every difference is ±1: check the rounding (round half to even, torch.round) "
                                  "and that w / scale is a division.")  # fmt: skip
-                lines.append(f"Differences lie {checks._where_2d(diff != 0, ('rows', 'k'))}.")
+                lines.append(f"Differences lie {checks.where_2d(diff != 0, ('rows', 'k'))}.")
             if not named:
                 lines[0] = lines[0][0].upper() + lines[0][1:]
             raise CheckFailed("\n".join(lines))
-        if not torch.equal(w, w_before):
-            raise CheckFailed(f"{what} modified its input w in place; leave the weights untouched.{ctx}")
     checks.passed(f"{what}: bit-exact on {'hidden' if hidden else 'visible'} inputs (seed {seed})")
 
 
@@ -586,30 +468,18 @@ def kernel_mistakes(x, packed, scales, zeros, G) -> list[Mistake]:
     return out
 
 
-def _check_kernel(fn, what, cases, device, dtypes, g, strided_cases=(False, True)) -> int:
-    n = 0
-    for M, N, K, G in cases:
-        for dtype in dtypes:
-            for strided in strided_cases:
-                x, p, s, z = random_problem(M, N, K, G, dtype, device, g, strided=strided)
-                full, out = _poisoned_out(M, N, dtype, device, strided)
-                inputs = dict(x=x, packed=p, scales=s, zeros=z)
-                before = checks.snapshot(inputs)
-                ctx = (f" (M={M}, N={N}, K={K}, group_size={G}, {str(dtype).replace('torch.', '')}"
-                       f"{', strided x and out' if strided else ''})")  # fmt: skip
-                y, ops = checks.run_audited(fn, x, p, s, z, G, out=out, what=what)
-                checks.verify_kernel_result(y, ops, what=what, inputs=inputs, before=before, out=out, full=full,
-                                            weight_shape=(N, K), dtype=dtype, expected=reference(x, p, s, z, G),
-                                            mistakes=kernel_mistakes(x, p, s, z, G), ctx=ctx)  # fmt: skip
-                n += 1
-    return n
+def _check_kernel(fn, what: str, shapes, **kw) -> None:
+    """chapter.check_kernel on this chapter's problems (random_problem), reference and known mistakes."""
+    chapter.check_kernel(
+        fn, what, shapes, names=("x", "packed", "scales", "zeros"), reference=reference, mistakes=kernel_mistakes,
+        problem=lambda case, dtype, device, g, strided: random_problem(*case, dtype, device, g, strided=strided),
+        **kw,
+    )  # fmt: skip
 
 
 def check_prefill(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 2: the tiled kernel on ragged M and N, every group size, poisoned and strided outputs, fused."""
-    seed = checks.fresh_seed() if seed is None else seed
-    g = checks.generator(seed)
-    device = _device()
+    seed, g, device = chapter.cell(seed)
     if not hidden:
         cases = [(32, 64, 128, 32), (50, 70, 256, 128)]
     else:
@@ -620,18 +490,13 @@ def check_prefill(fn, *, hidden: bool = False, seed: int | None = None) -> None:
             N = int(torch.randint(33, 700 if big else 160, (1,), generator=g))
             K = G * int(torch.randint(2, (3000 if big else 300) // G + 1, (1,), generator=g))
             cases.append((M, N, K, G))
-    n = _check_kernel(fn, "w4a16_matmul", cases, device, _act_dtypes(device), g,
-                      strided_cases=(False, True) if not hidden else (True,))  # fmt: skip
-    checks.passed(
-        f"w4a16_matmul: {n} {'hidden' if hidden else 'visible'} cases match the reference (seed {seed})"
-    )
+
+    _check_kernel(fn, "w4a16_matmul", cases, g=g, hidden=hidden, seed=seed, strided_cases=(False, True) if not hidden else (True,))  # fmt: skip
 
 
 def check_decode(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 3 (correctness): M = 1..16, ragged N, every group size."""
-    seed = checks.fresh_seed() if seed is None else seed
-    g = checks.generator(seed)
-    device = _device()
+    seed, g, device = chapter.cell(seed)
     if not hidden:
         cases = [(1, 64, 256, 128), (16, 96, 128, 32)]
     else:
@@ -641,11 +506,8 @@ def check_decode(fn, *, hidden: bool = False, seed: int | None = None) -> None:
             N = int(torch.randint(33, 2000 if big else 200, (1,), generator=g))
             K = G * int(torch.randint(2, (4000 if big else 300) // G + 1, (1,), generator=g))
             cases.append((M, N, K, G))
-    n = _check_kernel(fn, "w4a16_decode", cases, device, _act_dtypes(device), g,
-                      strided_cases=(False, True) if not hidden else (True,))  # fmt: skip
-    checks.passed(
-        f"w4a16_decode: {n} {'hidden' if hidden else 'visible'} cases match the reference (seed {seed})"
-    )
+
+    _check_kernel(fn, "w4a16_decode", cases, g=g, hidden=hidden, seed=seed, strided_cases=(False, True) if not hidden else (True,))  # fmt: skip
 
 
 def check_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: int | None = None) -> list:
@@ -653,12 +515,9 @@ def check_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: 
 
     Awards nothing without a CUDA GPU. Every timed output is checked (qmatmul/harness.py).
     """
-    if not torch.cuda.is_available():
-        return harness.not_on_cpu("w4a16_decode", threshold)
-    N, K = BANDWIDTH_SHAPE
-    return harness.check_bandwidth(
-        fn, what="w4a16_decode", module=__name__, N=N, K=K, Ms=BANDWIDTH_MS, out_dtype=_act_dtypes("cuda")[-1],
-        nbytes=lambda M: bytes_moved(M, N, K, BANDWIDTH_GROUP), threshold=threshold, seed=seed,
+    return chapter.check_decode_bandwidth(
+        fn, what="w4a16_decode", module=__name__, shape=BANDWIDTH_SHAPE, Ms=BANDWIDTH_MS, threshold=threshold,
+        seed=seed, nbytes=lambda M: bytes_moved(M, *BANDWIDTH_SHAPE, BANDWIDTH_GROUP),
         hint="The naive path moves each weight about nine times its packed size: read each packed tile once, "
         "unpack it in registers, and keep the per-weight work to a few integer operations.",
     )  # fmt: skip
@@ -670,7 +529,7 @@ def timing_weights(N: int, K: int, g: torch.Generator) -> tuple:
 
 
 def timing_inputs(M: int, K: int, g: torch.Generator, n: int) -> tuple:
-    return (torch.randn(n, M, K, device=g.device, generator=g).to(_act_dtypes(g.device.type)[-1]),)
+    return (torch.randn(n, M, K, device=g.device, generator=g).to(chapter.act_dtypes(g.device.type)[-1]),)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -690,19 +549,7 @@ H200_RECORDED_US = {label: {M: us[label] for M, us in _BY_M.items()} for label i
 
 def predictions(env) -> None:
     """Print the floor time of a decode and a prefill step on this GPU (the H200's figures on a CPU)."""
-    from qmatmul import roofline
-
-    ceil = roofline.ceilings(env)
-    N, K = BANDWIDTH_SHAPE
-    G = BANDWIDTH_GROUP
-    rows = []
-    for M in (1, 16, 2048):
-        rows.append((f"dense bf16, M={M}", bytes_moved_dense(M, N, K), flops(M, N, K)))
-        rows.append((f"W8A16 fused, M={M}", N * K + 4 * N + 2 * (M * K + M * N), flops(M, N, K)))
-        rows.append((f"W4A16 fused G={G}, M={M}", bytes_moved(M, N, K, G), flops(M, N, K)))
-    rows.append(("W4A16 naive path, M=1", bytes_moved_naive(1, N, K, G), flops(1, N, K)))
-    print(f"A Linear layer with N x K = {N} x {K} weights:")
-    roofline.print_predictions(ceil, rows)
+    floor.predictions(env, ["w8a16", "w4a16"], (1, 16, 2048), naive="w4a16", shape=BANDWIDTH_SHAPE)
 
 
 def compare_paths(env, decode_fn, ms=(1, 2, 4, 8, 16)):
@@ -714,8 +561,6 @@ def compare_paths(env, decode_fn, ms=(1, 2, 4, 8, 16)):
     G = BANDWIDTH_GROUP
     series: dict[str, list] = {}
     if env.has_gpu:
-        from qmatmul import bench
-
         g = checks.generator(0, "cuda")
         dtype = env.act_dtype
         p, s, z = random_packed(N, K, G, "cuda", g)
@@ -744,8 +589,6 @@ def compare_paths(env, decode_fn, ms=(1, 2, 4, 8, 16)):
     else:
         for label, by_m in H200_RECORDED_US.items():
             series[label] = [by_m.get(M) for M in ms]
-        from qmatmul import plots
-
         note = plots.recorded_note()
     fig, ax = plt.subplots(figsize=(7, 3.6))
     for label, times in series.items():
@@ -766,133 +609,6 @@ def compare_paths(env, decode_fn, ms=(1, 2, 4, 8, 16)):
     return fig
 
 
-def tinygemm_operands(packed, scales, zeros, G):
-    """The same weight in PyTorch's tinygemm layout: (weight_int4pack, G, scales_and_zeros [K/G, N, 2] bf16).
-
-    tinygemm computes w = (q - 8) · scale + offset, so offset = (8 - zero) · scale gives our (q - zero) · scale.
-    Its packer takes element 2i in the HIGH nibble (torchao's convention), the opposite of ours: swap them.
-    """
-    wp = torch._convert_weight_to_int4pack(((packed << 4) | (packed >> 4)).contiguous(), 8)
-    sz = torch.stack([scales, (8 - zeros.float()) * scales], dim=-1).transpose(0, 1).contiguous()
-    return wp, G, sz.to(torch.bfloat16)
-
-
-# ----------------------------------------------------------------------------------------------------------
-# The benchmark (tools/bench.py calls this on a CUDA GPU)
-
-
-def gemlite_peer(packed, scales, zeros, G, dtype):
-    """gemlite's pure-Triton W4A16 layer for the same weight (its own packing, done once here), or the reason it
-    is unavailable. gemlite 0.6 ships tuned launch configs for the H100, not the H200: those are loaded, and
-    autotuning is left off (it would take minutes)."""
-    try:
-        import gemlite
-        from gemlite.helper import A16Wn
-    except Exception as exc:  # noqa: BLE001 - an optional peer
-        return None, f"gemlite not installed here ({type(exc).__name__})"
-    import os
-
-    if not getattr(gemlite_peer, "configured", False):
-        root = os.path.join(os.path.dirname(gemlite.__file__), "configs")
-        tag = "h100" if "H1" in torch.cuda.get_device_name() or "H2" in torch.cuda.get_device_name() else None
-        if tag and os.path.exists(os.path.join(root, f"{tag}.json")):
-            gemlite.load_config(os.path.join(root, f"{tag}.json"))
-        gemlite.set_autotune(False)
-        gemlite_peer.configured = True
-    try:
-        layer = A16Wn(device=str(packed.device), dtype=dtype).from_weights(
-            unpack(packed), scales.to(dtype), zeros.to(dtype), 4, G
-        )
-    except Exception as exc:  # noqa: BLE001
-        return None, f"gemlite {gemlite.__version__}: {type(exc).__name__}: {str(exc)[:80]}"
-    return layer, f"gemlite {gemlite.__version__}"
-
-
-def benchmark(sol, record, env, quick: bool = False) -> None:
-    """Time the solution beside the dense matmul, the naive path, PyTorch's int4 kernel (tinygemm), gemlite
-    (where it imports) and the expert kernels. Every path rotates over copies of its weights (bench.copies_needed)."""
-    from qmatmul import bench, expert  # expert imports this module
-
-    dtype = env.act_dtype
-    g = checks.generator(0, "cuda")
-    G = BANDWIDTH_GROUP
-
-    def recheck(fn, M, N, K):
-        def run():
-            x, p, s, z = random_problem(M, N, K, G, dtype, "cuda", checks.generator(1))
-            try:
-                checks.compare(fn(x, p, s, z, G), reference(x, p, s, z, G), what="recheck",
-                               rtol=checks.tolerance_for(dtype))  # fmt: skip
-                return True
-            except CheckFailed as exc:
-                print(exc)
-                return False
-
-        return run
-
-    def gemlite_recheck(M):
-        def run():
-            x, p, s, z = random_problem(M, 1024, 1024, G, dtype, "cuda", checks.generator(1))
-            layer, _ = gemlite_peer(p, s, z, G, dtype)
-            s16 = s.to(
-                dtype
-            ).float()  # gemlite holds its scales in x's dtype: the reference gets the same scales
-            try:
-                checks.compare(layer(x), reference(x, p, s16, z, G), what="gemlite recheck",
-                               rtol=checks.tolerance_for(dtype))  # fmt: skip
-                return True
-            except CheckFailed as exc:
-                print(exc)
-                return False
-
-        return run
-
-    shapes = [BANDWIDTH_SHAPE] if quick else [(8192, 8192), (28672, 8192), (8192, 28672)]
-    for N, K in shapes:
-        n_copies = bench.copies_needed(bytes_moved(1, N, K, G))
-        ws = [random_packed(N, K, G, "cuda", g) for _ in range(n_copies)]
-        dense = [torch.randn(N, K, device="cuda", generator=g).to(dtype)
-                 for _ in range(bench.copies_needed(2 * N * K))]  # fmt: skip
-        tiny = [tinygemm_operands(*w, G) for w in ws] if dtype == torch.bfloat16 else None
-        peers = [gemlite_peer(*w, G, dtype) for w in ws]
-        for M in (1, 4, 16):
-            x = torch.randn(M, K, device="cuda", generator=g).to(dtype)
-            fused = bytes_moved(M, N, K, G)
-            record("decode", "dense (cuBLAS)", M, N, K, [lambda x=x, w=w: x @ w.T for w in dense],
-                   bytes_moved_dense(M, N, K))  # fmt: skip
-            record("decode", "naive: dequantize, matmul", M, N, K,
-                   [lambda x=x, w=w: naive(x, *w, G) for w in ws], fused)  # fmt: skip
-            if tiny is not None:
-                record("decode", "torch._weight_int4pack_mm", M, N, K,
-                       [lambda x=x, t=t: torch._weight_int4pack_mm(x, *t) for t in tiny], fused)  # fmt: skip
-            if peers[0][0] is not None:
-                record("decode", f"{peers[0][1]} (pure Triton)", M, N, K,
-                       [lambda x=x, layer=layer: layer(x) for layer, _ in peers], fused, gemlite_recheck(M))  # fmt: skip
-            else:
-                record("decode", f"gemlite: {peers[0][1]}", M, N, K, None, fused)
-            record("decode", "solution w4a16_decode", M, N, K,
-                   [lambda x=x, w=w: sol.w4a16_decode(x, *w, G) for w in ws], fused,
-                   recheck(sol.w4a16_decode, M, 1000, 1024))  # fmt: skip
-            record("decode", "solution w4a16_matmul (tiled)", M, N, K,
-                   [lambda x=x, w=w: sol.w4a16_matmul(x, *w, G) for w in ws], fused)  # fmt: skip
-            record("decode", "expert w4a16_decode (qmatmul/expert.py)", M, N, K,
-                   [lambda x=x, w=w: expert.w4a16_decode(x, *w, G) for w in ws], fused,
-                   recheck(expert.w4a16_decode, M, 1000, 1024))  # fmt: skip
-    N = K = 8192
-    ws = [random_packed(N, K, G, "cuda", g) for _ in range(2)]
-    dense = [torch.randn(N, K, device="cuda", generator=g).to(dtype) for _ in range(2)]
-    for M in (2048,) if quick else (2048, 4096):
-        x = torch.randn(M, K, device="cuda", generator=g).to(dtype)
-        fused = bytes_moved(M, N, K, G)
-        record("prefill", "dense (cuBLAS)", M, N, K, [lambda x=x, w=w: x @ w.T for w in dense],
-               bytes_moved_dense(M, N, K))  # fmt: skip
-        record("prefill", "naive: dequantize, matmul", M, N, K,
-               [lambda x=x, w=w: naive(x, *w, G) for w in ws], fused)  # fmt: skip
-        record("prefill", "solution w4a16_matmul", M, N, K,
-               [lambda x=x, w=w: sol.w4a16_matmul(x, *w, G) for w in ws], fused,
-               recheck(sol.w4a16_matmul, 300, 1000, 768))  # fmt: skip
-
-
 # ----------------------------------------------------------------------------------------------------------
 # Bonus: the magic-number dequantization
 
@@ -906,8 +622,6 @@ _ALLOCATIONS = {
 
 def _kernel_source(kernel) -> str:
     """The source of a @triton.jit function, compiled (JITFunction.src) or interpreted (InterpretedFunction.fn)."""
-    import inspect
-
     src = getattr(kernel, "src", None)
     if src is None:
         try:
@@ -919,10 +633,9 @@ def _kernel_source(kernel) -> str:
 
 def check_unpack_magic(fn, kernel=None, *, hidden: bool = False, seed: int | None = None) -> None:
     """Bonus: fn(packed) -> float16 codes [N, K], bit for bit, computed by a Triton kernel that bitcasts."""
-    seed = checks.fresh_seed() if seed is None else seed
-    g = checks.generator(seed)
+    seed, g, _ = chapter.cell(seed)
     what = "unpack_magic"
-    device = _device()
+    device = chapter.device()
     shapes = [(4, 64), (3, 100)] if not hidden else [
         (int(torch.randint(1, 40, (1,), generator=g)), 2 * int(torch.randint(1, 700, (1,), generator=g)))
         for _ in range(3)
@@ -990,121 +703,7 @@ def check_unpack_magic(fn, kernel=None, *, hidden: bool = False, seed: int | Non
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Bonus: reading a GPTQ checkpoint
-#
-# The GPTQ layout (AutoGPTQ's QuantLinear.pack, auto_gptq/nn_modules/qlinear/qlinear_cuda_old.py; the same in
-# GPTQModel and in vLLM's gptq.py, where qweight has packed_dim 0 and qzeros packed_dim 1), for 4 bits and a
-# weight W[N, K] (out_features N, in_features K):
-#   qweight int32 [K/8, N]:   qweight[r, n] bits 4j..4j+3 = q[n, 8r + j]           (packed along K)
-#   qzeros  int32 [K/G, N/8]: qzeros[g, c] bits 4j..4j+3 = stored zero of (n = 8c + j, group g)  (along N)
-#   scales  fp16  [K/G, N]
-# The "v1" checkpoint format (checkpoint_format "gptq", most checkpoints on the Hub) stores each zero point
-# minus one (AutoGPTQ's pack does `zeros -= 1`) and dequantizes with (stored + 1): w = (q - (stored + 1)) * s.
-# GPTQModel's v1 -> v2 conversion adds 0x11111111 to qzeros (gptqmodel/utils/model.py,
-# convert_gptq_v1_to_v2_format_module); vLLM reads v2 only when checkpoint_format == "gptq_v2". The course reads
-# v1. A stored nibble of 15 reads as zero 16 (outside the course quantizer's 0..15, but a uint8 holds it and
-# (q - z) * s stays exact); a zero of 0 cannot be written in v1 at all. Act-order (g_idx / desc_act) is out of
-# scope: groups are consecutive k, as in the course layout.
-
-GPTQ_PACK = 8  # 4-bit codes per int32
-
-
-def gptq_prepare(qweight, qzeros, scales, group_size):
-    """Validate a GPTQ-layout weight (4 bits, no act-order) with clear messages. Returns K, N."""
-    for name, t in (("qweight", qweight), ("qzeros", qzeros), ("scales", scales)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if qweight.dtype != torch.int32 or qweight.dim() != 2:
-        raise TypeError(
-            f"qweight must be a 2-D int32 tensor [K/8, N], got {qweight.dtype} {list(qweight.shape)}"
-        )
-    if qzeros.dtype != torch.int32 or qzeros.dim() != 2:
-        raise TypeError(
-            f"qzeros must be a 2-D int32 tensor [K/G, N/8], got {qzeros.dtype} {list(qzeros.shape)}"
-        )
-    if scales.dtype != torch.float16 or scales.dim() != 2:
-        raise TypeError(
-            f"scales must be a 2-D float16 tensor [K/G, N] (GPTQ stores fp16 scales), got {scales.dtype} "
-            f"{list(scales.shape)}"
-        )
-    if group_size not in GROUP_SIZES:
-        raise ValueError(f"group_size must be one of {GROUP_SIZES}, got {group_size}")
-    K, N = GPTQ_PACK * qweight.shape[0], qweight.shape[1]
-    if N % GPTQ_PACK:
-        raise ValueError(
-            f"N = {N} is not a multiple of 8: GPTQ packs 8 zero points per int32 along N (qzeros [K/G, N/8])"
-        )
-    if K % group_size:
-        raise ValueError(f"K = {K} (8 x qweight's {qweight.shape[0]} rows) is not a multiple of {group_size}")
-    groups = K // group_size
-    if tuple(scales.shape) != (groups, N):
-        raise ValueError(f"scales must have shape [K/G, N] = [{groups}, {N}], got {list(scales.shape)}")
-    if tuple(qzeros.shape) != (groups, N // GPTQ_PACK):
-        raise ValueError(
-            f"qzeros must have shape [K/G, N/8] = [{groups}, {N // GPTQ_PACK}], got {list(qzeros.shape)}"
-        )
-    if not (qweight.device == qzeros.device == scales.device):
-        raise ValueError("qweight, qzeros and scales must be on one device")
-    return K, N
-
-
-def _unpack_int32(words: torch.Tensor, dim: int) -> torch.Tensor:
-    """The eight 4-bit fields of each int32, nibble j (bits 4j..4j+3) at index 8i + j along `dim`, as int32.
-
-    Shift, then mask: `>>` on int32 is arithmetic, so without `& 0xF` the top nibble of a negative word would
-    come out negative."""
-    shifts = 4 * torch.arange(GPTQ_PACK, dtype=torch.int32, device=words.device)
-    w = words.unsqueeze(dim + 1)
-    shape = [1] * w.dim()
-    shape[dim + 1] = GPTQ_PACK
-    fields = (w >> shifts.reshape(shape)) & 0xF
-    return fields.flatten(dim, dim + 1)
-
-
-def _pack_int32(codes: torch.Tensor, dim: int) -> torch.Tensor:
-    """Inverse of _unpack_int32: codes 0..15 along `dim` (a multiple of 8) -> int32 words, code 8i + j in
-    bits 4j..4j+3 of word i. Built in int64, then wrapped to int32 by hand (words with bit 31 set are negative)."""
-    c = codes.to(torch.int64)
-    if bool(((c < 0) | (c > 15)).any()):
-        raise ValueError("codes must lie in 0..15")
-    c = c.unflatten(dim, (-1, GPTQ_PACK))
-    word = torch.zeros_like(c.select(dim + 1, 0))
-    for j in range(GPTQ_PACK):
-        word |= c.select(dim + 1, j) << (4 * j)
-    return torch.where(word >= 2**31, word - 2**32, word).to(torch.int32)
-
-
-def to_gptq(packed, scales, zeros, group_size):
-    """The course layout -> GPTQ v1: (qweight int32 [K/8, N], qzeros int32 [K/G, N/8], scales fp16 [K/G, N]).
-
-    Zeros are stored minus one (v1), so they must lie in 1..16; scales must be exactly representable in fp16."""
-    N, half = packed.shape
-    K = 2 * half
-    if N % GPTQ_PACK or K % group_size:
-        raise ValueError(f"N = {N} must be a multiple of 8 and K = {K} of the group size {group_size}")
-    z = zeros.to(torch.int64)
-    if bool(((z < 1) | (z > 16)).any()):
-        raise ValueError(
-            "GPTQ v1 stores zero - 1 in a nibble: zero points must lie in 1..16 (a zero of 0 would be stored as "
-            "-1; that is the v1 format's known flaw, which GPTQModel's v2 format removes)"
-        )
-    s16 = scales.to(torch.float16)
-    if not torch.equal(s16.float(), scales.float()):
-        raise ValueError("scales must be exactly representable in float16 (GPTQ stores fp16 scales)")
-    qweight = _pack_int32(unpack(packed).T, dim=0)  # [K, N] codes -> [K/8, N]
-    qzeros = _pack_int32((z - 1).T, dim=1)  # [K/G, N] stored zeros -> [K/G, N/8]
-    return qweight.contiguous(), qzeros.contiguous(), s16.T.contiguous()
-
-
-def gptq_dequantize(qweight, qzeros, scales, group_size) -> torch.Tensor:
-    """GPTQ v1 dequantized, as AutoGPTQ's torch path computes it (shifts and masks, zeros + 1), in float32,
-    returned in nn.Linear's layout [N, K]: w[n, k] = (q[k, n] - (stored zero + 1)) * scale. The product of a
-    small integer and an fp16 scale is exact in float32."""
-    K, N = gptq_prepare(qweight, qzeros, scales, group_size)
-    q = _unpack_int32(qweight, dim=0)  # [K, N]
-    z = _unpack_int32(qzeros, dim=1) + 1  # [K/G, N]
-    s = scales.float().repeat_interleave(group_size, dim=0)
-    return ((q - z.repeat_interleave(group_size, dim=0)).float() * s).T.contiguous()
+# Bonus: reading a GPTQ checkpoint (the layout: qmatmul/formats/w4a16.py)
 
 
 def _gptq_inputs(g: torch.Generator, hidden: bool):
@@ -1150,7 +749,7 @@ def _gptq_mistakes(packed, scales, zeros, qzeros, G):
     top = (torch.arange(N) % 8 == 7)[:, None] & (stored >= 8)
     signed = torch.where(top, stored - 16, stored) + 1
     # qzeros unpacked as if packed along K/G (qweight's axis): [8 K/G, N/8], then reshaped to fit.
-    wrong_axis = _unpack_int32(qzeros, dim=0) + 1
+    wrong_axis = unpack_int32(qzeros, dim=0) + 1
     out = [
         ("zero offset: forgot the +1 of GPTQ's stored zeros",
          "The v1 format (checkpoint_format \"gptq\") stores zero − 1: the zero point is the nibble + 1.",
@@ -1223,8 +822,7 @@ def _check_gptq_types(result, what, N, K, G, ctx):
 def check_from_gptq(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Bonus: fn(qweight, qzeros, scales, group_size) -> (packed, scales, zeros) in the course layout, bit for bit,
     reading GPTQ's v1 format (zeros stored minus one). Ragged N (a multiple of 8), G = 32/64/128."""
-    seed = checks.fresh_seed() if seed is None else seed
-    g = checks.generator(seed)
+    seed, g, _ = chapter.cell(seed)
     what = "from_gptq"
     for packed, s, z, G in _gptq_inputs(g, hidden):
         N, K = packed.shape[0], 2 * packed.shape[1]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from qmatmul import floor
+
 
 def int8_code(w: float, amax: float) -> dict:
     """Everything the W8A16 explorer shows, for one weight w in a row whose largest magnitude is amax."""
@@ -52,13 +54,11 @@ def int8_explorer():
 
 def layer_text(fmt: str, M: int, ceil, group_size: int = 128) -> str:
     """What the roofline explorer shows for one format and M (a 28672 x 8192 Linear layer)."""
-    from qmatmul import roofline
-
-    n = roofline.layer_numbers(fmt, M, ceil, group_size=group_size)
-    N, K = roofline.LAYER_SHAPE
+    n = floor.layer_numbers(fmt, M, ceil, group_size=group_size)
+    N, K = floor.LAYER_SHAPE
     side = "below" if n["intensity"] < n["ridge"] else "above"
     return (
-        f"{roofline.FORMAT_TEXT[fmt]}\n"
+        f"{floor.FORMAT_TEXT[fmt]}\n"
         f"layer N x K = {N} x {K}, M = {M}: {n['bytes_per_weight']:.4f} bytes per weight\n"
         f"bytes moved      {n['bytes'] / 1e6:>12.1f} MB\n"
         f"FLOPs            {n['flops'] / 1e9:>12.1f} GFLOP\n"
@@ -74,15 +74,13 @@ def roofline_explorer(ceil=None):
     """Pick a format and M: see the bytes, the arithmetic intensity and the floor time of a Linear layer."""
     import ipywidgets as W
 
-    from qmatmul import roofline
-
-    ceil = ceil or roofline.recorded_ceilings()
+    ceil = ceil or floor.recorded_ceilings()
     out = W.HTML()
 
     def show(fmt: str, M: int, group_size: int) -> None:
         out.value = "<pre>" + layer_text(fmt, M, ceil, group_size) + "</pre>"
 
-    fmt = W.Dropdown(options=list(roofline.FORMATS), value="w8a16", description="format")
+    fmt = W.Dropdown(options=list(floor.FORMATS), value="w8a16", description="format")
     m = W.SelectionSlider(options=[2**i for i in range(14)], value=1, description="M (tokens)")
     group = W.Dropdown(options=[32, 64, 128], value=128, description="W4A16 group")
     W.interactive_output(show, {"fmt": fmt, "M": m, "group_size": group})

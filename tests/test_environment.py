@@ -91,7 +91,7 @@ GPU_PATHS = {
 
 @pytest.mark.parametrize("cap", GPU_PATHS)
 def test_each_gpu_takes_the_path_the_chapters_state(cap, monkeypatch):
-    from qmatmul import environment, fp8, mxfp4, nvfp4
+    from qmatmul import chapter, environment, fp8, mxfp4, nvfp4
 
     bf16, fp8_dot, fp4, dot_scaled, words = GPU_PATHS[cap]
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -102,7 +102,7 @@ def test_each_gpu_takes_the_path_the_chapters_state(cap, monkeypatch):
     assert fp8.has_fp8_dot("cuda") == fp8_dot
     assert fp8._paths("cuda") == ([True, False] if fp8_dot else [False])
     assert ("no fp8 tensor cores" in fp8._skipped("cuda")) == (not fp8_dot)
-    assert mxfp4._act_dtypes("cuda") == ([torch.float16, torch.bfloat16] if bf16 else [torch.float16])
+    assert chapter.act_dtypes("cuda") == ([torch.float16, torch.bfloat16] if bf16 else [torch.float16])
     ok, why = mxfp4.dot_scaled_status()
     assert ok == dot_scaled
     assert ("native fp4" in why) == fp4 and ("needs sm_80" in why) == (cap < (8, 0))

@@ -117,13 +117,13 @@ def test_demo_class_grades_as_its_files_expect(assignment, tmp_path_factory):
 @pytest.mark.parametrize("assignment", PER_ASSIGNMENT)
 def test_every_demo_student_grades_as_its_file_expects(assignment):
     """Every demo student not graded through nbgrader above (e2e), through the trusted grader directly
-    (autograder/gpu_check.py: the grading nbgrader runs, without the notebook kernel)."""
-    import gpu_check
+    (autograder/grade_direct.py: the grading nbgrader runs, without the notebook kernel)."""
+    import grade_direct
 
     students = [st for st in demo.students(assignment) if not st.e2e]
     rows = {}
     for st in students:
-        res = gpu_check.grade(assignment, gpu_check.student_overrides(st))
+        res = grade_direct.grade(assignment, grade_direct.student_overrides(st))
         rows[st.name] = ({gid: (r[0], None) for gid, r in res.items()}, {gid: r[1] for gid, r in res.items()})
     assert _expectations_met(students, rows) >= 3 * len(students)
 

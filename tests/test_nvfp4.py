@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from qmatmul import checks, fp4, mxfp4, nvfp4
+from qmatmul import checks, fp4, nvfp4
 from qmatmul.checks import CheckFailed
 
 
@@ -79,7 +79,7 @@ WRONG_QUANTIZERS = {
     "known mistake: tensor scale missing": lambda w: (lambda c, s, g: (fp4.pack_nibbles(c), s, g))(*nvfp4.quantize_codes(w, two_level=False)),
     "known mistake: block scale not rounded before dividing": lambda w: (lambda c, s, g: (fp4.pack_nibbles(c), s, g))(*nvfp4.quantize_codes(w, round_scale=False)),
     "blocks of 32 instead of 16": lambda w: (lambda c, s, g: (fp4.pack_nibbles(c), s, g))(*nvfp4.quantize_codes(w, block=32)),
-    "known mistake: nibble order": lambda w: (lambda p, s, g: (mxfp4._swap_nibbles(p), s, g))(*nvfp4.quantize(w)),
+    "known mistake: nibble order": lambda w: (lambda p, s, g: (fp4.swap_nibbles(p), s, g))(*nvfp4.quantize(w)),
     "known mistake: sign bit lost": lambda w: (lambda c, s, g: (fp4.pack_nibbles(c & 7), s, g))(*nvfp4.quantize_codes(w)),
     "g must be a float32": lambda w: (lambda p, s, g: (p, s, g.double()))(*nvfp4.quantize(w)),
     "must return a triple": lambda w: nvfp4.quantize(w)[:2],

@@ -149,7 +149,7 @@ def test_wrong_shapes_and_types_are_explained(fn, match):
 def test_zero_group_may_use_any_zero_point():
     def other_zero(w, G=128):
         p, s, z = w4a16.quantize(w, G)
-        zero_groups = w4a16._grouped(w, G).abs().amax(dim=2) == 0
+        zero_groups = w4a16.grouped(w, G).abs().amax(dim=2) == 0
         q = w4a16.unpack(p)
         z = torch.where(zero_groups, torch.full_like(z, 8), z)
         q = torch.where(zero_groups.repeat_interleave(G, dim=1), torch.full_like(q, 8), q)
@@ -161,7 +161,7 @@ def test_zero_group_may_use_any_zero_point():
 def test_zero_group_with_nonpositive_scale_is_caught():
     def zero_scale(w, G=128):
         p, s, z = w4a16.quantize(w, G)
-        zero_groups = w4a16._grouped(w, G).abs().amax(dim=2) == 0
+        zero_groups = w4a16.grouped(w, G).abs().amax(dim=2) == 0
         return p, torch.where(zero_groups, torch.zeros_like(s), s), z
 
     with pytest.raises(CheckFailed, match="all-zero group got scale"):
@@ -555,7 +555,7 @@ def _solution_triple(qweight, qzeros, scales, G):
          r"transposed: returned \[K/G, N\] = \[\d+, \d+\] for zeros"),
         (lambda *a: (_solution_triple(*a)[0], a[2].T.contiguous(), _solution_triple(*a)[2]), "converts GPTQ's fp16"),
         (lambda *a: (_solution_triple(*a)[0], a[2].float().T, _solution_triple(*a)[2]), "not contiguous"),
-        (lambda *a: (*_solution_triple(*a)[:2], (w4a16._unpack_int32(a[1], 0) + 1).to(torch.uint8)),
+        (lambda *a: (*_solution_triple(*a)[:2], (w4a16.unpack_int32(a[1], 0) + 1).to(torch.uint8)),
          "unpacked qzeros along the wrong axis"),
         (lambda *a: (*_solution_triple(*a)[:2], _solution_triple(*a)[2].int()), "zeros must be uint8"),
         (lambda *a: _solution_triple(*a)[:2], "must return a triple"),

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib
 import json
 import platform
 import sys
@@ -37,7 +36,7 @@ def main(argv=None) -> int:
         "--sweep-prefill", action="store_true", help="also sweep the W8A16 tiled kernel's tiles"
     )
     parser.add_argument("--out", default="build/bench")
-    parser.add_argument("chapters", nargs="*", help="default: every chapter whose module has benchmark()")
+    parser.add_argument("chapters", nargs="*", help="default: every chapter in tools/benchmarks.py")
     args = parser.parse_args(argv)
 
     import torch
@@ -48,6 +47,8 @@ def main(argv=None) -> int:
     if not env.has_gpu:
         print("make bench needs a CUDA GPU: nothing measured.")
         return 1
+    import benchmarks  # tools/benchmarks.py: imports the kernels, so after environment.start()
+
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     dtype = env.act_dtype
@@ -114,11 +115,8 @@ def main(argv=None) -> int:
         print(f"{kind:14}{label:<40}{M:>6}{N:>7}{K:>7}{cell('')}{cell('_eager')}"
               f"{row.get('TFLOPs', row.get('TFLOPs_eager', 0)):>8.1f} TFLOP/s{flag}")  # fmt: skip
 
-    chapters = args.chapters or [
-        a for a in course_assignments() if hasattr(importlib.import_module(f"qmatmul.{a}"), "benchmark")
-    ]
+    chapters = args.chapters or [a for a in course_assignments() if a in benchmarks.BENCHMARKS]
     for chapter in chapters:
-        module = importlib.import_module(f"qmatmul.{chapter}")
         sol = course.load_notebook_code(chapter, name=f"bench_{chapter}")
         print(f"\n{chapter}\n{'':14}{'':<40}{'M':>6}{'N':>7}{'K':>7}{'graph':>18}{'eager':>18}")
 
@@ -126,7 +124,7 @@ def main(argv=None) -> int:
             record(f"{chapter} {kind}", label, M, N, K, fn, nbytes, check)
 
         try:
-            module.benchmark(sol, chapter_record, env, quick=args.quick)
+            benchmarks.BENCHMARKS[chapter](sol, chapter_record, env, quick=args.quick)
         except Exception as exc:  # noqa: BLE001 - one chapter's failure must not lose the others' rows
             import traceback
 

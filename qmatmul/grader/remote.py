@@ -24,7 +24,9 @@ from pathlib import Path
 
 import torch
 
+from qmatmul import checks, harness
 from qmatmul.checks import WORKER_CONTEXTS, WORKER_STATE, CheckFailed, LearnerError, OpRecord
+from qmatmul.grader import static
 
 GPU_FAULT = r"illegal memory access|misaligned address|unspecified launch failure|illegal instruction|device-side assert"
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -258,8 +260,6 @@ class Worker:
               out_dtype: str, what: str):  # fmt: skip
         """The timing protocol of qmatmul/harness.py, trusted side: returns (graph_ms, eager_ms, outputs by
         mode, the seed each mode's inputs came from). The clock is this process's; the worker only runs."""
-        from qmatmul import checks, harness
-
         prep = {"op": "bench_prepare", "name": name, "module": module, "N": N, "K": K, "M": M, "calls": calls,
                 "copies": copies, "seed": seed, "out_dtype": out_dtype}  # fmt: skip
         reply = self._exchange(prep, what)
@@ -358,8 +358,6 @@ class RemoteFunction:
 
     def own_kernel_problems(self) -> list[str]:
         """Reasons, read from the submitted source, why this function does not compute in its own Triton kernel."""
-        from qmatmul.grader import static
-
         src = self.worker.source
         if src is None:
             return []

@@ -12,6 +12,8 @@ import io
 import time
 from dataclasses import dataclass
 
+from qmatmul import checks, environment
+from qmatmul.checks import CheckFailed, LearnerError
 from qmatmul.grader import notebook, static
 from qmatmul.grader.remote import RemoteFunction, Worker
 
@@ -36,8 +38,6 @@ _NAMESPACES: dict = {}
 
 def trusted_namespace(cells: list[notebook.Cell]) -> dict:
     """The names the test cells use (torch, the chapter modules, env), from the release's locked imports."""
-    from qmatmul import environment
-
     scaffold = notebook.scaffold_source(cells)
     if scaffold not in _NAMESPACES:
         ns = {"env": environment.start(quiet=True), "__name__": "qmatmul_trusted"}
@@ -64,8 +64,6 @@ def _names(src: str) -> set[str]:
 def grade(cells: list[notebook.Cell], *, cwd=None, wrap=(), env=None, timeout: float = 240.0,
           overrides: dict | None = None, only=None, log=None) -> list[Verdict]:  # fmt: skip
     """Verdicts of the notebook's test cells (those whose grade_id contains one of `only`, if given)."""
-    from qmatmul import checks
-
     strict, checks.STRICT = checks.STRICT, True
     try:
         return _grade(
@@ -76,8 +74,6 @@ def grade(cells: list[notebook.Cell], *, cwd=None, wrap=(), env=None, timeout: f
 
 
 def _grade(cells, *, cwd, wrap, env, timeout, overrides, only, log) -> list[Verdict]:
-    from qmatmul.checks import CheckFailed, LearnerError
-
     ns = trusted_namespace(cells)
     worker = Worker(notebook.program(cells, overrides), source=learner_source(cells, overrides), cwd=cwd,
                     wrap=wrap, env=env, timeout=timeout)  # fmt: skip

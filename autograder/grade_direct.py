@@ -1,7 +1,7 @@
 """Grade the solution and the demo class through the trusted grader directly, on a machine without nbgrader.
 
-    python autograder/gpu_check.py [ASSIGNMENT ...] [--seeds N] [--json PATH]
-    python autograder/gpu_check.py --cells bandwidth --seeds 20 --students naive --repeat 20   # stability
+    python autograder/grade_direct.py [ASSIGNMENT ...] [--seeds N] [--json PATH]
+    python autograder/grade_direct.py --cells bandwidth --seeds 20 --students naive --repeat 20   # stability
 
 The same grading as `nbgrader autograde` (qmatmul/grader/trusted.py: test cells run here, each student's code
 in a worker process of its own), without the notebook kernel: for the lent GPU (no jupyter or nbgrader there)

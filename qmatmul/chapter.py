@@ -1,0 +1,203 @@
+"""What every chapter module is built from besides its format (qmatmul/formats/) and the timing harness
+(qmatmul/harness.py): the device and activation dtypes a chapter grades on, the NaN-poisoned output, the loop that
+checks a learner's kernel on a list of problems, the validation behind each chapter's `prepare`, and the cell that
+compares the paths at decode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+from qmatmul import bench, checks, harness, plots
+from qmatmul.checks import CheckFailed
+
+ACT_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def device() -> str:
+    """Where the checks run the learner's kernels: the GPU, or Triton's interpreter on the CPU."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def act_dtypes(device: str) -> list:
+    """The activation dtypes the kernels are checked in on `device`; the last one is the one timed."""
+    if device == "cuda" and torch.cuda.get_device_capability() >= (8, 0):
+        return [torch.float16, torch.bfloat16]
+    return [torch.float16]  # the interpreter's bf16 tl.dot is wrong; T4 has no bf16 tensor cores
+
+
+def problem(x_shape, weights, dtype, device: str, g: torch.Generator, strided: bool) -> tuple:
+    """A kernel check's call: random activations x [M, K] in `dtype` (a view of a wider buffer when `strided`),
+    drawn after the weight, then the weight's tensors, all on `device`."""
+    M, K = x_shape
+    pad = 7 if strided else 0
+    x_full = torch.randn(M, K + pad, generator=g).to(dtype).to(device)
+    return x_full[:, :K], *(t.to(device) for t in weights)
+
+
+def poisoned_out(M: int, N: int, dtype, device: str, strided: bool):
+    """A NaN-filled output (a view of a wider buffer when strided, so stray writes can be seen): (full, out)."""
+    pad = 5 if strided else 0
+    full = torch.full((M, N + pad), float("nan"), dtype=dtype, device=device)
+    return full, full[:, :N]
+
+
+def cell(seed: int | None) -> tuple[int, torch.Generator, str]:
+    """A check cell's seed (fresh when None: no learner can predict it), the generator it seeds, the device."""
+    seed = checks.fresh_seed() if seed is None else seed
+    return seed, checks.generator(seed), device()
+
+
+def call_quantizer(
+    fn, w: torch.Tensor, *args, what: str, returns: Sequence[str], ctx: str, copy: bool = False
+) -> tuple:
+    """Call a learner's quantizer on w: it must return one tensor per name in `returns` and leave w untouched.
+
+    copy=True hands the learner a copy of w, so that a quantizer which changes its input in place is harmless
+    (W8A16 and W4A16, whose tests say so); otherwise w itself, and an in-place change fails the cell."""
+    before = w.clone()
+    result = checks.call_learner(fn, w.clone() if copy else w, *args, what=what)
+    kind = {2: "pair", 3: "triple"}.get(len(returns), f"{len(returns)}-tuple")
+    if not (isinstance(result, (tuple, list)) and len(result) == len(returns)):
+        raise CheckFailed(f"{what} must return a {kind} ({', '.join(returns)}), got {type(result).__name__}")
+    for name, t in zip(returns, result, strict=True):
+        if not isinstance(t, torch.Tensor):
+            raise CheckFailed(f"{what} must return {len(returns)} tensors; {name} is a {type(t).__name__}")
+    if not torch.equal(w, before):
+        raise CheckFailed(f"{what} modified its input w in place; leave the weights untouched.{ctx}")
+    return tuple(result)
+
+
+def check_kernel(fn, what: str, cases, *, g: torch.Generator, hidden: bool, seed: int, names: Sequence[str],
+                 problem: Callable, reference: Callable, mistakes: Callable, dtypes=None,
+                 strided_cases=(False, True), note: str = "") -> None:  # fmt: skip
+    """A kernel check cell: the learner's matmul kernel on every case, dtype and layout, then one line of success.
+
+    cases: (M, N, K) or (M, N, K, group_size), drawn from the cell's generator g (chapter.cell; seed is named in the
+    success line). problem(case, dtype, device, g, strided) returns the call's tensors in order (named by `names`,
+    x first); the case's entries after K are passed after them. Each call writes into
+    a NaN-poisoned `out` and must pass checks.verify_kernel_result against reference(*args), naming the known
+    mistakes(*args) it matches. dtypes: the activation dtypes (default: every one this device checks).
+    """
+    dev = device()
+    n = 0
+    for case in cases:
+        M, N, K, *extra = case
+        for dtype in act_dtypes(dev) if dtypes is None else dtypes:
+            for strided in strided_cases:
+                tensors = problem(case, dtype, dev, g, strided)
+                inputs = dict(zip(names, tensors, strict=True))
+                full, out = poisoned_out(M, N, dtype, dev, strided)
+                before = checks.snapshot(inputs)
+                args = (*tensors, *extra)
+                group = "".join(f", group_size={G}" for G in extra)
+                ctx = (f" (M={M}, N={N}, K={K}{group}, {str(dtype).replace('torch.', '')}"
+                       f"{', strided x and out' if strided else ''})")  # fmt: skip
+                y, ops = checks.run_audited(fn, *args, out=out, what=what)
+                checks.verify_kernel_result(y, ops, what=what, inputs=inputs, before=before, out=out, full=full,
+                                            weight_shape=(N, K), dtype=dtype, expected=reference(*args),
+                                            mistakes=mistakes(*args), ctx=ctx)  # fmt: skip
+                n += 1
+    checks.passed(
+        f"{what}: {n} {'hidden' if hidden else 'visible'} cases match the reference (seed {seed}){note}"
+    )
+
+
+def check_decode_bandwidth(fn, *, what: str, module: str, shape, Ms, nbytes, threshold: float, seed, hint: str,
+                           out_dtype=None):  # fmt: skip
+    """A decode kernel's performance cell (qmatmul/harness.py times it); without a CUDA GPU it awards nothing."""
+    if not torch.cuda.is_available():
+        return harness.not_on_cpu(what, threshold)
+    N, K = shape
+    return harness.check_bandwidth(
+        fn, what=what, module=module, N=N, K=K, Ms=Ms, out_dtype=out_dtype or act_dtypes("cuda")[-1],
+        nbytes=nbytes, threshold=threshold, hint=hint, seed=seed,
+    )  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The validation behind each chapter's `prepare` (the notebook's wrappers call it before launching)
+
+
+def _listed(names) -> str:
+    names = list(names)
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def require_tensors(**tensors) -> None:
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+
+
+def require_activations(x: torch.Tensor) -> tuple[int, int]:
+    """x must be a 2-D fp16/bf16 tensor [M, K]; returns M, K."""
+    if x.dim() != 2:
+        raise ValueError(f"x must be 2-D [M, K], got shape {list(x.shape)}")
+    if x.dtype not in ACT_DTYPES:
+        raise TypeError(f"x must be float16 or bfloat16, got {x.dtype}")
+    return x.shape
+
+
+def require_codes(name: str, t: torch.Tensor, dtype: torch.dtype, layout: str = "") -> None:
+    """Quantized codes: a 2-D tensor of `dtype`, laid out as `layout` (e.g. "[N, K/2]")."""
+    if t.dim() != 2 or t.dtype != dtype:
+        kind = str(dtype).replace("torch.", "") + " tensor" + (f" {layout}" if layout else "")
+        raise TypeError(f"{name} must be a 2-D {kind}, got {t.dtype} of shape {list(t.shape)}")
+
+
+def require_same_k(x_name: str, x: torch.Tensor, w_name: str, w: torch.Tensor, layout: str, w_k: int) -> None:
+    if w_k != x.shape[1]:
+        raise ValueError(
+            f"{x_name} is [M, K] = {list(x.shape)} but {w_name} is {layout} = {list(w.shape)}: the K's differ"
+        )
+
+
+def require_one_device(**tensors) -> None:
+    devices = [t.device for t in tensors.values()]
+    if len(set(devices)) > 1:
+        raise ValueError(
+            f"{_listed(tensors)} must be on one device, got {', '.join(str(d) for d in devices)}"
+        )
+
+
+def require_contiguous(activation: str = "x", **tensors) -> None:
+    """The weight-side tensors must be contiguous; the activations and the output may be strided views."""
+    if not all(t.is_contiguous() for t in tensors.values()):
+        raise ValueError(f"{_listed(tensors)} must be contiguous ({activation} and out may be strided)")
+
+
+def output(out, M: int, N: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """The [M, N] output: allocated when out is None, else checked."""
+    if out is None:
+        return torch.empty((M, N), dtype=dtype, device=device)
+    if tuple(out.shape) != (M, N) or out.dtype != dtype or out.device != device:
+        raise ValueError(
+            f"out must be {dtype} of shape [{M}, {N}] on {device}, got {out.dtype} {list(out.shape)} "
+            f"on {out.device}"
+        )
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The paths compared at decode
+
+
+def compare_paths(env, rows, fns: Callable, recorded: dict, *, M: int, shape, where_known: bool = False):
+    """Bytes and time of each path (rows: label, bytes moved) at one M; plotted and printed.
+
+    On a GPU fns() builds one zero-argument function per row, each timed with the L2 flushed (a path that fails
+    shows as "not measured"); without one, the H200's recorded µs by label, where known.
+    """
+    N, K = shape
+    if not env.has_gpu:
+        times = [recorded.get(label) for label, _ in rows]
+        rows = [(plots.recorded_label(label), nbytes) for label, nbytes in rows]
+        note = plots.recorded_note(where_known=where_known)
+    else:
+        times = bench.time_paths(fns())
+        rows = [(plots.measured_label(label), nbytes) for label, nbytes in rows]
+        note = f"measured on {env.gpu_name}, L2 flushed, median"
+    return plots.paths_report(rows, times, f"M={M}, N x K = {N} x {K}: {note}")
