@@ -57,7 +57,11 @@ def prefill_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
         return dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=64, num_warps=4, num_stages=1)
     old = torch.cuda.get_device_capability() < (8, 0)
     big = M > 64
-    # Swept on the H200 at M = 2048 and 4096, N = K = 8192: 73-77 % of cuBLAS bf16 (docs/benchmark-h200.md).
+    if big and torch.cuda.get_device_capability() == (9, 0):
+        # H200, graph-timed at M = 2048 / 4096, N = K = 8192 (docs/perf-notes.md): with the weight tile as tl.dot's
+        # first operand, 82 / 79 % of cuBLAS's 8192^3 rate in the sweep (128 x 128 x 64, 4 warps: 57 / 52 %), the
+        # notebook kernel 76 / 71 %. 3 stages need 120 KB of shared memory, which Hopper's 227 KB holds.
+        return dict(BLOCK_M=256, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=3)
     return dict(
         BLOCK_M=128 if big else 64,
         BLOCK_N=128,

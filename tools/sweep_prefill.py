@@ -1,0 +1,520 @@
+"""On a CUDA GPU: candidate weight-only prefill kernels (W8A16, W4A16, MXFP4, NVFP4), the 4-bit decode kernels with
+and without the masked K tail, and the FP8 128 x 128 block-scaled kernel's tiles, graph-timed in one process.
+
+    python tools/sweep_prefill.py [--out DIR] [--parts prefill,decode,fp8block] [--formats w8a16,w4a16,mxfp4,nvfp4]
+
+Prefill candidates, each with the weight read as it lies ([BLOCK_N, BLOCK_K(/2)] rows) and dequantized once per K
+step for a BLOCK_M of 128-256 rows:
+  fused      acc[BM, BN] += x · wᵀ  (the dequantized tile is tl.dot's second operand)
+  fused-swap acc[BN, BM] += w · xᵀ  (the dequantized tile is the first operand: on Hopper the wgmma can take it
+             from registers, so it need not pass through shared memory)
+  floor      a Triton dequantize kernel writes W in bf16, then a Triton tl.dot GEMM: the honest floor
+beside cuBLAS bf16 and each chapter's naive path (torch dequantize, then cuBLAS). Every candidate is checked
+against the fp32 reference on a small ragged problem before timing and compared with the naive path's output at
+the timed shape. Writes sweep_prefill.json to --out and prints a table last.
+"""
+
+# ruff: noqa: B023 - every closure below is timed before the loop moves on
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import triton
+import triton.language as tl
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+FMTS = {"w8a16": 0, "w4a16": 1, "mxfp4": 2, "nvfp4": 3}
+
+
+@triton.jit
+def _fp4_tile(p_ptr, s_ptr, offs_n, k0, N, stride_pn, stride_pk, stride_sn, stride_sk, SB: tl.constexpr,
+              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):  # fmt: skip
+    """MXFP4 (SB = 32, E8M0 scales) or NVFP4 (SB = 16, e4m3 scales) tile, float32. No K mask: BLOCK_K divides K."""
+    n_ok = offs_n[:, None] < N
+    kb = k0 // 2 + tl.arange(0, BLOCK_K // 2)
+    p = tl.load(p_ptr + offs_n[:, None] * stride_pn + kb[None, :] * stride_pk, mask=n_ok, other=0)
+    ks = k0 // SB + tl.arange(0, BLOCK_K // SB)
+    e = tl.load(s_ptr + offs_n[:, None] * stride_sn + ks[None, :] * stride_sk, mask=n_ok, other=0).to(
+        tl.int32
+    )
+    c = tl.reshape(tl.join(p & 0xF, p >> 4), (BLOCK_N, BLOCK_K)).to(tl.int32)
+    v = (((c & 0x7) << 9) | ((c & 0x8) << 12)).to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
+    if SB == 32:
+        scale = (e << 23).to(tl.float32, bitcast=True) * 16384.0
+    else:
+        bits = ((e & 0x7F) << 7) | ((e & 0x80) << 8)
+        scale = bits.to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32) * (256.0 * 16384.0)
+    return tl.reshape(tl.reshape(v, (BLOCK_N, BLOCK_K // SB, SB)) * scale[:, :, None], (BLOCK_N, BLOCK_K))
+
+
+@triton.jit
+def _weight_tile(p_ptr, s_ptr, z_ptr, offs_n, k0, N, K, stride_pn, stride_pk, stride_sn, stride_sk,
+                 FMT: tl.constexpr, GROUP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                 DT: tl.constexpr, FULL: tl.constexpr):  # fmt: skip
+    """The [BLOCK_N, BLOCK_K] weight tile at k0 in DT, with no K mask (BLOCK_K divides K). W8A16: codes only (the
+    row scale goes on the output); FULL: with the W8A16 row scale too (for the floor's dequantize kernel)."""
+    n_ok = offs_n[:, None] < N
+    if FMT == 0:
+        k = k0 + tl.arange(0, BLOCK_K)
+        q = tl.load(p_ptr + offs_n[:, None] * stride_pn + k[None, :] * stride_pk, mask=n_ok, other=0)
+        if FULL:
+            s = tl.load(s_ptr + offs_n, mask=offs_n < N, other=0.0)
+            w = (q.to(tl.float32) * s[:, None]).to(DT)
+        else:
+            w = q.to(DT)
+    elif FMT == 1:  # BLOCK_K divides GROUP: one scale and zero per row
+        kb = k0 // 2 + tl.arange(0, BLOCK_K // 2)
+        p = tl.load(p_ptr + offs_n[:, None] * stride_pn + kb[None, :] * stride_pk, mask=n_ok, other=0)
+        grp = k0 // GROUP
+        s = tl.load(s_ptr + offs_n * stride_sn + grp * stride_sk, mask=offs_n < N, other=0.0)
+        z = tl.load(z_ptr + offs_n * stride_sn + grp * stride_sk, mask=offs_n < N, other=0)
+        q = tl.reshape(tl.join(p & 0xF, p >> 4), (BLOCK_N, BLOCK_K))
+        w = ((q.to(tl.int32) - z.to(tl.int32)[:, None]).to(tl.float32) * s[:, None]).to(DT)
+    elif FMT == 2:
+        w = _fp4_tile(
+            p_ptr, s_ptr, offs_n, k0, N, stride_pn, stride_pk, stride_sn, stride_sk, 32, BLOCK_N, BLOCK_K
+        )
+        w = w.to(DT)
+    else:
+        w = _fp4_tile(
+            p_ptr, s_ptr, offs_n, k0, N, stride_pn, stride_pk, stride_sn, stride_sk, 16, BLOCK_N, BLOCK_K
+        )
+        w = w.to(DT)
+    return w
+
+
+@triton.jit
+def _tile_ids(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    pid = tl.program_id(0)
+    num_m, num_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
+    group = pid // (GROUP_M * num_n)
+    first_m = group * GROUP_M
+    rows = min(num_m - first_m, GROUP_M)
+    return first_m + (pid % (GROUP_M * num_n)) % rows, (pid % (GROUP_M * num_n)) // rows
+
+
+@triton.jit
+def fused_kernel(
+    x_ptr, p_ptr, s_ptr, z_ptr, g_ptr, y_ptr, M, N, K,
+    stride_xm, stride_xk, stride_pn, stride_pk, stride_sn, stride_sk, stride_ym, stride_yn,
+    FMT: tl.constexpr, GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr, SWAP: tl.constexpr,
+):  # fmt: skip
+    pid_m, pid_n = _tile_ids(M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    if SWAP:
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        k = k0 + offs_k
+        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :] * stride_xk, mask=offs_m[:, None] < M,
+                    other=0.0)  # fmt: skip
+        w = _weight_tile(p_ptr, s_ptr, z_ptr, offs_n, k0, N, K, stride_pn, stride_pk, stride_sn, stride_sk,
+                         FMT, GROUP, BLOCK_N, BLOCK_K, x.dtype, False)  # fmt: skip
+        if SWAP:
+            acc = tl.dot(w, tl.trans(x), acc)
+        else:
+            acc = tl.dot(x, tl.trans(w), acc)
+    if SWAP:
+        acc = tl.trans(acc)
+    if FMT == 0:
+        s = tl.load(s_ptr + offs_n, mask=offs_n < N, other=0.0)
+        acc = acc * s[None, :]
+    if FMT == 3:
+        acc = acc * tl.load(g_ptr)
+    tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn, acc.to(y_ptr.dtype.element_ty),
+             mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))  # fmt: skip
+
+
+@triton.jit
+def dequant_kernel(
+    p_ptr, s_ptr, z_ptr, w_ptr, N, K, stride_pn, stride_pk, stride_sn, stride_sk, stride_wn, stride_wk,
+    FMT: tl.constexpr, GROUP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    k0 = tl.program_id(1) * BLOCK_K
+    w = _weight_tile(p_ptr, s_ptr, z_ptr, offs_n, k0, N, K, stride_pn, stride_pk, stride_sn, stride_sk,
+                     FMT, GROUP, BLOCK_N, BLOCK_K, w_ptr.dtype.element_ty, True)  # fmt: skip
+    k = k0 + tl.arange(0, BLOCK_K)
+    tl.store(w_ptr + offs_n[:, None] * stride_wn + k[None, :] * stride_wk, w,
+             mask=(offs_n[:, None] < N) & (k[None, :] < K))  # fmt: skip
+
+
+@triton.jit
+def gemm_kernel(
+    x_ptr, w_ptr, g_ptr, y_ptr, M, N, K, stride_xm, stride_xk, stride_wn, stride_wk, stride_ym, stride_yn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    TENSOR_SCALE: tl.constexpr,
+):  # fmt: skip
+    pid_m, pid_n = _tile_ids(M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        k = k0 + offs_k
+        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :] * stride_xk,
+                    mask=(offs_m[:, None] < M) & (k[None, :] < K), other=0.0)  # fmt: skip
+        w = tl.load(w_ptr + offs_n[None, :] * stride_wn + k[:, None] * stride_wk,
+                    mask=(offs_n[None, :] < N) & (k[:, None] < K), other=0.0)  # fmt: skip
+        acc = tl.dot(x, w, acc)
+    if TENSOR_SCALE:
+        acc = acc * tl.load(g_ptr)
+    tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn, acc.to(y_ptr.dtype.element_ty),
+             mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))  # fmt: skip
+
+
+def unpack(fmt, w):
+    """(p, s, z, g, group) from a chapter's weight tuple."""
+    import torch
+
+    if fmt == "w8a16":
+        q, s = w
+        return q, s, q, s, 0
+    if fmt == "w4a16":
+        p, s, z, G = w
+        return p, s, z, s, G
+    if fmt == "mxfp4":
+        p, s = w
+        return p, s, p, s, 32
+    p, s, g = w
+    return p, s, p, g.to(torch.float32), 16
+
+
+def fused(fmt, x, w, cfg, swap):
+    import torch
+
+    p, s, z, g, G = unpack(fmt, w)
+    M, K = x.shape
+    N = p.shape[0]
+    y = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    if fmt == "w4a16":
+        bk = min(bk, G)
+    grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn),)
+    fused_kernel[grid](
+        x, p, s, z, g, y, M, N, K, x.stride(0), x.stride(1), p.stride(0), p.stride(1),
+        s.stride(0), s.stride(1) if s.dim() == 2 else 0, y.stride(0), y.stride(1),
+        FMT=FMTS[fmt], GROUP=max(G, 1), BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, SWAP=swap,
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+    )  # fmt: skip
+    return y
+
+
+def dequantize(fmt, w, dtype, out=None):
+    import torch
+
+    p, s, z, g, G = unpack(fmt, w)
+    N = p.shape[0]
+    K = p.shape[1] if fmt == "w8a16" else 2 * p.shape[1]
+    out = torch.empty((N, K), dtype=dtype, device=p.device) if out is None else out
+    bn, bk = 64, (min(128, G) if fmt == "w4a16" else 128)
+    dequant_kernel[(triton.cdiv(N, bn), triton.cdiv(K, bk))](
+        p, s, z, out, N, K, p.stride(0), p.stride(1), s.stride(0), s.stride(1) if s.dim() == 2 else 0,
+        out.stride(0), out.stride(1), FMT=FMTS[fmt], GROUP=max(G, 1), BLOCK_N=bn, BLOCK_K=bk, num_warps=4,
+    )  # fmt: skip
+    return out
+
+
+def gemm(x, wd, g, cfg, tensor_scale):
+    import torch
+
+    M, K = x.shape
+    N = wd.shape[0]
+    y = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
+    gemm_kernel[(triton.cdiv(M, bm) * triton.cdiv(N, bn),)](
+        x, wd, g, y, M, N, K, x.stride(0), x.stride(1), wd.stride(0), wd.stride(1), y.stride(0), y.stride(1),
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=cfg["BLOCK_K"], GROUP_M=8, TENSOR_SCALE=tensor_scale,
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+    )  # fmt: skip
+    return y
+
+
+def floor(fmt, x, w, cfg, scratch=None):
+    wd = dequantize(fmt, w, x.dtype, scratch)
+    _, _, _, g, _ = unpack(fmt, w)
+    return gemm(x, wd, g, cfg, fmt == "nvfp4")
+
+
+def small_problem(fmt, mods, M, N, K, dtype, device, gen):
+    m = mods[fmt]
+    if fmt == "w4a16":
+        x, p, s, z = m.random_problem(M, N, K, 128, dtype, device, gen)
+        return x, (p, s, z, 128)
+    if fmt == "w8a16":
+        x, q, s = m.random_problem(M, N, K, dtype, device, gen)
+        return x, (q, s)
+    if fmt == "mxfp4":
+        x, p, s = m.random_problem(M, N, K, dtype, device, gen)
+        return x, (p, s)
+    x, p, s, g = m.random_problem(M, N, K, dtype, device, gen)
+    return x, (p, s, g)
+
+
+def rel_err(out, ref):
+    return float((out.float() - ref.float()).norm() / ref.float().norm())
+
+
+CFG = [  # BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages
+    (128, 128, 64, 4, 3), (128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (128, 128, 128, 8, 3), (128, 256, 128, 8, 2),
+]  # fmt: skip
+CFG_SWAP = [(128, 128, 64, 4, 3), (256, 128, 64, 8, 3), (128, 256, 64, 8, 3), (256, 128, 128, 8, 3)]
+CFG_GEMM = [(128, 256, 64, 8, 3), (128, 256, 64, 8, 4), (128, 128, 64, 4, 4), (256, 128, 64, 8, 3)]
+
+
+def as_cfg(t):
+    return dict(BLOCK_M=t[0], BLOCK_N=t[1], BLOCK_K=t[2], num_warps=t[3], num_stages=t[4])
+
+
+def timed(fns):
+    """graph_ms, or do_bench on fns[0] where the path cannot be captured (the fp4 naive paths copy a table)."""
+    import torch
+
+    from qmatmul import bench
+
+    try:
+        return bench.graph_ms(fns)
+    except Exception:  # noqa: BLE001
+        torch.cuda.synchronize()
+        return bench.median_ms(fns[0])
+
+
+def crossover_part(formats, mods, sols, dtype, cublas, results):
+    """The notebooks' prefill wrappers (fused below DEQUANTIZE_FIRST_M, dequantize + GEMM from it) against the
+    fused kernel and the floor at M = 256 ... 4096, and the floor's GEMM tiles, N = K = 8192."""
+    import torch
+
+    from qmatmul import checks
+
+    gen = checks.generator(0, "cuda")
+    N = K = 8192
+    fused_cfg = as_cfg((256, 128, 64, 8, 3))
+    for fmt in formats:
+        m, sol = mods[fmt], sols.get(fmt)
+        ws = [m.timing_weights(N, K, gen) for _ in range(2)]
+        scratch = [torch.empty(N, K, dtype=dtype, device="cuda") for _ in range(2)]
+        variants = [("fused 256x128x64", lambda x, w, i: fused(fmt, x, w, fused_cfg, fmt == "w8a16"))]
+        variants += [
+            (f"floor {t}", lambda x, w, i, t=t: floor(fmt, x, w, as_cfg(t), scratch[i])) for t in CFG_GEMM
+        ]
+        if sol is not None:
+            variants.append(("notebook", lambda x, w, i: getattr(sol, f"{fmt}_matmul")(x, *w)))
+        for name, fn in variants:
+            for M in (256, 512, 1024, 2048, 4096):
+                x = torch.randn(M, K, device="cuda", generator=gen).to(dtype)
+                try:
+                    ms = timed([lambda w=w, i=i: fn(x, w, i) for i, w in enumerate(ws)])
+                    err = rel_err(fn(x, ws[0], 0), m.naive(x, *ws[0]))
+                except Exception as exc:  # noqa: BLE001
+                    results.append(dict(part="crossover", fmt=fmt, variant=name, M=M, error=str(exc)[:200]))
+                    print(f"crossover {fmt} {name} M={M}: {type(exc).__name__}: {str(exc)[:120]}")
+                    continue
+                frac = 2 * M * N * K / (ms * 1e-3) / cublas
+                results.append(dict(part="crossover", fmt=fmt, variant=name, M=M, us=ms * 1e3, cublas_frac=frac,
+                                    err_vs_naive=err))  # fmt: skip
+                print(
+                    f"crossover {fmt:6} {name:30} M={M:5}: {ms * 1e3:8.0f} us {100 * frac:4.0f} % cuBLAS err {err:.1e}"
+                )
+
+
+def prefill_part(formats, mods, dtype, cublas, results, quick):
+    import torch
+
+    from qmatmul import bench, checks
+
+    gen = checks.generator(0, "cuda")
+    N = K = 8192
+    Ms = (2048,) if quick else (2048, 4096)
+    dense = [torch.randn(N, K, device="cuda", generator=gen).to(dtype) for _ in range(2)]
+    for M in Ms:
+        x = torch.randn(M, K, device="cuda", generator=gen).to(dtype)
+        ms = bench.graph_ms([lambda w=w: x @ w.T for w in dense])
+        results.append(dict(part="prefill", fmt="dense", variant="cuBLAS", M=M, us=ms * 1e3,
+                            cublas_frac=2 * M * N * K / (ms * 1e-3) / cublas))  # fmt: skip
+        print(f"prefill M={M} cuBLAS {ms * 1e3:.0f} us")
+    for fmt in formats:
+        m = mods[fmt]
+        ws = [m.timing_weights(N, K, gen) for _ in range(2)]
+        scratch = [torch.empty(N, K, dtype=dtype, device="cuda") for _ in range(2)]
+        variants = [("naive", None, lambda x, w, i: m.naive(x, *w))]
+        variants += [(f"fused {t}", t, lambda x, w, i, t=t: fused(fmt, x, w, as_cfg(t), False)) for t in CFG]
+        variants += [
+            (f"swap {t}", t, lambda x, w, i, t=t: fused(fmt, x, w, as_cfg(t), True)) for t in CFG_SWAP
+        ]
+        variants += [(f"floor {t}", t, lambda x, w, i, t=t: floor(fmt, x, w, as_cfg(t), None if i is None else scratch[i]))
+                     for t in CFG_GEMM]  # fmt: skip
+        variants += [("dequant only", None, lambda x, w, i: dequantize(fmt, w, dtype, scratch[i]))]
+        for name, _t, fn in variants:
+            small = None
+            if name != "naive":
+                try:  # a small ragged problem against the fp32 reference
+                    xs, wsm = small_problem(fmt, mods, 304, 1040, 768, dtype, "cuda", checks.generator(1))
+                    if name != "dequant only":
+                        small = rel_err(fn(xs, wsm, None), m.reference(xs, *wsm))
+                except Exception as exc:  # noqa: BLE001 - too much shared memory, say
+                    results.append(dict(part="prefill", fmt=fmt, variant=name, error=str(exc)[:200]))
+                    print(f"prefill {fmt} {name}: {type(exc).__name__}: {str(exc)[:120]}")
+                    continue
+            for M in Ms:
+                x = torch.randn(M, K, device="cuda", generator=gen).to(dtype)
+                try:
+                    ms = timed([lambda w=w, i=i: fn(x, w, i) for i, w in enumerate(ws)])
+                except Exception as exc:  # noqa: BLE001
+                    results.append(dict(part="prefill", fmt=fmt, variant=name, M=M, error=str(exc)[:200]))
+                    print(f"prefill {fmt} {name} M={M}: {type(exc).__name__}: {str(exc)[:120]}")
+                    continue
+                err = None
+                if name not in ("naive", "dequant only"):
+                    err = rel_err(fn(x, ws[0], 0), m.naive(x, *ws[0]))
+                frac = 2 * M * N * K / (ms * 1e-3) / cublas
+                results.append(dict(part="prefill", fmt=fmt, variant=name, M=M, us=ms * 1e3, cublas_frac=frac,
+                                    err_small=small, err_vs_naive=err))  # fmt: skip
+                print(f"prefill {fmt:6} {name:32} M={M}: {ms * 1e3:8.0f} us {100 * frac:4.0f} % cuBLAS "
+                      f"err {small} / {err}")  # fmt: skip
+
+
+def decode_part(formats, mods, sols, dtype, copy_bw, results):
+    """The notebooks' decode kernels, graph-timed on the three shapes; sols maps (fmt, version) to a module."""
+    import torch
+
+    from qmatmul import bench, checks
+
+    gen = checks.generator(0, "cuda")
+    for (fmt, version), sol in sols.items():
+        m = mods[fmt]
+        fn = getattr(sol, f"{fmt}_decode")
+        for N, K in [(28672, 8192), (8192, 28672), (8192, 8192)]:
+            ws = [m.timing_weights(N, K, gen) for _ in range(bench.copies_needed(m.bytes_moved(1, N, K)))]
+            for M in (1, 16):
+                x = torch.randn(M, K, device="cuda", generator=gen).to(dtype)
+                ms = bench.graph_ms([lambda w=w: fn(x, *w) for w in ws])
+                frac = m.bytes_moved(M, N, K) / (ms * 1e-3) / copy_bw
+                xs, wsm = small_problem(fmt, mods, M, 1000, 768 + 256, dtype, "cuda", checks.generator(2))
+                err = rel_err(fn(xs, *wsm), m.reference(xs, *wsm))
+                results.append(dict(part="decode", fmt=fmt, version=version, N=N, K=K, M=M, us=ms * 1e3,
+                                    copy_frac=frac, err=err))  # fmt: skip
+                print(
+                    f"decode {fmt:6} {version:8} {N:6}x{K:<6} M={M:<3} {ms * 1e3:7.1f} us {100 * frac:4.0f} % copy err {err:.1e}"
+                )
+
+
+def fp8block_part(mods, sols, scaled_mm_rowwise, results):
+
+    from qmatmul import bench, checks
+
+    fp8, sol = mods["fp8"], sols["fp8"]
+    gen = checks.generator(3)
+    original = fp8.block_config
+    N = K = 8192
+    for M in (2048, 4096):
+        xq, sx, wq, sw = fp8.random_block_problem(M, N, K, "cuda", gen)  # a CPU generator: it draws there
+        wq2 = wq.clone()
+        ref = scaled_mm_rowwise(M)
+        for bm, bn, nw, ns in [(128, 128, 4, 4), (128, 128, 8, 3), (128, 128, 8, 4), (128, 256, 8, 3),
+                               (64, 128, 4, 4), (128, 64, 4, 4), (256, 128, 8, 3)]:  # fmt: skip
+            cfg = dict(
+                BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=fp8.SCALE_BLOCK, FP8_DOT=True, num_warps=nw, num_stages=ns
+            )
+            fp8.block_config = lambda *a, cfg=cfg, **k: cfg
+            try:
+                ms = bench.graph_ms([lambda w=w: sol.fp8_block_matmul(xq, sx, w, sw) for w in (wq, wq2)])
+                # checked on a small ragged problem: block_reference runs in float64 on the CPU
+                small = fp8.random_block_problem(200, 384, 640, "cuda", checks.generator(4))
+                err = rel_err(sol.fp8_block_matmul(*small).cpu(), fp8.block_reference(*small))
+            except Exception as exc:  # noqa: BLE001
+                results.append(dict(part="fp8block", M=M, cfg=cfg, error=str(exc)[:200]))
+                print(f"fp8 block M={M} {cfg}: {type(exc).__name__}")
+                continue
+            results.append(dict(part="fp8block", M=M, cfg=cfg, us=ms * 1e3, scaled_mm_frac=ref / ms, err=err))
+            print(f"fp8 block M={M} {bm}x{bn} w{nw} s{ns}: {ms * 1e3:7.0f} us {100 * ref / ms:4.0f} % of _scaled_mm "
+                  f"rowwise, err {err}")  # fmt: skip
+    fp8.block_config = original
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--out", default="build/bench")
+    parser.add_argument("--parts", default="prefill,decode,fp8block")
+    parser.add_argument("--formats", default="w8a16,w4a16,mxfp4,nvfp4")
+    parser.add_argument("--quick", action="store_true", help="prefill at M = 2048 only")
+    parser.add_argument(
+        "--old-cells", help="JSON {chapter: {grade_id: source}}: earlier cells to time beside"
+    )
+    args = parser.parse_args(argv)
+
+    import importlib
+
+    import torch
+
+    from qmatmul import bench, course, environment
+
+    env = environment.start()
+    if not env.has_gpu:
+        print("sweep_prefill needs a CUDA GPU")
+        return 1
+    formats = args.formats.split(",")
+    parts = args.parts.split(",")
+    dtype = env.act_dtype
+    copy_bw, cublas = bench.copy_bandwidth(), bench.matmul_flops(dtype=dtype)
+    print(f"{env.gpu_name} · torch {torch.__version__} · triton {triton.__version__} · copy "
+          f"{copy_bw / 1e12:.2f} TB/s · cuBLAS {cublas / 1e12:.0f} TFLOP/s")  # fmt: skip
+    mods = {f: importlib.import_module(f"qmatmul.{f}") for f in [*formats, "fp8"]}
+    results: list = []
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+
+    def save():
+        meta = dict(gpu=env.gpu_name, torch=torch.__version__, triton=triton.__version__, date=time.strftime("%F"),
+                    copy_TBps=copy_bw / 1e12, cublas_TFLOPs=cublas / 1e12)  # fmt: skip
+        (out / "sweep_prefill.json").write_text(json.dumps(dict(meta=meta, results=results), indent=1))
+
+    if "crossover" in parts:
+        nb = {f: course.load_notebook_code(f, name=f"cross_{f}") for f in formats}
+        crossover_part(formats, mods, nb, dtype, cublas, results)
+        save()
+    if "prefill" in parts:
+        prefill_part(formats, mods, dtype, cublas, results, args.quick)
+        save()
+    print(f"[{time.time() - t0:.0f} s]")
+    if "decode" in parts:
+        four = [f for f in formats if f != "w8a16"]
+        sols = {(f, "now"): course.load_notebook_code(f, name=f"sweep_{f}") for f in four}
+        if args.old_cells:  # {chapter: {grade_id: source}}: the cells as they were, timed in the same run
+            old = json.loads(Path(args.old_cells).read_text())
+            sols.update({(f, "before"): course.load_notebook_code(f, old[f], name=f"sweep_{f}_old")
+                         for f in four if f in old})  # fmt: skip
+        decode_part(formats, mods, sols, dtype, copy_bw, results)
+        save()
+    print(f"[{time.time() - t0:.0f} s]")
+    if "fp8block" in parts:
+        sols = {"fp8": course.load_notebook_code("fp8", name="sweep_fp8")}
+        gen = torch.Generator("cuda").manual_seed(5)
+
+        def rowwise_ms(M, N=8192, K=8192):
+            a = torch.randn(M, K, device="cuda", generator=gen).to(torch.float8_e4m3fn)
+            b = torch.randn(N, K, device="cuda", generator=gen).to(torch.float8_e4m3fn)
+            sa, sb = torch.ones(M, 1, device="cuda"), torch.ones(1, N, device="cuda")
+            return bench.graph_ms(lambda: torch._scaled_mm(a, b.T, sa, sb, out_dtype=torch.bfloat16))
+
+        fp8block_part(mods, sols, rowwise_ms, results)
+        save()
+    print(f"[{time.time() - t0:.0f} s] wrote {out}/sweep_prefill.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
