@@ -11,7 +11,26 @@ import figures  # noqa: E402
 
 from qmatmul import recorded  # noqa: E402
 
-W8 = "<!-- h200: w8a16 decode | solution w8a16_decode | 1,16x28672x8192 | copy -->"  # 93 / 92 graph-timed
+W8 = "<!-- h200: w8a16 decode | solution w8a16_decode | 1,16x28672x8192 | copy -->"  # 93 / 92 in FIXED
+
+
+# The rule tests below read fixed figures, so that a new `make bench` does not change what they assert.
+FIXED = {
+    ("w8a16 decode", "solution w8a16_decode", 1): {"copy_frac": 0.93},
+    ("w8a16 decode", "solution w8a16_decode", 16): {"copy_frac": 0.92},
+    ("nvfp4 decode", "solution nvfp4_decode", 1): {"copy_frac": 0.15, "copy_frac_eager": 0.15},
+    ("nvfp4 decode", "solution nvfp4_decode", 16): {"copy_frac": 0.16, "copy_frac_eager": 0.15},
+}
+
+
+@pytest.fixture
+def fixed_data(monkeypatch):
+    real = recorded.data()
+    rows = []
+    for r in real["rows"]:
+        key = (r["kind"], r["label"], r["M"])
+        rows.append({**r, **FIXED[key]} if key in FIXED and (r["N"], r["K"]) == (28672, 8192) else r)
+    monkeypatch.setattr(recorded, "data", lambda: {**real, "rows": rows})
 
 
 def test_every_quoted_figure_agrees_with_the_data():
@@ -35,14 +54,14 @@ def page(tmp_path, text):
     [("93 % / 92 %", True), ("92 % / 93 %", False), ("92–93 %", True), ("92–94 %", False), ("93 %", False),
      ("93.0 % / 92.5 %", False)],
 )  # fmt: skip
-def test_a_quoted_figure_is_checked_at_its_precision(tmp_path, quoted, ok):
+def test_a_quoted_figure_is_checked_at_its_precision(tmp_path, quoted, ok, fixed_data):
     found = figures.problems(
         page(tmp_path, f"On the H200 the solution reaches {quoted}{W8} of the copy bandwidth.\n")
     )
     assert (not found) == ok, found
 
 
-def test_a_single_figure_must_match_every_value_it_stands_for(tmp_path):
+def test_a_single_figure_must_match_every_value_it_stands_for(tmp_path, fixed_data):
     ref = "<!-- h200: nvfp4 decode | solution nvfp4_decode | 1,16x28672x8192 | copy_eager -->"  # 15 and 15
     assert not figures.problems(page(tmp_path, f"the solution reaches 15 %{ref} at M = 1 and 16\n"))
     ref = ref.replace("copy_eager", "copy")  # 15 and 16
@@ -78,7 +97,7 @@ def test_an_h200_figure_without_a_reference_is_caught_unless_a_bar_or_from_elsew
     assert not figures.unreferenced(page(tmp_path, own))
 
 
-def test_write_rewrites_figures_and_tables_from_the_data(tmp_path):
+def test_write_rewrites_figures_and_tables_from_the_data(tmp_path, fixed_data):
     p = page(tmp_path, f"reaches 90 % / 90 %{W8} of copy.\n\n<!-- begin h200 table: prefill -->\nstale\n"
                        "<!-- end h200 table -->\n")  # fmt: skip
     assert len(figures.problems(p)) == 2
