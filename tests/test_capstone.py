@@ -1,0 +1,300 @@
+"""Capstone: the course's MiniLM against sentence-transformers, the references against independent oracles, the
+kernel loader, and every check shown to fail with the message that names the mistake."""
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from qmatmul import capstone, capstone_data, checks
+from qmatmul.checks import CheckFailed
+
+pytestmark = pytest.mark.xdist_group("capstone")
+
+
+@pytest.fixture(scope="module")
+def sol(env):
+    from qmatmul import course
+
+    return course.load_notebook_code("capstone")
+
+
+@pytest.fixture(scope="module")
+def st_model():
+    pytest.importorskip("sentence_transformers")
+    return capstone.load_model("sentence-transformers", device="cpu")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The model
+
+
+def test_course_minilm_gives_sentence_transformers_embeddings(st_model):
+    course = capstone.load_model("course", device="cpu")
+    sentences = capstone_data.SENTENCES[:8]
+    assert capstone.linear_names(course) == [
+        n.removeprefix("0.model.") for n in capstone.linear_names(st_model)
+    ]
+    assert len(capstone.linear_names(course)) == capstone.N_LINEARS
+    ours, theirs = capstone.embed(course, sentences), capstone.embed(st_model, sentences)
+    assert (ours - theirs).abs().max() < 1e-5
+    # and the features path is what SentenceTransformer.encode computes from text
+    encoded = st_model.encode(sentences, convert_to_tensor=True)
+    assert (theirs - encoded.cpu()).abs().max() < 1e-5
+
+
+def test_shipped_token_ids_are_the_tokenizers(st_model):
+    for sentence, ids in capstone_data.TOKEN_IDS.items():
+        assert st_model.tokenizer(sentence)["input_ids"] == ids, sentence
+    used = set(capstone_data.SENTENCES) | {s for a, b, _ in capstone_data.PAIRS for s in (a, b)}
+    assert used <= set(capstone_data.TOKEN_IDS)
+    assert max(len(capstone_data.TOKEN_IDS[s]) for s in capstone_data.SENTENCES) <= capstone.DECODE_MAX_M
+
+
+def test_safetensors_reader_matches_the_library():
+    safetensors = pytest.importorskip("safetensors.torch")
+    path = capstone._weights_file()
+    ours, theirs = capstone.read_state_dict(path), safetensors.load_file(str(path))
+    assert ours.keys() == theirs.keys()
+    for k in ours:
+        assert ours[k].dtype == theirs[k].dtype and torch.equal(ours[k], theirs[k]), k
+
+
+# ----------------------------------------------------------------------------------------------------------
+# References
+
+
+def test_spearman_reference_matches_scipy():
+    stats = pytest.importorskip("scipy.stats")
+    g = checks.generator(3)
+    for _ in range(5):
+        a = torch.round(torch.randn(40, generator=g) * 2) / 2
+        b = torch.round((a + torch.randn(40, generator=g)) * 2) / 2
+        assert (
+            abs(capstone.spearman_reference(a, b) - stats.spearmanr(a.numpy(), b.numpy()).statistic) < 1e-12
+        )
+    assert capstone.ranks(torch.tensor([0.2, 0.5, 0.2, 0.9])).tolist() == [1.5, 3.0, 1.5, 4.0]
+
+
+@pytest.mark.parametrize("fmt", capstone.FORMATS)
+def test_reference_path_agrees_with_the_fp32_reference(fmt):
+    g = checks.generator(5)
+    w = torch.randn(200, 384, generator=g) * 0.05
+    w[0] *= 40  # a large row: the 16-bit naive NVFP4 product overflowed before the tensor scale was folded in
+    stored = capstone.reference_quantize(fmt, w)
+    x = torch.randn(20, 384, generator=g).half()
+    y = capstone.naive_path(fmt, x, *stored).float()
+    ref = capstone.reference_matmul(fmt, x, stored)
+    assert torch.isfinite(y).all()
+    assert float((y - ref).norm() / ref.norm()) < 2e-3
+
+
+def test_bytes_per_weight_of_a_quantized_layer(sol):
+    lin = torch.nn.Linear(384, 1536)
+    for fmt in capstone.FORMATS:
+        with capstone.using({f: capstone.reference_kernels(f) for f in capstone.FORMATS}):
+            nbytes, count = capstone.weight_bytes(torch.nn.Sequential(sol.QuantLinear(lin, fmt)))
+        assert count == 1536 * 384
+        assert abs(nbytes / count - capstone.weight_bytes_per_weight(fmt)) < 1e-3, fmt
+
+
+def test_the_model_has_the_linears_the_chapter_counts():
+    model = capstone.load_model("course", device="cpu")
+    names = capstone.linear_names(model)
+    assert len(names) == capstone.N_LINEARS and names[-1] == "pooler.dense"
+    assert sum(model.get_submodule(n).weight.numel() for n in names) == 10_764_288  # 6 x 1,769,472 + 147,456
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The checks pass the solution and name the known mistakes
+
+
+def test_solution_passes(sol):
+    capstone.check_spearman(sol.spearman, hidden=True, seed=1)
+    capstone.check_quant_linear(sol.QuantLinear, hidden=True, seed=2)
+
+
+def _pearson(a, b):
+    a, b = torch.as_tensor(a).double(), torch.as_tensor(b).double()
+    a, b = a - a.mean(), b - b.mean()
+    return float((a * b).sum() / (a.norm() * b.norm()))
+
+
+def _no_tie_average(a, b):
+    def r(v):
+        v = torch.as_tensor(v).double()
+        out = torch.empty_like(v)
+        out[torch.argsort(v, stable=True)] = torch.arange(1, len(v) + 1, dtype=torch.float64)
+        return out
+
+    return _pearson(r(a), r(b))
+
+
+@pytest.mark.parametrize(
+    "fn, message",
+    [
+        (_pearson, "Pearson instead of Spearman"),
+        (_no_tie_average, "ties not averaged"),
+        (
+            lambda a, b: _pearson(torch.argsort(a).double(), torch.argsort(b).double()),
+            "argsort taken for the ranks",
+        ),
+        (lambda a, b: torch.tensor([0.5, 0.5]), "one number"),
+    ],
+)
+def test_spearman_mistakes_are_named(fn, message):
+    with pytest.raises(CheckFailed, match=message):
+        capstone.check_spearman(fn, seed=0)
+
+
+def _variant(sol, forward=None, init=None):
+    class Wrong(sol.QuantLinear):
+        pass
+
+    if forward:
+        Wrong.forward = forward
+    if init:
+        Wrong.__init__ = init
+    return Wrong
+
+
+def _stored(self):
+    return [getattr(self, f"w{i}") for i in range(self.n_stored)]
+
+
+def _fwd(kind="auto", bias=1):
+    def forward(self, x):
+        x2 = x.reshape(-1, self.in_features).to(capstone.act_dtype(x.device))
+        ks = capstone.kernels(self.fmt)
+        fn = ks.prefill if kind == "prefill" or (kind == "auto" and x2.shape[0] > 16) else ks.decode
+        y = fn(x2, *_stored(self))
+        if self.bias is not None:
+            y = y + bias * self.bias
+        return y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
+
+    return forward
+
+
+def test_quant_linear_mistakes_are_named(sol):
+    cases = [
+        (_variant(sol, _fwd(bias=0)), "bias forgotten"),
+        (_variant(sol, _fwd(bias=2)), "bias added twice"),
+        (_variant(sol, _fwd(kind="prefill")), "ran the prefill kernel for M = 5 rows"),
+        (_variant(sol, lambda self, x: sol.QuantLinear.forward(self, x).float()), "convert the output back"),
+        (_variant(sol, lambda self, x: sol.QuantLinear.forward(self, x).reshape(-1, self.out_features)),
+         "keep x's leading dimensions"),
+        (_variant(sol, lambda self, x: x[..., :1] * 0 + torch.zeros(self.out_features)), "called no kernel"),
+    ]  # fmt: skip
+
+    def keeps_weight(self, linear, fmt):
+        sol.QuantLinear.__init__(self, linear, fmt)
+        self.weight = linear.weight.detach().clone()
+
+    def plain_attributes(self, linear, fmt):
+        torch.nn.Module.__init__(self)
+        self.fmt, self.in_features, self.out_features = fmt, linear.in_features, linear.out_features
+        self.stored = list(capstone.kernels(fmt).quantize(linear.weight.detach()))
+        self.n_stored = 0
+        self.bias = linear.bias
+
+    def dense_matmul(self, x):
+        w = capstone.dequantized(self.fmt, _stored(self)).to(x.device)
+        y = torch.nn.functional.linear(x.float(), w)
+        return (y + self.bias if self.bias is not None else y).to(x.dtype)
+
+    cases += [
+        (_variant(sol, init=keeps_weight), "keeps a floating-point copy of the weight"),
+        (_variant(sol, init=plain_attributes), "not among the module's buffers"),
+        (_variant(sol, dense_matmul), "computed the product with PyTorch"),
+    ]
+    for cls, message in cases:
+        with pytest.raises(CheckFailed, match=message):
+            capstone.check_quant_linear(cls, seed=0)
+
+
+def test_quantize_model_mistakes_are_named(sol):
+    def children_only(model, fmt):
+        for name, child in model.named_children():
+            if isinstance(child, torch.nn.Linear):
+                setattr(model, name, sol.QuantLinear(child, fmt))
+        return model
+
+    def skips_pooler(model, fmt):
+        sol.quantize_model(model, fmt)
+        model.pooler.dense = torch.nn.Linear(384, 384)
+        return model
+
+    def wrong_format(model, fmt):
+        return sol.quantize_model(model, "nvfp4")
+
+    cases = [
+        (children_only, "replaced 0 of the model's 37 nn.Linear layers"),
+        (skips_pooler, "replaced 36 of the model's 37.*still nn.Linear: pooler.dense"),
+        (lambda model, fmt: (sol.quantize_model(model, fmt), None)[1], "returned None"),
+        (wrong_format, "quantized as NVFP4, not W8A16(.|\n)*cosine similarity"),
+    ]
+    for fn, message in cases:
+        with pytest.raises(CheckFailed, match=message):
+            capstone.check_quantize_model(fn, seed=0)
+
+
+def test_stack_speed_is_not_measured_without_a_gpu(sol):
+    if torch.cuda.is_available():
+        pytest.skip("measured on a GPU")
+    with pytest.raises(checks.NotMeasured, match="no CUDA GPU"):
+        capstone.check_stack_speed(sol.QuantLinear)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The kernel loader
+
+
+def test_loader_finds_finished_notebooks_and_says_what_is_missing(tmp_path, capsys):
+    from qmatmul import course
+
+    root = course.repo_root()
+    (tmp_path / "w8a16").mkdir()
+    shutil.copy(root / "solutions" / "w8a16" / "w8a16.ipynb", tmp_path / "w8a16")
+    (tmp_path / "w4a16").mkdir()
+    shutil.copy(root / "notebooks" / "w4a16" / "w4a16.ipynb", tmp_path / "w4a16")  # the untouched release
+    nb = json.loads((root / "solutions" / "mxfp4" / "mxfp4.ipynb").read_text())
+    for cell in nb["cells"]:  # a decode kernel that forgets the scales
+        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "ex3_decode":
+            cell["source"] = "".join(cell["source"]).replace("def mxfp4_decode(", "def _unused(") + (
+                "\n\ndef mxfp4_decode(x, packed, scales, out=None):\n"
+                "    return mxfp4_matmul(x, packed, torch.full_like(scales, 127), out=out)\n"
+            )
+    (tmp_path / "mxfp4").mkdir()
+    (tmp_path / "mxfp4" / "mxfp4.ipynb").write_text(json.dumps(nb))
+    sets = capstone.load_kernels(tmp_path, formats=("w8a16", "w4a16", "mxfp4", "nvfp4"), device="cpu")
+    text = capsys.readouterr().out
+    assert sets["w8a16"].source == {"quantize": "yours (quantize_int8_per_channel)",
+                                    "prefill": "yours (w8a16_matmul)", "decode": "yours (w8a16_decode)"}  # fmt: skip
+    assert "W8A16: your quantizer, prefill and decode kernels from" in text
+    assert (
+        "W4A16: no decode kernel found in" in text
+        and "(exercise 3 unfinished); using the reference path" in text
+    )
+    assert "W4A16: no quantizer found in" in text and "(exercise 1 unfinished)" in text
+    assert set(sets["w4a16"].source.values()) == {"reference"}
+    assert "MXFP4: no decode kernel found in" in text and "exercise 3 fails a quick self-check" in text
+    assert (
+        sets["mxfp4"].source["prefill"] == "yours (mxfp4_matmul)"
+        and sets["mxfp4"].source["decode"] == "reference"
+    )
+    assert "NVFP4: no notebook at" in text and "using the reference path" in text
+
+
+def test_learner_kernels_run_inside_the_model(sol, capsys):
+    from qmatmul import course
+
+    sets = capstone.load_kernels(
+        course.repo_root() / "solutions", formats=("w8a16",), device="cpu", verbose=False
+    )
+    with capstone.using({f: capstone.reference_kernels(f) for f in capstone.FORMATS} | sets):
+        capstone.through_your_kernels(sol.QuantLinear, formats=("w8a16",),
+                                      layers=["encoder.layer.0.attention.self.query"])  # fmt: skip
+    line = [ln for ln in capsys.readouterr().out.splitlines() if "W8A16" in ln][0]
+    assert "yours" in line
+    assert float(line.split("reference path ")[1].split()[0]) < 2e-3
