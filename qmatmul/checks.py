@@ -55,6 +55,11 @@ def not_measured(message: str) -> None:
     print(f"not measured here: {message}")
 
 
+# Set (to "1") in the environment of the notebook kernel that nbgrader runs before the trusted grading: a cell
+# that awards nothing and takes long (the capstone's measurements) may skip itself there.
+AUTOGRADE_ENV = "QMATMUL_AUTOGRADE"
+
+
 # Module state the learner's scaffolding reads (e.g. which FP8 path the configs choose): "module:attribute" ->
 # value. The trusted grader sends it with every call, so the worker's scaffolding sees what the check set.
 WORKER_STATE: dict = {}

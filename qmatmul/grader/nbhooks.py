@@ -37,6 +37,12 @@ class StashTests(NbGraderPreprocessor):
 
 class ResilientExecute(Execute):
     def preprocess(self, nb, resources, *args, **kwargs):
+        from qmatmul.checks import AUTOGRADE_ENV
+
+        before = os.environ.get(AUTOGRADE_ENV)
+        os.environ[AUTOGRADE_ENV] = (
+            "1"  # the notebook's kernel inherits it: cells that award nothing may skip
+        )
         try:
             return super().preprocess(nb, resources, *args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - DeadKernelError and friends: the notebook's own cells stop here
@@ -45,6 +51,11 @@ class ResilientExecute(Execute):
             )
             resources.setdefault("qmatmul", {})["kernel_stopped"] = f"{type(exc).__name__}: {exc}"
             return nb, resources
+        finally:
+            if before is None:
+                os.environ.pop(AUTOGRADE_ENV, None)
+            else:
+                os.environ[AUTOGRADE_ENV] = before
 
 
 class TrustedGrades(NbGraderPreprocessor):

@@ -227,14 +227,16 @@ class Worker:
                                unfilled=bool(reply.get("unfilled")), where=reply.get("where", ""),
                                compile_summary=reply.get("compile_summary", ""))  # fmt: skip
 
-    def call(self, name: str, args, kwargs, *, grid=None, audit: bool = False, what: str | None = None):
-        """Run name(*args, **kwargs) (or name[grid](...)) in the worker. Returns (result, ops, outside)."""
+    def call(self, name: str, args, kwargs, *, grid=None, audit: bool = False, what: str | None = None,
+             driver: str | None = None):  # fmt: skip
+        """Run name(*args, **kwargs) (or name[grid](...), or driver(name, *args, **kwargs) with driver a course
+        function "qmatmul.module:function") in the worker. Returns (result, ops, outside)."""
         what = what or name
         token = secrets.token_hex(8)
         args_path, result_path = self.dir / f"args-{token}.pt", self.dir / f"result-{token}.pt"
         torch.save((list(args), dict(kwargs)), args_path)
         job = {"op": "call", "name": name, "grid": grid, "args": str(args_path), "result": str(result_path),
-               "audit": audit}  # fmt: skip
+               "audit": audit, "driver": driver}  # fmt: skip
         try:
             reply = self._exchange(job, what)
         finally:
@@ -351,6 +353,11 @@ class RemoteFunction:
 
     def audited(self, *args, what: str | None = None, **kwargs):
         return self.worker.call(self.__name__, args, kwargs, grid=self.grid, audit=True, what=what)
+
+    def drive(self, driver: str, *args, what: str | None = None, **kwargs):
+        """driver(this function or class, *args, **kwargs), run in the worker: a course function ("qmatmul.m:f")
+        that builds and exercises what the learner defined (a class, a model transform) and returns data."""
+        return self.worker.call(self.__name__, args, kwargs, what=what, driver=driver)[0]
 
     def __getitem__(self, grid):
         grid = grid if isinstance(grid, tuple) else (grid,)

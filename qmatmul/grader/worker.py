@@ -12,6 +12,7 @@ trusted side checks every value itself; what this process says can only take poi
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import io
 import json
@@ -88,6 +89,12 @@ def _call(shell, job: dict) -> dict:
         return {"status": "missing", "name": name}
     if job.get("grid") is not None:
         fn = fn[tuple(job["grid"])]
+    if job.get("driver"):  # a course function that exercises the learner's object here and returns data
+        module, attr = job["driver"].split(":")
+        if not module.startswith("qmatmul."):
+            return {"status": "error", "type": "GraderError", "message": f"no driver {job['driver']}",
+                    "unfilled": False, "where": "", "compile": False, "compile_summary": ""}  # fmt: skip
+        fn = functools.partial(getattr(importlib.import_module(module), attr), fn)
     for key, value in job.get("state", {}).items():
         module, attr = key.split(":")
         setattr(importlib.import_module(module), attr, value)
