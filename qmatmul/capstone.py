@@ -618,9 +618,7 @@ def course_model(device: str | None = None) -> MiniLM:
         }
         model = MiniLM()
         model.load_state_dict(state)
-        _CACHE[key] = (
-            model.float().eval()
-        )  # transformers keeps a 16-bit checkpoint's dtype; the baseline is fp32.to(device)
+        _CACHE[key] = model.float().eval().to(device)  # a 16-bit checkpoint is upcast: the baseline is fp32
     return copy.deepcopy(_CACHE[key])
 
 
@@ -1026,39 +1024,46 @@ def _float_tensors(module: nn.Module):
             for k, t in vars(v).items():
                 walk(f"{where}.{k}", t, depth + 1)
 
+    internal = set(vars(nn.Module()))  # _parameters, _buffers, _modules, hooks: named_* above read those
     for n, v in vars(module).items():
-        if not n.startswith("_"):
+        if n not in internal:
             walk(f"attribute self.{n}", v, 0)
     return [(w, t) for w, t in seen if t.is_floating_point()]
 
 
-def _weight_sized(N: int, K: int) -> dict:
-    """id -> tensor of every 16- or 32-bit tensor of shape [N, K] or [K, N] alive in this process."""
+def _weight_sized(shapes) -> dict:
+    """id -> tensor of every 16- or 32-bit tensor alive in this process whose last two dimensions are one of the
+    (N, K) `shapes`, either way round."""
     import gc
 
+    want = {tuple(sorted(s)) for s in shapes}
     gc.collect()
-    return {id(o): o for o in gc.get_objects()
-            if issubclass(type(o), torch.Tensor)  # not isinstance: that asks some objects for their __class__
-            and o.is_floating_point() and o.element_size() >= 2 and sorted(o.shape[-2:]) == sorted((N, K))}  # fmt: skip
-
-
-def _weight_copies(
-    module: nn.Module, N: int, K: int, *, alive_before: dict | None = None, exclude=()
-) -> list:
-    """[where, dtype, shape] of each 16- or 32-bit tensor of a weight's size the module keeps; with alive_before
-    (_weight_sized before the module was made), also of any such tensor made since and still alive anywhere (a
-    copy hidden in a closure or a global). `exclude`: the grader's own."""
-    found = [[w, str(t.dtype).removeprefix("torch."), list(t.shape)] for w, t in _float_tensors(module)
-             if t.element_size() >= 2 and t.numel() >= N * K]  # fmt: skip
-    if found or alive_before is None:
-        return found
-    mine = {id(t) for t in exclude}
-    for i, t in _weight_sized(N, K).items():
-        if i not in alive_before and i not in mine:
-            found.append(
-                ["a tensor kept outside the module", str(t.dtype).removeprefix("torch."), list(t.shape)]
-            )
+    found = {}
+    for o in gc.get_objects():
+        kind = type(o)  # not isinstance: that asks some objects for their __class__
+        if (kind is torch.Tensor or kind is nn.Parameter) and o.is_floating_point() and o.element_size() >= 2:
+            if tuple(sorted(o.shape[-2:])) in want:
+                found[id(o)] = o
     return found
+
+
+def _weight_copies(module: nn.Module, N: int, K: int) -> list:
+    """[where, dtype, shape] of each 16- or 32-bit tensor of a weight's size that the module holds."""
+    return [[w, str(t.dtype).removeprefix("torch."), list(t.shape)] for w, t in _float_tensors(module)
+            if t.element_size() >= 2 and t.numel() >= N * K]  # fmt: skip
+
+
+def _born_since(alive_before: dict, shapes, exclude=()) -> list:
+    """[dtype, shape] of each weight-sized tensor made since the census `alive_before` and still alive anywhere (a
+    copy kept in a closure or a global); `exclude`: the grader's own."""
+    mine = {id(t) for t in exclude}
+    return [[str(t.dtype).removeprefix("torch."), list(t.shape)] for i, t in _weight_sized(shapes).items()
+            if i not in alive_before and i not in mine]  # fmt: skip
+
+
+def _course_class(module_name: str) -> bool:
+    """A class of the course's or of a library's (not one the learner's notebook defined)."""
+    return module_name.split(".")[0] in ("qmatmul", "torch")
 
 
 def _ops_data(ops) -> list:
@@ -1075,53 +1080,71 @@ def _ops_records(data) -> list:
             for n, shapes, dtypes in data]  # fmt: skip
 
 
-def drive_quant_linear(cls, fmt: str, weight: torch.Tensor, bias, xs: list) -> dict:
-    """Where the learner's code runs: QuantLinear(linear, fmt) on a Linear of this weight and bias, then a forward
-    of each x (under the grading kernels, the learner's own torch ops recorded). Returns data, never a verdict."""
+def drive_quant_linear(cls, cases: list) -> dict:
+    """Where the learner's code runs: for each case {fmt, weight, bias, xs}, QuantLinear(linear, fmt) on a Linear
+    of that weight and bias, then a forward of each x (under the grading kernels, the learner's own torch ops
+    recorded). Returns data, never a verdict: meta["cases"][i] and tensors named "i:..."."""
     device = _device()
-    meta, tensors = {"error": None, "forwards": []}, {}
+    meta, tensors = {"cases": []}, {}
     grading = _GradingKernels()
     sets = grading.sets()
-    N, K = weight.shape
-    lin = nn.Linear(K, N, bias=bias is not None, device=device)
-    with torch.no_grad():
-        lin.weight.copy_(weight)
-        if bias is not None:
-            lin.bias.copy_(bias)
     _DCACHE.clear()
-    alive = _weight_sized(N, K)
-    try:
-        with using(sets):
-            mod = cls(lin, fmt)
-    except BaseException as exc:  # noqa: BLE001 - the learner's error, reported as data
-        meta["error"] = _describe_exception(exc, "QuantLinear(linear, fmt)")
-        return _pack(meta, tensors)
-    meta["module"] = isinstance(mod, nn.Module)
-    meta["type"] = type(mod).__name__
-    tensors["weight_after"] = lin.weight.detach()
-    if meta["module"]:
-        meta["weight_copies"] = _weight_copies(mod, N, K, alive_before=alive,
-                                               exclude=[lin.weight, weight, tensors["weight_after"]])  # fmt: skip
-        for i, (name, b) in enumerate(mod.named_buffers()):
-            meta.setdefault("buffers", []).append(name)
-            tensors[f"buffer{i}"] = b
-    for j, x in enumerate(xs):
-        x = x.to(device)
-        x0 = x.clone()
-        grading.calls.clear()
-        grading.audit = _Audit()
+    lins = []
+    for case in cases:
+        N, K = case["weight"].shape
+        lin = nn.Linear(K, N, bias=case["bias"] is not None, device=device)
+        with torch.no_grad():
+            lin.weight.copy_(case["weight"])
+            if case["bias"] is not None:
+                lin.bias.copy_(case["bias"])
+        lins.append(lin)
+    shapes = {tuple(c["weight"].shape) for c in cases}
+    alive = _weight_sized(shapes)
+    mods = []
+    for c, (case, lin) in enumerate(zip(cases, lins, strict=True)):
+        info = {"error": None, "forwards": []}
+        meta["cases"].append(info)
         try:
-            with using(sets), grading.audit, torch.no_grad():
-                y = mod(x)
-        except BaseException as exc:  # noqa: BLE001
-            meta["error"] = {**_describe_exception(exc, "QuantLinear.forward"), "at": j}
-            break
-        finally:
-            ops, grading.audit = grading.audit.ops, None
-        meta["forwards"].append({"calls": [list(c) for c in grading.calls], "ops": _ops_data(ops),
-                                 "returned": type(y).__name__, "x_changed": not torch.equal(x, x0)})  # fmt: skip
-        if isinstance(y, torch.Tensor):
-            tensors[f"y{j}"] = y
+            with using(sets):
+                mod = cls(lin, case["fmt"])
+        except BaseException as exc:  # noqa: BLE001 - the learner's error, reported as data
+            info["error"] = _describe_exception(exc, "QuantLinear(linear, fmt)")
+            mod = None
+        mods.append(mod)
+        if mod is not None:
+            info["module"] = isinstance(mod, nn.Module)
+            info["type"], info["defined_in"] = type(mod).__name__, type(mod).__module__
+            tensors[f"{c}:weight_after"] = lin.weight.detach()
+    mine = [t for c in cases for t in (c["weight"], c["bias"]) if t is not None] + list(tensors.values())
+    born = _born_since(alive, shapes, exclude=mine)
+    for c, (case, mod) in enumerate(zip(cases, mods, strict=True)):
+        info = meta["cases"][c]
+        if mod is None or not info["module"]:
+            continue
+        N, K = case["weight"].shape
+        info["weight_copies"] = _weight_copies(mod, N, K) or [
+            ["a tensor kept outside the module", *b] for b in born if sorted(b[1][-2:]) == sorted((N, K))
+        ]
+        for i, (name, b) in enumerate(mod.named_buffers()):
+            info.setdefault("buffers", []).append(name)
+            tensors[f"{c}:buffer{i}"] = b
+        for j, x in enumerate(case["xs"]):
+            x = x.to(device)
+            x0 = x.clone()
+            grading.calls.clear()
+            grading.audit = _Audit()
+            try:
+                with using(sets), grading.audit, torch.no_grad():
+                    y = mod(x)
+            except BaseException as exc:  # noqa: BLE001
+                info["error"] = {**_describe_exception(exc, "QuantLinear.forward"), "at": j}
+                break
+            finally:
+                ops, grading.audit = grading.audit.ops, None
+            info["forwards"].append({"calls": [list(k) for k in grading.calls], "ops": _ops_data(ops),
+                                     "returned": type(y).__name__, "x_changed": not torch.equal(x, x0)})  # fmt: skip
+            if isinstance(y, torch.Tensor):
+                tensors[f"{c}:y{j}"] = y
     return _pack(meta, tensors)
 
 
@@ -1144,18 +1167,33 @@ def check_quant_linear(cls, *, hidden: bool = False, seed: int | None = None) ->
     device = _device()
     act = act_dtype(device)
     n = 0
+    cases = []
     for fmt, N, K, bias in _ql_cases(g, hidden, device):
         weight = w8a16.random_weight(N, K, g)
         b = torch.randn(N, generator=g) * 0.5 if bias else None
-        ctx = f" ({LABELS[fmt]}, N={N}, K={K}, {'with' if bias else 'no'} bias)"
         M_small = int(torch.randint(1, DECODE_MAX_M + 1, (1,), generator=g)) if hidden else 5
         shapes = [(M_small, K), (2, 13, K)] + ([(DECODE_MAX_M, K), (DECODE_MAX_M + 1, K)] if hidden else [])
         xs = [(torch.randn(*s, generator=g) * 0.5).to(dt) for s in shapes for dt in (torch.float32, act)]
-        meta, got = _drive(cls, "quant_linear", fmt, weight, b, xs, what="QuantLinear")
+        cases.append({"fmt": fmt, "weight": weight, "bias": b, "xs": xs})
+    everything, all_got = _drive(cls, "quant_linear", cases, what="QuantLinear")
+    for c, case in enumerate(cases):
+        fmt, weight, b, xs = case["fmt"], case["weight"], case["bias"], case["xs"]
+        N, K = weight.shape
+        bias = b is not None
+        ctx = f" ({LABELS[fmt]}, N={N}, K={K}, {'with' if bias else 'no'} bias)"
+        try:
+            meta = everything["cases"][c]
+        except (KeyError, IndexError, TypeError):
+            raise CheckFailed("QuantLinear: the grader could not read what your code did: flagged for your "
+                              "instructor") from None  # fmt: skip
+        got = {k.split(":", 1)[1]: v for k, v in all_got.items() if k.split(":", 1)[0] == str(c)}
         if meta.get("error") and "at" not in meta["error"]:
             _raise_learner(meta["error"], ctx)
         if not meta.get("module"):
             raise CheckFailed(f"QuantLinear must be an nn.Module (class QuantLinear(torch.nn.Module)){ctx}")
+        if _course_class(meta.get("defined_in", "")):
+            raise CheckFailed(f"QuantLinear(linear, fmt) made a {meta['defined_in']}.{meta['type']}, the course's "
+                              f"own class: the exercise is to write QuantLinear{ctx}")  # fmt: skip
         if not torch.equal(got.get("weight_after", torch.empty(0)), weight):
             raise CheckFailed(f"QuantLinear changed the nn.Linear's weight in place; leave it untouched{ctx}")
         for where, dtype, shape in meta.get("weight_copies", []):
@@ -1248,6 +1286,8 @@ def drive_quantize_model(fn, fmt: str, batches: list, table: dict | None = None)
     if table:
         _preload(fmt, model, table, device)
     before = linear_names(model)
+    shapes = {tuple(model.get_submodule(n).weight.shape) for n in before}
+    alive = _weight_sized(shapes)
     try:
         with using(sets), torch.no_grad():
             result = fn(model, fmt)
@@ -1258,6 +1298,11 @@ def drive_quantize_model(fn, fmt: str, batches: list, table: dict | None = None)
     if not isinstance(result, nn.Module):
         return _pack(meta, tensors)
     meta["left"] = linear_names(result)
+    del (
+        model
+    )  # the Linears left alive now are kept by the result (or by something quantize_model left behind)
+    if not meta["left"]:
+        meta["kept_copies"] = _born_since(alive, shapes)
     layers = {}
     for name in before:
         try:
@@ -1379,7 +1424,10 @@ def check_quantize_model(fn, *, hidden: bool = False, seed: int | None = None) -
     reference = table["stored"]
     for name in before:
         info = meta["layers"][name]
-        if info["module"].split(".")[0] in ("qmatmul", "torch") or info["linear"]:
+        if info["linear"]:
+            raise CheckFailed(f"the layer at {name} is still an nn.Linear (a {info['class']}, which keeps the float "
+                              f"weight): replace each nn.Linear by your QuantLinear{ctx}")  # fmt: skip
+        if _course_class(info["module"]):
             raise CheckFailed(
                 f"quantize_model put a {info['module']}.{info['class']} at {name}: the exercise is to replace each "
                 f"nn.Linear by your QuantLinear{ctx}"
@@ -1401,6 +1449,11 @@ def check_quantize_model(fn, *, hidden: bool = False, seed: int | None = None) -
                     lines.insert(0, f"This matches a known mistake: the model was quantized as {LABELS[other]}, not "
                                  f"{LABELS[fmt]}: pass fmt on to QuantLinear.")  # fmt: skip
                 raise CheckFailed("\n".join(lines))
+    if meta.get("kept_copies"):
+        dtype, shape = meta["kept_copies"][0]
+        raise CheckFailed(f"after quantize_model, {len(meta['kept_copies'])} floating-point copies of the Linear weights "
+                          f"({dtype} {shape}, ...) are still alive, held outside the model's modules: store only the "
+                          f"quantized tensors, or the model is no smaller than before{ctx}")  # fmt: skip
     for i, batch in enumerate(batches):
         if i >= len(meta.get("calls", [])):
             _raise_learner(meta["error"], ctx)
