@@ -72,8 +72,8 @@ LLAMA_BLOCK = [
 ]
 STACK_MS = (1, 16)
 # The learner's QuantLinear stack (W8A16) must be this many times faster than the naive path. Measured on the H200
-# (docs/capstone-h200.md) with the course's kernels: 2.2x at M = 1, 2.3x at M = 16, eager (560-590 µs per block, of
-# which the weights need 52 µs at the copy bandwidth: Python and launch overhead are the rest).
+# (docs/capstone-h200.json) with the course's kernels, eager: 2.5x at M = 1, 2.9x at M = 16 (440-520 µs per block,
+# of which the weights need 52 µs at the copy bandwidth: Python and launch overhead are the rest).
 STACK_SPEEDUP = 1.5
 
 
@@ -1662,7 +1662,12 @@ def measure(quantize_model_fn, spearman_fn=None, formats=FORMATS, *, kernels_mod
         return []
     spearman_fn = spearman_fn or spearman_reference
     use_ref = kernels_mode == "reference" or (kernels_mode == "auto" and not torch.cuda.is_available())
-    sets = {f: reference_kernels(f) for f in FORMATS} if use_ref else {f: kernels(f) for f in FORMATS}
+    if use_ref and not torch.cuda.is_available():
+        # On a CPU, PyTorch's 16-bit matmul is slow: the grading kernels compute the same product (16-bit x, the
+        # dequantized weight, a 16-bit result) in float32, with each layer's weight dequantized once.
+        sets = _GradingKernels().sets()
+    else:
+        sets = {f: reference_kernels(f) for f in FORMATS} if use_ref else {f: kernels(f) for f in FORMATS}
     base = load_model(backend)
     sentences = list(capstone_data.SENTENCES)
     pair_sents = _pair_sentences()
@@ -1805,16 +1810,14 @@ def quality_figure(rows=None):
 # ----------------------------------------------------------------------------------------------------------
 # Speed: the small model (launch-bound) and a Llama-sized layer stack (bandwidth-bound)
 
-# Recorded on the course's H200 (docs/capstone-h200.md); shown on machines without a GPU.
-H200_RECORDED: dict = {
-    "date": "2026-12-01, torch 2.11, triton 3.6, bf16",
-    "stack": [
-        "One Llama-3-8B block's seven Linears in W8A16 through the solution's QuantLinear and the course's kernels:",
-        "M = 1: 587 µs; the naive path (dequantize, then matmul) 1273 µs",
-        "M = 16: 559 µs; the naive path 1276 µs",
-        "The weights need 52 µs at the copy bandwidth: driven from Python one layer at a time, launches dominate.",
-    ],
-}
+
+def _recorded() -> dict:
+    """The course's H200 run (docs/capstone-h200.json, written by tools/capstone_h200.py), if this checkout has it."""
+    from qmatmul import course
+
+    root = course.repo_root()
+    path = root / "docs" / "capstone-h200.json" if root else None
+    return json.loads(path.read_text()) if path and path.is_file() else {}
 
 
 def _time_us(fn) -> float:
@@ -1907,14 +1910,21 @@ def time_llama_stack(cls, formats=FORMATS, ms=STACK_MS) -> dict:
 
 
 def _show_recorded(what: str) -> None:
-    rec = H200_RECORDED.get(what)
-    if not rec:
-        print("No CUDA GPU here: nothing is timed, and the course's H200 has not recorded this one yet "
-              "(docs/capstone-h200.md).")  # fmt: skip
+    """On a machine without a GPU: what the course's H200 measured (docs/capstone-h200.md), as a table."""
+    rec = _recorded()
+    data = rec.get({"stack": "stack_us", "model": "model_us"}[what])
+    if not data:
+        print("No CUDA GPU here: nothing is timed (the course's H200 figures are in docs/capstone-h200.md).")
         return
-    print(f"No CUDA GPU here; recorded on the course's H200 ({H200_RECORDED.get('date', '')}), median µs:")
-    for line in rec:
-        print("  " + line)
+    where = "; ".join(rec.get("env", "").splitlines()[:2]) or "the course's H200"
+    cols = ("M=1", "M=16") if what == "stack" else ("batch 1", "batch 24")
+    print(f"No CUDA GPU here; recorded on the course's H200 ({where}), median µs:")
+    rows = dict.fromkeys(k.rsplit(" ", 2 if what == "model" else 1)[0] for k in data)
+    print(f"  {'path':<24}" + "".join(f"{c:>10}" for c in cols))
+    for row in rows:
+        cells = [data.get(f"{row} {c}") for c in cols]
+        label = LABELS.get(row, LABELS.get(row.split()[0], row) + (" naive" if row.endswith("naive") else ""))
+        print(f"  {label:<24}" + "".join(f"{v:>10.0f}" if v is not None else f"{'':>10}" for v in cells))
 
 
 # ----------------------------------------------------------------------------------------------------------
