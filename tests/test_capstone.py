@@ -233,11 +233,22 @@ def test_quantize_model_mistakes_are_named(sol):
         (children_only, "replaced 0 of the model's 37 nn.Linear layers"),
         (skips_pooler, "replaced 36 of the model's 37.*still nn.Linear: pooler.dense"),
         (lambda model, fmt: (sol.quantize_model(model, fmt), None)[1], "returned None"),
-        (wrong_format, "quantized as FP8 per-row \\(W8A8\\), not W8A16(.|\n)*does not hold the W8A16 quantized weight"),
+        (
+            wrong_format,
+            "quantized as FP8 per-row \\(W8A8\\), not W8A16(.|\n)*does not hold the W8A16 quantized weight",
+        ),
     ]
     for fn, message in cases:
         with pytest.raises(CheckFailed, match=message):
             capstone.check_quantize_model(fn, seed=0)
+
+
+def test_the_course_classes_handed_in_earn_nothing():
+    """Adversarial: every number right, none of it the learner's (the demo class holds the other adversaries)."""
+    with pytest.raises(CheckFailed, match="the course's own class"):
+        capstone.check_quant_linear(capstone.ReferenceQuantLinear, seed=0)
+    with pytest.raises(CheckFailed, match="quantize_model put a qmatmul.capstone.ReferenceQuantLinear"):
+        capstone.check_quantize_model(capstone.reference_quantize_model, seed=0)
 
 
 def test_what_the_worker_says_is_read_as_data_or_refused():

@@ -1,11 +1,25 @@
-"""Adds the bias twice (once as if the kernel had not, once more).
+"""Three mistakes in three cells. spearman ranks by argsort alone, so tied values get different ranks; QuantLinear
+adds the bias twice; quantize_model looks only at the model's direct children, and the Linears, several levels down,
+are never found.
 
-The model's Linears have biases, so the quantized model's embeddings move away from the reference too.
-expect test_spearman: 2 /
+expect test_spearman: 0 / ties not averaged
 expect test_quant_linear: 0 / bias added twice
-expect test_quantize_model: 0 / cosine similarity
+expect test_quantize_model: 0 / replaced 0 of the model's 37 nn.Linear layers
 expect[cpu] test_stack_speed: 0 / Performance not measured
 """
+
+
+# %% ex1_spearman
+def spearman(a, b):
+    def ranks(v):
+        v = torch.as_tensor(v).double()
+        r = torch.empty_like(v)
+        r[torch.argsort(v, stable=True)] = torch.arange(1, len(v) + 1, dtype=torch.float64)
+        return r
+
+    ra, rb = ranks(a), ranks(b)
+    ra, rb = ra - ra.mean(), rb - rb.mean()
+    return float((ra * rb).sum() / (ra.norm() * rb.norm()))
 
 
 # %% ex2_quant_linear
@@ -29,3 +43,11 @@ class QuantLinear(torch.nn.Module):
         if self.bias is not None:
             y = y + 2 * self.bias
         return y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
+
+
+# %% ex3_quantize_model
+def quantize_model(model, fmt):
+    for name, child in model.named_children():
+        if isinstance(child, torch.nn.Linear):
+            setattr(model, name, QuantLinear(child, fmt))
+    return model
