@@ -152,7 +152,7 @@ def _variant(sol, forward=None, init=None):
 
 
 def _stored(self):
-    return [getattr(self, f"w{i}") for i in range(self.n_stored)]
+    return [self.get_buffer(n) for n in self.names]
 
 
 def _fwd(kind="auto", bias=1):
@@ -192,7 +192,7 @@ def test_quant_linear_mistakes_are_named(sol):
         torch.nn.Module.__init__(self)
         self.fmt, self.in_features, self.out_features = fmt, linear.in_features, linear.out_features
         self.stored = list(capstone.kernels(fmt).quantize(linear.weight.detach()))
-        self.n_stored = 0
+        self.names = []
         self.bias = linear.bias
 
     def dense_matmul(self, x):
@@ -218,7 +218,7 @@ def test_quantize_model_mistakes_are_named(sol):
     def children_only(model, fmt):
         for name, child in model.named_children():
             if isinstance(child, torch.nn.Linear):
-                setattr(model, name, sol.QuantLinear(child, fmt))
+                model.register_module(name, sol.QuantLinear(child, fmt))
         return model
 
     def skips_pooler(model, fmt):

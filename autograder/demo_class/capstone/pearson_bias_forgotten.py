@@ -24,16 +24,16 @@ class QuantLinear(torch.nn.Module):
         self.in_features = linear.in_features
         self.out_features = linear.out_features
         stored = capstone.kernels(fmt).quantize(linear.weight.detach())
-        self.n_stored = len(stored)
-        for i, t in enumerate(stored):
-            self.register_buffer(f"w{i}", t.contiguous())
+        self.names = [f"w{i}" for i in range(len(stored))]
+        for name, t in zip(self.names, stored, strict=True):
+            self.register_buffer(name, t.contiguous())
         self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().clone())
 
     def forward(self, x):
         x2 = x.reshape(-1, self.in_features).to(capstone.act_dtype(x.device))
         ks = capstone.kernels(self.fmt)
         kernel = ks.decode if x2.shape[0] <= capstone.DECODE_MAX_M else ks.prefill
-        y = kernel(x2, *[getattr(self, f"w{i}") for i in range(self.n_stored)])
+        y = kernel(x2, *[self.get_buffer(n) for n in self.names])
         if self.bias is not None:
             y = y  # the bias: never added
         return y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)

@@ -16,13 +16,13 @@ class QuantLinear(torch.nn.Module):
         self.in_features = linear.in_features
         self.out_features = linear.out_features
         stored = capstone.kernels(fmt).quantize(linear.weight.detach())
-        self.n_stored = len(stored)
-        for i, t in enumerate(stored):
-            self.register_buffer(f"w{i}", t.contiguous())
+        self.names = [f"w{i}" for i in range(len(stored))]
+        for name, t in zip(self.names, stored, strict=True):
+            self.register_buffer(name, t.contiguous())
         self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().clone())
 
     def forward(self, x):
-        stored = [getattr(self, f"w{i}") for i in range(self.n_stored)]
+        stored = [self.get_buffer(n) for n in self.names]
         w = capstone.dequantized(self.fmt, stored).to(x.device)
         y = torch.nn.functional.linear(x.reshape(-1, self.in_features).float(), w)
         if self.bias is not None:
