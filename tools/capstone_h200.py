@@ -59,10 +59,10 @@ def main(argv=None) -> int:
         }
         save("stack")
     if "grade" not in skip:
-        import gpu_check
+        import grade_direct
 
         print("\n# The solution through the trusted grader", flush=True)
-        report["grading"] = gpu_check.grade("capstone", {})
+        report["grading"] = grade_direct.grade("capstone", {})
         for cell, (points, message, seconds) in report["grading"].items():
             print(f"{cell}: {points:g} ({seconds:.1f} s) {message[:300]}")
         save("grade")
