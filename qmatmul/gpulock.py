@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 ENV_DIR = "QMATMUL_GPU_LOCK_DIR"
+ENV_OFF = "QMATMUL_GPU_LOCK"  # "off": no lock (only to measure what it prevents: tests/test_parallel.py)
 DEFAULT_DIR = "/tmp/qmatmul-gpu-locks"
 
 _ACTIVE = False
@@ -97,7 +98,7 @@ def active(on: bool = True) -> bool:
 
 def _lock() -> _GpuLock | None:
     global _LOCK
-    if not _ACTIVE:
+    if not _ACTIVE or os.environ.get(ENV_OFF) == "off":
         return None
     if _LOCK is None:
         key = gpu_key()
