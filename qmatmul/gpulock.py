@@ -11,7 +11,10 @@ GPU under different CUDA_VISIBLE_DEVICES indices agree) in QMATMUL_GPU_LOCK_DIR 
 a folder every grading process on the host must share:
   <gpu>.gate  a writer holds it while it waits, so new readers queue behind a waiting timing (no starvation);
   <gpu>.rw    readers share it, a writer holds it alone.
-The kernel releases a dead process's locks, so a killed or timed-out grader never leaves the GPU locked.
+The kernel releases a dead process's locks, so a killed or timed-out grader never leaves the GPU locked; a
+wait longer than QMATMUL_GPU_LOCK_TIMEOUT (900 s) fails that cell as not graded (GraderError) rather than
+hanging the class. The sandbox hides the folder from the learner's code (a submission holding the lock would
+stall every grader of the GPU); in plain mode, like the gradebook, it is not defended.
 
 It is a no-op unless the grader turned it on (`active()`, set by qmatmul.grader.trusted and nbhooks) and a CUDA
 GPU is visible: a learner's own notebook never waits on it.
@@ -27,12 +30,19 @@ import time
 from pathlib import Path
 
 ENV_DIR = "QMATMUL_GPU_LOCK_DIR"
+ENV_TIMEOUT = "QMATMUL_GPU_LOCK_TIMEOUT"  # seconds (default 900)
 ENV_OFF = "QMATMUL_GPU_LOCK"  # "off": no lock (only to measure what it prevents: tests/test_parallel.py)
 DEFAULT_DIR = "/tmp/qmatmul-gpu-locks"
 
 _ACTIVE = False
 _LOCK: _GpuLock | None = None
-waited_s = 0.0  # seconds this process spent waiting for an exclusive window (reported by the grader)
+waited_s = 0.0  # seconds this process waited for its exclusive windows
+held_s = 0.0  # seconds it held the GPU exclusively (the timed windows: what the GPU cannot share)
+
+
+def timeout_s() -> float:
+    """How long to wait for the lock before the cell is reported as not graded (never forever)."""
+    return float(os.environ.get(ENV_TIMEOUT) or 900)
 
 
 def lock_dir() -> Path:
@@ -69,11 +79,25 @@ class _GpuLock:
             os.chmod(path, 0o666)  # graders of several users may share the folder
         return fd
 
+    def _wait(self, fd: int, how: int, path: Path, deadline: float) -> None:
+        while True:
+            try:
+                fcntl.flock(fd, how | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"the GPU's lock {path} stayed taken for {timeout_s():.0f} s (a grader stuck, or a process "
+                        "left behind holding it): this cell was not graded; grade the submission again"
+                    ) from None
+                time.sleep(0.02)
+
     def acquire(self, mode: str) -> None:
         gate, rw = (self._open(p) for p in self.paths)
+        deadline = time.monotonic() + timeout_s()
         try:
-            fcntl.flock(gate, fcntl.LOCK_EX)  # behind any timing already waiting
-            fcntl.flock(rw, fcntl.LOCK_EX if mode == "exclusive" else fcntl.LOCK_SH)
+            self._wait(gate, fcntl.LOCK_EX, self.paths[0], deadline)  # behind any timing already waiting
+            self._wait(rw, fcntl.LOCK_EX if mode == "exclusive" else fcntl.LOCK_SH, self.paths[1], deadline)
         except BaseException:
             os.close(rw)
             os.close(gate)
@@ -125,7 +149,7 @@ def shared():
 @contextlib.contextmanager
 def exclusive():
     """A timed window: waits until nothing else of any grader runs on this GPU, and keeps it so."""
-    global waited_s
+    global waited_s, held_s
     lock = _lock()
     if lock is None or lock.mode == "exclusive":
         yield
@@ -135,10 +159,12 @@ def exclusive():
         lock.release()  # a shared holder waiting for exclusive would wait for itself
     t0 = time.monotonic()
     lock.acquire("exclusive")
-    waited_s += time.monotonic() - t0
+    t1 = time.monotonic()
+    waited_s += t1 - t0
     try:
         yield
     finally:
+        held_s += time.monotonic() - t1
         lock.release()
         if previous == "shared":
             lock.acquire("shared")

@@ -252,42 +252,75 @@ def test_exclusive_inside_shared_gives_the_gpu_up_and_takes_it_back(lock_dir, mo
         assert gpulock._lock() is None
 
 
+def test_each_timed_go_of_the_protocol_holds_the_gpu_alone(lock_dir, monkeypatch):
+    """harness.time_calls through a worker (on the CPU, as test_grader's protocol test): the lock is taken
+    exclusively around every go, and a go waits while another grader holds the GPU shared."""
+    import torch
+    from test_grader import TIMED
+
+    from qmatmul import gpulock, harness
+    from qmatmul.grader.remote import RemoteFunction, Worker
+
+    monkeypatch.setattr(gpulock, "gpu_key", lambda: "gpu-test")
+    monkeypatch.setattr(gpulock, "_LOCK", None)
+    monkeypatch.setattr(gpulock, "held_s", 0.0)
+    monkeypatch.setattr(gpulock, "waited_s", 0.0)
+    previous = gpulock.active()
+    other = gpulock._GpuLock(lock_dir, "gpu-test")
+    w = Worker(TIMED, timeout=60)
+    real = gpulock._GpuLock.acquire
+
+    def acquire(self, mode):
+        if mode == "exclusive" and self is not other and other.mode is None and not gpulock.waited_s:
+            other.acquire("shared")  # another grader's correctness cell runs when the first go comes, for 1 s
+            threading.Timer(1.0, other.release).start()
+        real(self, mode)
+
+    monkeypatch.setattr(gpulock._GpuLock, "acquire", acquire)
+    try:
+        harness.time_calls(RemoteFunction(w, "decode"), what="decode", module="qmatmul.w8a16", N=48, K=64, M=2,
+                           out_dtype=torch.float16, nbytes=1 << 20, device="cpu")  # fmt: skip
+    finally:
+        w.close()
+        gpulock.active(previous)
+    assert gpulock.held_s > 0 and gpulock.waited_s > 0.5, (gpulock.held_s, gpulock.waited_s)
+
+
+def test_the_sandbox_hides_the_gpu_locks():
+    import sandbox
+
+    from qmatmul import gpulock
+
+    assert str(gpulock.lock_dir().resolve()) in sandbox.hidden()
+    assert "--unsetenv QMATMUL_DB_URL" in (ROOT / "autograder" / "sandbox_exec.sh").read_text()
+
+
+def _tool():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("parallel_grading", ROOT / "tools" / "parallel_grading.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool
+
+
 @pytest.mark.skipif(not HAS_GPU, reason="bandwidth figures need a CUDA GPU")
 def test_bandwidth_figures_of_a_parallel_run_match_a_serial_run():
-    """Four graders of the W8A16 solution at once on one GPU read the same decode bandwidth as one grader
-    alone (the timed windows never overlap); with the lock off they would read each other's traffic."""
-    import json
-    import re
-    import subprocess
-    import sys
-
-    script = (
-        "import json, sys; sys.path.insert(0, 'autograder'); import gpu_check;"
-        "from qmatmul.grader import trusted;"
-        "v = trusted.grade(gpu_check.solution_cells('w8a16'), only=['test_decode_bandwidth']);"
-        "print('RESULT', json.dumps([x.output for x in v]))"
-    )
-
-    def figures(n: int, lock: str = "on") -> list[float]:
-        env = dict(os.environ, QMATMUL_GPU_LOCK=lock)
-        procs = [subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, text=True,
-                                  env=env) for _ in range(n)]  # fmt: skip
-        out = []
-        for p in procs:
-            text, _ = p.communicate(timeout=600)
-            assert p.returncode == 0, text[-2000:]
-            printed = json.loads(next(ln for ln in text.splitlines() if ln.startswith("RESULT "))[7:])
-            out += [float(x) for x in re.findall(r"graph replay [\d.]+ µs = (\d+)% of copy", printed[0])]
-        return out
-
-    alone = figures(1)
-    together = figures(4)
+    """Four graders of the W8A16 solution at once on one GPU read the decode bandwidth one grader alone reads
+    (their timed windows never overlap). `tools/parallel_grading.py gpu` measures the same, and also what four
+    at once read without the lock."""
+    tool = _tool()
+    alone, together = tool.bandwidth(1), tool.bandwidth(4)
     assert alone and len(together) == 4 * len(alone)
-    mean_alone = sum(alone) / len(alone)
-    mean_together = sum(together) / len(together)
-    unlocked = figures(4, lock="off")  # what the lock prevents: timings beside each other's kernels
-    print(
-        f"W8A16 decode bandwidth, % of copy (graph replay): alone {alone}; four graders at once {together}; "
-        f"four at once without the lock {unlocked}"
-    )
+    mean_alone, mean_together = sum(alone) / len(alone), sum(together) / len(together)
+    print(f"W8A16 decode bandwidth, % of copy: alone {alone}; four graders at once {together}")
     assert abs(mean_together - mean_alone) <= 0.05 * mean_alone + 2, (alone, together)
+
+
+def test_the_class_time_model_in_the_docs_is_the_tools():
+    """docs/parallel-grading.md shows the model computed from docs/parallel-throughput.json, the one data file
+    (`python tools/parallel_grading.py model` prints it)."""
+    table = _tool().model_table()
+    assert table in (ROOT / "docs" / "parallel-grading.md").read_text(), (
+        "docs/parallel-grading.md is out of step with the data file: paste in\n" + table
+    )
