@@ -126,6 +126,27 @@ def test_parallel_with_sqlite_is_refused_with_a_reason(tmp_path):
         classroom.autograde_class([(CHAPTER, "ann"), (CHAPTER, "ben")], dirs, jobs=2)
 
 
+def test_a_hung_or_failing_job_costs_only_itself(capsys, monkeypatch):
+    """The pool's own rules, without nbgrader: a job past its timeout is killed (its process group with it),
+    a failing one is reported, the others finish; progress counts the whole class; slots take GPUs in turn."""
+    import sys
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    code = {"hang": "import time; time.sleep(60)", "fail": "raise SystemExit(3)",
+            "ok": "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])"}  # fmt: skip
+    jobs = [parallel.Job("w8a16", name, [sys.executable, "-c", src], {}, str(ROOT), 3.0)
+            for name, src in [("hang", code["hang"]), ("fail", code["fail"]), ("ok1", code["ok"]), ("ok2", code["ok"])]]  # fmt: skip
+    t0 = time.time()
+    results = parallel.run_local(jobs, 2, parallel.Progress(len(jobs), lambda r: r.returncode or None))
+    by = {r.job.student: r for r in results}
+    assert time.time() - t0 < 30
+    assert by["hang"].returncode == -9 and "ran past 3 s" in by["hang"].stderr
+    assert by["fail"].returncode == 3 and by["ok1"].returncode == 0 == by["ok2"].returncode
+    assert {r.where.split()[-1] for r in results} == {"0", "1"}
+    out = capsys.readouterr().out
+    assert "[4/4]" in out and "FAILED" in out
+
+
 @pytest.mark.slow
 @pytest.mark.xdist_group(CHAPTER)
 def test_pool_killed_midway_then_resumed_equals_the_serial_run(serial, db_url, tmp_path, capsys):

@@ -211,6 +211,7 @@ def model_table(data: Path = DATA) -> str:
              f"parallel efficiency {efficiency:.2f} a job (CPU machine, 2 jobs against 1)", "",
              "| GPUs | hosts (8 GPUs each) | jobs | CPU-bound rate | GPU-bound rate | class time |",
              "|---|---|---|---|---|---|"]  # fmt: skip
+    closing = []
     for g in GPUS:
         hosts = max(1, g // 8)
         jobs = g * jobs_per_gpu
@@ -221,8 +222,12 @@ def model_table(data: Path = DATA) -> str:
         lines.append(
             f"| {g} | {hosts} | {jobs} | {cpu_rate:.0f}/h | {gpu_rate:.0f}/h | {_duration(minutes)} |"
         )
+        closing.append(f"{_duration(minutes)} on {g} GPU{'s' if g > 1 else ''}")
     lines.append("")
     lines.append(f"(jobs: {jobs_per_gpu} a GPU of {cores_per_gpu} cores; rates in notebooks per hour)")
+    lines.append("")
+    lines.append(f"By the model, {STUDENTS} students take {', '.join(closing[:-1])} and {closing[-1]}; one notebook "
+                 f"at a time, as nbgrader alone grades, {_duration(notebooks * t_nb / 60)}.")  # fmt: skip
     return "\n".join(lines)
 
 
