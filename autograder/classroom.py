@@ -197,7 +197,8 @@ def autograde_class(pairs: list[tuple[str, str]], dirs: CourseDirs, jobs: int = 
     progress for the whole class. Returns {(assignment, student): why} for the pairs that failed. With
     `resume`, pairs whose journal entry matches their submitted files are skipped."""
     if resume:
-        pairs = [(a, s) for a, s in pairs if not graded_already(a, s, dirs)]
+        scored = scored_submissions(dirs)
+        pairs = [(a, s) for a, s in pairs if not graded_already(a, s, dirs, scored)]
         print(f"resume: {len(pairs)} submission(s) to grade", flush=True)
     if jobs <= 1 and scheduler is None:
         failures = {}
@@ -259,11 +260,30 @@ def _record(assignment: str, student: str, dirs: CourseDirs) -> None:
     path.write_text(parallel.submission_digest(ROOT / dirs.submitted / student / assignment) + "\n")
 
 
-def graded_already(assignment: str, student: str, dirs: CourseDirs) -> bool:
-    """True when the last grading of this submission ran to the end on the same files."""
+def graded_already(assignment: str, student: str, dirs: CourseDirs, in_gradebook: set) -> bool:
+    """True when the last grading of this submission ran to the end on the same files, and the gradebook
+    holds its scores (a journal never outlives a gradebook that was replaced)."""
     path = _journal(assignment, student, dirs)
     folder = ROOT / dirs.submitted / student / assignment
-    return path.exists() and path.read_text().strip() == parallel.submission_digest(folder)
+    return (
+        (assignment, student) in in_gradebook
+        and path.exists()
+        and (path.read_text().strip() == parallel.submission_digest(folder))
+    )
+
+
+def scored_submissions(dirs: CourseDirs) -> set:
+    """(assignment, student) of every submission whose graded cells all have a score in the gradebook."""
+    from nbgrader.api import Gradebook
+
+    out = set()
+    with Gradebook(dirs.url) as gb:
+        for a in gb.assignments:
+            for sub in a.submissions:
+                grades = [g for nb in sub.notebooks for g in nb.grades]
+                if grades and all(g.score is not None for g in grades):
+                    out.add((a.name, sub.student.id))
+    return out
 
 
 def reset_database(url: str) -> None:

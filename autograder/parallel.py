@@ -10,104 +10,24 @@ whose process is killed costs only that student, who is graded again by the next
              offers the resource `grader` (course.md, "A class of hundreds", says how to start them)
 
 Performance cells stay exact under either: a timed window holds its GPU alone (qmatmul/gpulock.py).
-The job function below needs only the standard library: Dask ships it to its workers by value.
+The job itself (qmatmul/grader/jobs.py) is in the course package, which every worker's environment has.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import queue
 import shutil
-import signal
-import socket
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from qmatmul.grader.jobs import Job, Result, grade_job, run_command  # noqa: F401 - classroom.py uses them
+
 RESOURCE = "grader"  # a Dask worker that grades says `--resources grader=J` (J jobs at once)
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: if the process that started it dies, so does it (Linux prctl(2)).
-    A grading process orphaned by a killed pool or Dask worker would otherwise go on writing the gradebook
-    while the re-run grades the same student."""
-    with contextlib.suppress(Exception):
-        _PRCTL(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-try:
-    import ctypes
-
-    _PRCTL = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the child only calls it
-except (OSError, AttributeError):  # not Linux
-    _PRCTL = None
-
-
-def run_command(cmd: list[str], *, cwd, env: dict, timeout: float | None, quiet: bool = True
-                ) -> subprocess.CompletedProcess:  # fmt: skip
-    """Run cmd in its own process group. Output goes to files, not pipes (a process the student's code left
-    behind cannot hold the grader up); past `timeout` seconds the process group is killed (code -9)."""
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out if quiet else None, stderr=err if quiet else None,
-                                stdin=subprocess.DEVNULL, text=True, start_new_session=True,
-                                preexec_fn=_die_with_parent if _PRCTL else None)  # fmt: skip
-        try:
-            code = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            code = -9
-            err.write(f"\nTimeoutError: {' '.join(cmd[2:4])} ran past {timeout:.0f} s and was stopped\n")
-        finally:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)  # whatever the run left behind in its process group
-            except (ProcessLookupError, PermissionError):
-                pass
-        out.seek(0)
-        err.seek(0)
-        return subprocess.CompletedProcess(
-            cmd, code, out.read() if quiet else "", err.read() if quiet else ""
-        )
-
-
-@dataclass
-class Job:
-    assignment: str
-    student: str
-    cmd: list[str]
-    env: dict  # added to the environment of the host that runs it
-    cwd: str
-    timeout: float | None
-
-
-@dataclass
-class Result:
-    job: Job
-    returncode: int
-    stderr: str
-    seconds: float
-    where: str = ""  # host and GPU
-    extra: dict = field(default_factory=dict)
-
-
-def grade_job(job: Job, gpu: str | None = None) -> Result:
-    """Run one job on this host (a pool thread or a Dask worker)."""
-    env = dict(os.environ, **job.env)
-    env["PATH"] = f"{job.env.get('QMATMUL_BIN', '')}{os.pathsep}{os.environ.get('PATH', '')}"
-    if gpu is not None:
-        env["CUDA_VISIBLE_DEVICES"] = gpu
-    t0 = time.time()
-    res = run_command(job.cmd, cwd=job.cwd, env=env, timeout=job.timeout)
-    where = socket.gethostname() + (
-        f" gpu {env['CUDA_VISIBLE_DEVICES']}" if env.get("CUDA_VISIBLE_DEVICES") else ""
-    )
-    return Result(job, res.returncode, res.stderr, time.time() - t0, where)
 
 
 def visible_gpus() -> list[str]:

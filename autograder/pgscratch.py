@@ -85,6 +85,9 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print(__doc__)
         return 2
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # `kill` stops the server too, not only Ctrl-C
     with server(Path(argv[0]).resolve()) as url:
         print(f"QMATMUL_DB_URL={url}", flush=True)
         with contextlib.suppress(KeyboardInterrupt):
