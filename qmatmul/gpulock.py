@@ -16,6 +16,10 @@ wait longer than QMATMUL_GPU_LOCK_TIMEOUT (900 s) fails that cell as not graded 
 hanging the class. The sandbox hides the folder from the learner's code (a submission holding the lock would
 stall every grader of the GPU); in plain mode, like the gradebook, it is not defended.
 
+What it cannot see: kernels a process left queued on the GPU when its shared section ended (a notebook cell
+that launched work without waiting for it) may still run into the first moments of another grader's window;
+the checks wait for their results, so this is at most what one cell queued.
+
 It is a no-op unless the grader turned it on (`active()`, set by qmatmul.grader.trusted and nbhooks) and a CUDA
 GPU is visible: a learner's own notebook never waits on it.
 """

@@ -120,6 +120,18 @@ def _assert_same_gradebook(serial, dirs, students: set[str]):
         )
 
 
+def test_make_passes_jobs_scheduler_and_resume():
+    import subprocess
+
+    def dry(*args):
+        return subprocess.run(["make", "-n", *args], cwd=ROOT, capture_output=True, text=True).stdout
+
+    assert "classroom.py autograde w8a16  --jobs 4 --scheduler tcp://h:8786 --resume" in dry(
+        "autograde", "ASSIGNMENT=w8a16", "JOBS=4", "SCHEDULER=tcp://h:8786", "RESUME=1")  # fmt: skip
+    assert "--jobs" not in dry("autograde") and "--jobs 2" in dry("demo", "JOBS=2")
+    assert "postgresql" in dry("system-deps")
+
+
 def test_parallel_with_sqlite_is_refused_with_a_reason(tmp_path):
     dirs = classroom.CourseDirs(db=str(tmp_path / "gradebook.db"), autograded=str(tmp_path / "autograded"))
     with pytest.raises(SystemExit, match="SQLite takes one.*QMATMUL_DB_URL"):
