@@ -2,7 +2,8 @@
 
     StashTests        before Execute: test cells are not run in the learner's kernel (their code is kept)
     ResilientExecute  nbgrader's Execute, but a kernel that dies (a segfault, a GPU fault) ends only the run
-                      of the notebook's own cells: the grading goes on
+                      of the notebook's own cells: the grading goes on; each cell holds the GPU's lock shared
+                      (qmatmul/gpulock.py: no other grader's timed window runs meanwhile)
     TrustedGrades     after Execute: test cells get their code back and, as outputs, the trusted verdicts
                       (a printed line when passed, an error when not): nbgrader's SaveAutoGrades scores those
 
@@ -37,6 +38,9 @@ class StashTests(NbGraderPreprocessor):
 
 class ResilientExecute(Execute):
     def preprocess(self, nb, resources, *args, **kwargs):
+        from qmatmul import gpulock
+
+        previous = gpulock.active()
         try:
             return super().preprocess(nb, resources, *args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - DeadKernelError and friends: the notebook's own cells stop here
@@ -45,6 +49,15 @@ class ResilientExecute(Execute):
             )
             resources.setdefault("qmatmul", {})["kernel_stopped"] = f"{type(exc).__name__}: {exc}"
             return nb, resources
+        finally:
+            gpulock.active(previous)
+
+    def preprocess_cell(self, cell, resources, index):
+        """Each cell the learner's kernel runs may launch kernels: it shares the GPU, never beside a timing."""
+        from qmatmul import gpulock
+
+        with gpulock.shared():
+            return super().preprocess_cell(cell, resources, index)
 
 
 class TrustedGrades(NbGraderPreprocessor):
