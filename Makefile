@@ -18,6 +18,12 @@ endif
 # with nothing submitted or graded. hand-out, collect and hand-back need it.
 ASSIGNMENT ?=
 ROSTER ?= roster.csv
+# JOBS=N: grade N submissions at once (one nbgrader process each; the gradebook must be PostgreSQL:
+# QMATMUL_DB_URL, or QMATMUL_DEMO_DB_URL for `make demo`). SCHEDULER=tcp://host:8786: on a Dask cluster.
+# RESUME=1: skip the submissions already graded from the same files.
+JOBS ?= 1
+SCHEDULER ?=
+PARALLEL_FLAGS := $(if $(filter-out 1,$(JOBS)),--jobs $(JOBS),)$(if $(SCHEDULER), --scheduler $(SCHEDULER),)$(if $(filter 1,$(RESUME)), --resume,)
 NEED_ASSIGNMENT = $(if $(ASSIGNMENT),,$(error name the chapter: make $@ ASSIGNMENT=w8a16))
 
 help:
@@ -30,6 +36,7 @@ help:
 	@echo "make hand-out ASSIGNMENT=w8a16   release a chapter to the exchange (students fetch it in the Assignment List)"
 	@echo "make collect ASSIGNMENT=w8a16    collect the submissions from the exchange into autograder/submitted/"
 	@echo "make autograde  grade autograder/submitted/<student>/<assignment>/ and print the gradebook (SANDBOX=1: in bubblewrap)"
+	@echo "                JOBS=8: eight at once (PostgreSQL gradebook: QMATMUL_DB_URL); SCHEDULER=tcp://host:8786: on Dask"
 	@echo "make feedback   write feedback HTML to autograder/feedback/ and the grades export (autograder/grades.csv)"
 	@echo "make gradebook  print the gradebook again;  make export  only the grades export (bonus apart, not-measured apart)"
 	@echo "make hand-back ASSIGNMENT=w8a16  return the feedback through the exchange"
@@ -51,20 +58,22 @@ $(VENV)/.installed: requirements-dev.txt requirements-model.txt pyproject.toml
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $@
 
-# Debian's chromium (the browser test drives it through Playwright) and bubblewrap (the grading sandbox).
+# Debian's chromium (the browser test drives it through Playwright), bubblewrap (the grading sandbox) and
+# postgresql (the gradebook of parallel grading; the tests start a throwaway server of their own).
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 system-deps:
 	$(SUDO) apt-get update -qq
-	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium bubblewrap
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium bubblewrap \
+		postgresql
 
 release: setup
 	for a in $(ASSIGNMENTS); do $(BIN)/nbgrader generate_assignment $$a --force || exit 1; done
 
 demo: setup
-	$(BIN)/python autograder/classroom.py demo $(SANDBOX_FLAG)
+	$(BIN)/python autograder/classroom.py demo $(SANDBOX_FLAG) $(PARALLEL_FLAGS)
 
 autograde: setup
-	$(BIN)/python autograder/classroom.py autograde $(ASSIGNMENT) $(SANDBOX_FLAG)
+	$(BIN)/python autograder/classroom.py autograde $(ASSIGNMENT) $(SANDBOX_FLAG) $(PARALLEL_FLAGS)
 
 gradebook: setup
 	$(BIN)/python autograder/classroom.py gradebook $(ASSIGNMENT)

@@ -19,7 +19,12 @@ c.CourseDirectory.release_directory = "notebooks"
 c.CourseDirectory.submitted_directory = "autograder/submitted"
 c.CourseDirectory.autograded_directory = "autograder/autograded"
 c.CourseDirectory.feedback_directory = "autograder/feedback"
-c.CourseDirectory.db_url = f"sqlite:///{ROOT / 'autograder' / 'gradebook.db'}"
+# The gradebook: SQLite in autograder/ for one grading process; for grading in parallel (`make autograde
+# JOBS=N`, several writers at once) a PostgreSQL database named by QMATMUL_DB_URL, e.g.
+# postgresql+psycopg://grader@dbhost/qmatmul (course.md, "A class of hundreds").
+c.CourseDirectory.db_url = (
+    os.environ.get("QMATMUL_DB_URL") or f"sqlite:///{ROOT / 'autograder' / 'gradebook.db'}"
+)
 c.CourseDirectory.source_with_tests_directory = "build/source_with_tests"
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "build"]
 

@@ -4,6 +4,11 @@
     python autograder/classroom.py autograde [ASSIGNMENT ...] grade autograder/submitted/ (a real class)
     python autograder/classroom.py gradebook [ASSIGNMENT ...] print the gradebook of autograder/gradebook.db
 
+    --jobs N             grade N submissions at once (one nbgrader process each; needs a PostgreSQL gradebook:
+                         QMATMUL_DB_URL, or QMATMUL_DEMO_DB_URL for the demo, which empties that database)
+    --scheduler ADDRESS  grade on a Dask cluster (tcp://host:8786) instead of this host's pool
+    --resume             skip the submissions already graded from the same files (the journal)
+
 Run from the repository root (nbgrader reads nbgrader_config.py there). Submitted notebooks are never
 modified: nbgrader copies them to the autograded folder and grades the copies.
 """
@@ -23,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import demo
+import parallel
 import sandbox
 
 from qmatmul.course import assignments, selected_assignments  # noqa: F401 - assignments: used by its callers
@@ -44,6 +50,16 @@ class CourseDirs:
     release: str = "notebooks"
     db: str = "autograder/gradebook.db"
     sandbox: bool = False  # run each student's code in bubblewrap (sandbox_exec.sh)
+    db_url: str = ""  # a database URL (postgresql+psycopg://...) instead of the SQLite file `db`
+
+    @property
+    def url(self) -> str:
+        return self.db_url or f"sqlite:///{ROOT / self.db}"
+
+    @property
+    def journal(self) -> Path:
+        """journal/<assignment>/<student>: the digest of the files last graded to the end (for --resume)."""
+        return ROOT / Path(self.autograded).parent / "journal"
 
     def flags(self) -> list[str]:
         return [
@@ -51,7 +67,7 @@ class CourseDirs:
             f"--CourseDirectory.autograded_directory={self.autograded}",
             f"--CourseDirectory.feedback_directory={self.feedback}",
             f"--CourseDirectory.release_directory={self.release}",
-            f"--CourseDirectory.db_url=sqlite:///{self.db}",
+            f"--CourseDirectory.db_url={self.url}",
         ]
 
 
@@ -70,35 +86,21 @@ def nbgrader(
     """Run nbgrader with the course's folders. Output goes to files, not pipes (a process the student's code
     left behind cannot hold the grader up), and past `timeout` seconds nbgrader and its process group are
     killed."""
-    import signal
-    import tempfile
+    cmd, env = nbgrader_command(*args, dirs=dirs)
+    return parallel.run_command(cmd, cwd=ROOT, env=dict(os.environ, **env), timeout=timeout, quiet=quiet)
 
+
+def nbgrader_command(*args: str, dirs: CourseDirs) -> tuple[list[str], dict]:
+    """The nbgrader command line and what it adds to the environment (PATH: nbgrader runs alembic and jupyter,
+    which must come from the course's environment)."""
     cmd = [sys.executable, "-m", "nbgrader", *args, *dirs.flags()]
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    env = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+           "QMATMUL_BIN": str(Path(sys.executable).parent)}  # fmt: skip
     if dirs.sandbox and args and args[0] == "autograde":
         env["QMATMUL_SANDBOX"] = "1"  # nbgrader_config.py: sandbox.configure()
         private = [dirs.submitted, dirs.autograded, dirs.feedback, dirs.db, dirs.release]
         env[sandbox.EXTRA_ENV] = os.pathsep.join(str(ROOT / p) for p in private)
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out if quiet else None, stderr=err if quiet else None,
-                                stdin=subprocess.DEVNULL, text=True, start_new_session=True)  # fmt: skip
-        try:
-            code = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            code = -9
-            err.write(f"\nTimeoutError: nbgrader {args[0]} ran past {timeout:.0f} s and was stopped\n")
-        finally:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)  # whatever the run left behind in its process group
-            except (ProcessLookupError, PermissionError):
-                pass
-        out.seek(0)
-        err.seek(0)
-        return subprocess.CompletedProcess(
-            cmd, code, out.read() if quiet else "", err.read() if quiet else ""
-        )
+    return cmd, env
 
 
 def sandbox_available() -> bool:
@@ -136,6 +138,7 @@ def autograde(assignment: str, students: list[str], dirs: CourseDirs) -> dict:
     failures = {}
     for i, student in enumerate(students, 1):
         t0 = time.time()
+        _journal(assignment, student, dirs).unlink(missing_ok=True)
         print(f"[{i}/{len(students)}] {assignment} · {student} ...", end=" ", flush=True)
         res = nbgrader(
             "autograde", assignment, f"--student={student}", "--force", dirs=dirs, timeout=STUDENT_TIMEOUT
@@ -145,8 +148,116 @@ def autograde(assignment: str, students: list[str], dirs: CourseDirs) -> dict:
             failures[student] = nbgrader_error(res)
             print(f"FAILED ({seconds:.0f} s): {failures[student]}")
         else:
+            _record(assignment, student, dirs)
             print(f"done ({seconds:.0f} s)")
     return failures
+
+
+def autograde_class(pairs: list[tuple[str, str]], dirs: CourseDirs, jobs: int = 1, scheduler=None,
+                    resume: bool = False) -> dict:  # fmt: skip
+    """Grade (assignment, student) pairs: jobs=1 without a scheduler is `autograde` one assignment after
+    another; otherwise N at once on this host, or on a Dask cluster, each pair its own nbgrader process, with
+    progress for the whole class. Returns {(assignment, student): why} for the pairs that failed. With
+    `resume`, pairs whose journal entry matches their submitted files are skipped."""
+    if resume:
+        scored = scored_submissions(dirs)
+        pairs = [(a, s) for a, s in pairs if not graded_already(a, s, dirs, scored)]
+        print(f"resume: {len(pairs)} submission(s) to grade", flush=True)
+    if jobs <= 1 and scheduler is None:
+        failures = {}
+        for assignment in dict.fromkeys(a for a, _ in pairs):
+            for student, why in autograde(assignment, [s for a, s in pairs if a == assignment], dirs).items():
+                failures[assignment, student] = why
+        return failures
+    if dirs.url.startswith("sqlite"):
+        raise SystemExit(
+            "Grading in parallel needs a gradebook that takes concurrent writers: SQLite takes one. Set "
+            "QMATMUL_DB_URL (the demo: QMATMUL_DEMO_DB_URL) to a PostgreSQL database, e.g. "
+            'postgresql+psycopg://grader@dbhost/qmatmul (course.md, "A class of hundreds"), or use --jobs 1.'
+        )
+    _create_students(sorted({s for _, s in pairs}), dirs)  # one writer creates them, not N at once
+    work = []
+    for assignment, student in pairs:
+        _journal(assignment, student, dirs).unlink(missing_ok=True)  # a job killed midway leaves no entry
+        cmd, env = nbgrader_command("autograde", assignment, f"--student={student}", "--force", dirs=dirs)
+        env.pop("PATH")  # the host that runs the job puts QMATMUL_BIN before its own PATH
+        work.append(parallel.Job(assignment, student, cmd, env, str(ROOT), STUDENT_TIMEOUT))
+    failures = {}
+
+    def failed(res: parallel.Result) -> str | None:
+        why = None
+        if res.returncode != 0 or "ERROR" in res.stderr:
+            why = nbgrader_error(subprocess.CompletedProcess(res.job.cmd, res.returncode, "", res.stderr))
+            failures[res.job.assignment, res.job.student] = why
+        else:
+            _record(res.job.assignment, res.job.student, dirs)
+        return why
+
+    progress = parallel.Progress(len(work), failed)
+    t0 = time.time()
+    if scheduler is None:
+        parallel.run_local(work, jobs, progress)
+    else:
+        parallel.run_dask(work, scheduler, progress)
+    seconds = time.time() - t0
+    rate = len(work) / seconds * 3600 if seconds else 0.0
+    print(f"graded {len(work) - len(failures)}/{len(work)} in {seconds:.0f} s ({rate:.0f} notebooks/hour)")
+    return failures
+
+
+def _create_students(students: list[str], dirs: CourseDirs) -> None:
+    from nbgrader.api import Gradebook
+
+    with Gradebook(dirs.url) as gb:
+        for student in students:
+            gb.update_or_create_student(student)
+
+
+def _journal(assignment: str, student: str, dirs: CourseDirs) -> Path:
+    return dirs.journal / assignment / student
+
+
+def _record(assignment: str, student: str, dirs: CourseDirs) -> None:
+    path = _journal(assignment, student, dirs)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(parallel.submission_digest(ROOT / dirs.submitted / student / assignment) + "\n")
+
+
+def graded_already(assignment: str, student: str, dirs: CourseDirs, in_gradebook: set) -> bool:
+    """True when the last grading of this submission ran to the end on the same files, and the gradebook
+    holds its scores (a journal never outlives a gradebook that was replaced)."""
+    path = _journal(assignment, student, dirs)
+    folder = ROOT / dirs.submitted / student / assignment
+    return (
+        (assignment, student) in in_gradebook
+        and path.exists()
+        and (path.read_text().strip() == parallel.submission_digest(folder))
+    )
+
+
+def scored_submissions(dirs: CourseDirs) -> set:
+    """(assignment, student) of every submission whose graded cells all have a score in the gradebook."""
+    from nbgrader.api import Gradebook
+
+    out = set()
+    with Gradebook(dirs.url) as gb:
+        for a in gb.assignments:
+            for sub in a.submissions:
+                grades = [g for nb in sub.notebooks for g in nb.grades]
+                if grades and all(g.score is not None for g in grades):
+                    out.add((a.name, sub.student.id))
+    return out
+
+
+def reset_database(url: str) -> None:
+    """Empty a scratch gradebook database (the demo's): every table of it dropped."""
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(url)
+    meta = sqlalchemy.MetaData()
+    meta.reflect(bind=engine)
+    meta.drop_all(bind=engine)
+    engine.dispose()
 
 
 def nbgrader_error(res: subprocess.CompletedProcess) -> str:
@@ -189,7 +300,7 @@ def gradebook(assignment: str, dirs: CourseDirs) -> list[dict]:
     from nbgrader.api import Gradebook, MissingEntry
 
     rows = []
-    with Gradebook(f"sqlite:///{ROOT / dirs.db}") as gb:
+    with Gradebook(dirs.url) as gb:
         try:
             assignment_row = gb.find_assignment(assignment)
         except MissingEntry:
@@ -253,11 +364,15 @@ def students_in(dirs: CourseDirs, assignment: str) -> list[str]:
 # ----------------------------------------------------------------------------------------------------------
 
 
-def run_demo(selected: list[str], sandbox: bool = False) -> int:
-    dirs = dataclasses.replace(DEMO_DIRS, sandbox=sandbox)
+def run_demo(selected: list[str], sandbox: bool = False, jobs: int = 1, scheduler=None) -> int:
+    dirs = dataclasses.replace(DEMO_DIRS, sandbox=sandbox, db_url=os.environ.get("QMATMUL_DEMO_DB_URL", ""))
     if DEMO_DIR.exists():
         shutil.rmtree(DEMO_DIR)
     DEMO_DIR.mkdir(parents=True)
+    if jobs > 1 or scheduler is not None:
+        return _run_demo_parallel(selected, dirs, jobs, scheduler)
+    if dirs.db_url:
+        reset_database(dirs.db_url)
     status = 0
     for assignment in selected:
         students = demo.students(assignment)
@@ -282,6 +397,34 @@ def run_demo(selected: list[str], sandbox: bool = False) -> int:
     return status
 
 
+def _run_demo_parallel(selected: list[str], dirs: CourseDirs, jobs: int, scheduler) -> int:
+    """The demo class, every chapter released first, then every submission graded N at once."""
+    if dirs.url.startswith("sqlite"):
+        autograde_class([], dirs, jobs, scheduler)  # says why not, and exits
+    reset_database(dirs.url)
+    pairs = []
+    for assignment in selected:
+        students = demo.students(assignment)
+        if not students:
+            continue
+        print(f"Releasing {assignment} (nbgrader generate_assignment) ...", flush=True)
+        res = nbgrader("generate_assignment", assignment, "--force", dirs=dirs)
+        if res.returncode != 0:
+            print(res.stderr)
+            return 1
+        for st in students:
+            build_submission(st, ROOT / dirs.release, ROOT / dirs.submitted / st.name / assignment)
+            pairs.append((assignment, st.name))
+    failures = autograde_class(pairs, dirs, jobs, scheduler)
+    for assignment in dict.fromkeys(a for a, _ in pairs):
+        print_gradebook(
+            assignment,
+            gradebook(assignment, dirs),
+            {s: w for (a, s), w in failures.items() if a == assignment},
+        )
+    return 1 if failures else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -289,13 +432,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", choices=["demo", "autograde", "gradebook"])
     parser.add_argument("assignments", nargs="*", help="default: every assignment under solutions/")
     parser.add_argument("--sandbox", action="store_true", help="run each submission's kernel in bubblewrap")
+    parser.add_argument("--jobs", type=int, default=int(os.environ.get("QMATMUL_JOBS") or 1),
+                        help="submissions graded at once on this host (needs a PostgreSQL gradebook)")  # fmt: skip
+    parser.add_argument("--scheduler", default=os.environ.get("QMATMUL_SCHEDULER") or None,
+                        help="a Dask scheduler's address (tcp://host:8786): grade on its workers")  # fmt: skip
+    parser.add_argument("--resume", action="store_true", help="skip what was graded from the same files")
     args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error("--jobs takes a number of at least 1")
     selected = selected_assignments(args.assignments, parser.error)
     if args.command == "demo":
-        return run_demo(selected, args.sandbox)
+        return run_demo(selected, args.sandbox, args.jobs, args.scheduler)
     import term  # autograder/term.py, beside this file
 
-    dirs = CourseDirs(sandbox=args.sandbox)
+    dirs = CourseDirs(sandbox=args.sandbox, db_url=os.environ.get("QMATMUL_DB_URL", ""))
+    if args.command == "autograde" and (args.jobs > 1 or args.scheduler or args.resume):
+        pairs = []
+        for assignment in selected:
+            students = students_in(dirs, assignment)
+            if not students:
+                print(f"{assignment}: no submissions under {dirs.submitted}/<student>/{assignment}/")
+                continue
+            term.stamp_submissions(assignment, ROOT / dirs.submitted)  # hand-copied folders: for due dates
+            pairs += [(assignment, s) for s in students]
+        failures = autograde_class(pairs, dirs, args.jobs, args.scheduler, resume=args.resume)
+        for assignment in dict.fromkeys(a for a, _ in pairs):
+            print_gradebook(assignment, gradebook(assignment, dirs),
+                            {s: w for (a, s), w in failures.items() if a == assignment})  # fmt: skip
+        return 1 if failures else 0
     status = 0
     for assignment in selected:
         failures = {}

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -138,7 +139,7 @@ def collect(db: Path, autograded: Path, selected: list[str] | None = None) -> Ex
     """Read the gradebook (nbgrader's Gradebook API) into per-cell and per-chapter rows."""
     from nbgrader.api import Gradebook, MissingEntry
 
-    with Gradebook(f"sqlite:///{db}") as gb:
+    with Gradebook(str(db) if "://" in str(db) else f"sqlite:///{db}") as gb:
         in_db = {a.name: a for a in gb.assignments}
         order = [a for a in course_order() if a in in_db] + sorted(set(in_db) - set(course_order()))
         chapters = [a for a in order if (not selected or a in selected) and in_db[a].submissions]
@@ -261,11 +262,12 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("assignments", nargs="*", help="default: every chapter with submissions")
-    parser.add_argument("--db", type=Path, default=ROOT / "autograder" / "gradebook.db")
+    parser.add_argument("--db", default=os.environ.get("QMATMUL_DB_URL") or str(ROOT / "autograder" / "gradebook.db"),
+                        help="the SQLite gradebook, or a database URL (default: QMATMUL_DB_URL)")  # fmt: skip
     parser.add_argument("--autograded", type=Path, default=ROOT / "autograder" / "autograded")
     parser.add_argument("--out", type=Path, default=ROOT / "autograder")
     args = parser.parse_args(argv)
-    if not args.db.exists():
+    if "://" not in args.db and not Path(args.db).exists():
         print(f"no gradebook at {args.db}: run `make release` and `make autograde` first")
         return 1
     exp = collect(args.db, args.autograded, args.assignments or None)

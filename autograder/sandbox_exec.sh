@@ -4,7 +4,8 @@
 #   * its own PID namespace (the host's processes invisible, no /proc/<pid>/root to reach) that dies with
 #     the grader: a detached process cannot outlive its grading or write after it;
 #   * no network; private /tmp, /var/tmp and /dev/shm; a read-only file system in which the course's private
-#     files (QMATMUL_SANDBOX_HIDE: other students' work, the gradebook, the solutions, .git) are empty.
+#     files (QMATMUL_SANDBOX_HIDE: other students' work, the gradebook, the solutions, .git, the GPU locks, a
+#     local PostgreSQL's sockets) are empty, and the gradebook's database URL is not in its environment.
 # Writable: the working folder (the student's own autograded copy), QMATMUL_SANDBOX_RUNTIME (a kernel's
 # connection file and IPC sockets) and QMATMUL_WORKER_DIR (the grader's payloads for its worker).
 #   usage: sandbox_exec.sh COMMAND [ARG ...]
@@ -14,7 +15,8 @@ args=(--ro-bind / / --dev-bind /dev /dev --proc /proc --tmpfs /dev/shm
       --unshare-user --uid 65534 --gid 65534 --cap-drop ALL --unshare-pid --unshare-ipc --unshare-uts
       --unshare-net --unshare-cgroup-try --new-session --die-with-parent
       --tmpfs /tmp --tmpfs /var/tmp --setenv TMPDIR /tmp --setenv MPLCONFIGDIR /tmp/mpl
-      --setenv TRITON_CACHE_DIR /tmp/triton --setenv HOME /tmp --unsetenv JPY_PARENT_PID)
+      --setenv TRITON_CACHE_DIR /tmp/triton --setenv HOME /tmp --unsetenv JPY_PARENT_PID
+      --unsetenv QMATMUL_DB_URL --unsetenv QMATMUL_DEMO_DB_URL)
 # A private /tmp must not hide the course itself when the checkout (or the python running it) lives there.
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 exe="$(command -v "$1" || echo "$1")"

@@ -16,6 +16,9 @@ Under the trusted grader (a function that runs in the worker) the trusted side t
   fetch    the worker hands over every output; the trusted side checks that the sum matches (an answer sent
            before the work was done cannot) and compares each output with the reference on the inputs it
            regenerates from the same seed.
+Each go is a timed window: under the grader it holds the GPU's lock exclusively (qmatmul/gpulock.py), so no
+other grader's work runs on this GPU meanwhile; prepare and fetch run on the GPU but time nothing, and hold it
+shared (as the test cell around them does), so they never run beside another grader's go either.
 Time per call = (go-to-answer - an empty round trip) / calls. What remains in the window besides the kernels:
 one input fill, one reduction over the outputs and the round trip's jitter. Measured on the H200 with 20 ms
 batches (tools/timing_protocol.py, docs/grading-h200.md): the protocol read 3-13 % more time per call than
@@ -32,7 +35,7 @@ from dataclasses import dataclass
 
 import torch
 
-from qmatmul import bench, checks
+from qmatmul import bench, checks, gpulock
 from qmatmul.checks import CheckFailed
 
 BATCH_MS = 50.0  # aim for a timed batch about this long: the fixed cost of the protocol shrinks with it
@@ -109,7 +112,7 @@ def time_calls(fn, *, what: str, module: str, N: int, K: int, M: int, out_dtype:
     if checks.is_remote(fn):
         graph_ms, eager_ms, outs_by_mode, go_seeds = fn.worker.bench(
             fn.__name__, module=module, N=N, K=K, M=M, calls=calls, copies=copies, seed=seed,
-            out_dtype=str(out_dtype).removeprefix("torch."), what=what,
+            out_dtype=str(out_dtype).removeprefix("torch."), what=what, window=gpulock.exclusive,
         )  # fmt: skip
     else:
         graph_ms, eager_ms, outs_by_mode, go_seeds = _local(

@@ -6,4 +6,5 @@ worker    the untrusted process: runs the learner's cells, answers calls with da
 remote    the trusted side of that process: start, call with a timeout, mirror results, kill
 trusted   grades one notebook: each test cell's checks run here, on the learner's functions as proxies
 nbhooks   nbgrader preprocessors that put the trusted verdicts into the gradebook
+jobs      one grading job (a command to its end or timeout), as the parallel pool and Dask workers run it
 """

@@ -2,7 +2,8 @@
 
     StashTests        before Execute: test cells are not run in the learner's kernel (their code is kept)
     ResilientExecute  nbgrader's Execute, but a kernel that dies (a segfault, a GPU fault) ends only the run
-                      of the notebook's own cells: the grading goes on
+                      of the notebook's own cells: the grading goes on; each cell holds the GPU's lock shared
+                      (qmatmul/gpulock.py: no other grader's timed window runs meanwhile)
     TrustedGrades     after Execute: test cells get their code back and, as outputs, the trusted verdicts
                       (a printed line when passed, an error when not): nbgrader's SaveAutoGrades scores those
 
@@ -43,6 +44,10 @@ class ResilientExecute(Execute):
         os.environ[AUTOGRADE_ENV] = (
             "1"  # the notebook's kernel inherits it: cells that award nothing may skip
         )
+
+        from qmatmul import gpulock
+
+        previous = gpulock.active()
         try:
             return super().preprocess(nb, resources, *args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - DeadKernelError and friends: the notebook's own cells stop here
@@ -56,6 +61,14 @@ class ResilientExecute(Execute):
                 os.environ.pop(AUTOGRADE_ENV, None)
             else:
                 os.environ[AUTOGRADE_ENV] = before
+            gpulock.active(previous)
+
+    def preprocess_cell(self, cell, resources, index):
+        """Each cell the learner's kernel runs may launch kernels: it shares the GPU, never beside a timing."""
+        from qmatmul import gpulock
+
+        with gpulock.shared():
+            return super().preprocess_cell(cell, resources, index)
 
 
 class TrustedGrades(NbGraderPreprocessor):

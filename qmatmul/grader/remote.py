@@ -9,6 +9,7 @@ modified, a result that is `out` itself.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -259,9 +260,10 @@ class Worker:
         return result, ops, tuple(reply.get("outside", (0, 0)))
 
     def bench(self, name: str, *, module: str, N: int, K: int, M: int, calls: int, copies: int, seed: int,
-              out_dtype: str, what: str):  # fmt: skip
+              out_dtype: str, what: str, window=contextlib.nullcontext):  # fmt: skip
         """The timing protocol of qmatmul/harness.py, trusted side: returns (graph_ms, eager_ms, outputs by
-        mode, the seed each mode's inputs came from). The clock is this process's; the worker only runs."""
+        mode, the seed each mode's inputs came from). The clock is this process's; the worker only runs.
+        `window()` is entered around each timed go (harness.py: the GPU's exclusive lock)."""
         prep = {"op": "bench_prepare", "name": name, "module": module, "N": N, "K": K, "M": M, "calls": calls,
                 "copies": copies, "seed": seed, "out_dtype": out_dtype}  # fmt: skip
         reply = self._exchange(prep, what)
@@ -277,9 +279,10 @@ class Worker:
         times, outs, seeds = {}, {}, {}
         for mode in ("graph", "eager") if reply.get("graph") else ("eager",):
             seeds[mode] = secrets.randbits(31)
-            t0 = time.perf_counter()
-            done = self._exchange({"op": "bench_go", "mode": mode, "seed": seeds[mode]}, what)
-            elapsed = time.perf_counter() - t0
+            with window():
+                t0 = time.perf_counter()
+                done = self._exchange({"op": "bench_go", "mode": mode, "seed": seeds[mode]}, what)
+                elapsed = time.perf_counter() - t0
             try:
                 self._raise_for(done, name)
             except LearnerError as exc:

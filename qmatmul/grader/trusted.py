@@ -12,7 +12,7 @@ import io
 import time
 from dataclasses import dataclass
 
-from qmatmul import checks, environment
+from qmatmul import checks, environment, gpulock
 from qmatmul.checks import CheckFailed, LearnerError
 from qmatmul.grader import notebook, static
 from qmatmul.grader.remote import RemoteFunction, Worker
@@ -65,12 +65,14 @@ def grade(cells: list[notebook.Cell], *, cwd=None, wrap=(), env=None, timeout: f
           overrides: dict | None = None, only=None, log=None) -> list[Verdict]:  # fmt: skip
     """Verdicts of the notebook's test cells (those whose grade_id contains one of `only`, if given)."""
     strict, checks.STRICT = checks.STRICT, True
+    locking = gpulock.active()  # timed windows alone on their GPU, across the host's graders
     try:
         return _grade(
             cells, cwd=cwd, wrap=wrap, env=env, timeout=timeout, overrides=overrides, only=only, log=log
         )
     finally:
         checks.STRICT = strict
+        gpulock.active(locking)
 
 
 def _grade(cells, *, cwd, wrap, env, timeout, overrides, only, log) -> list[Verdict]:
@@ -89,7 +91,7 @@ def _grade(cells, *, cwd, wrap, env, timeout, overrides, only, log) -> list[Verd
             out = io.StringIO()
             error = None
             try:
-                with contextlib.redirect_stdout(out):
+                with contextlib.redirect_stdout(out), gpulock.shared():  # its timings take it exclusively
                     exec(compile(cell.source, f"<test cell {cell.grade_id}>", "exec"), scope)  # noqa: S102
             except CheckFailed as exc:
                 error = (type(exc).__name__, str(exc))

@@ -1,0 +1,126 @@
+"""Grading a class in parallel: one `nbgrader autograde --student X` process per (student, assignment).
+
+nbgrader grades one notebook after another in one process; the unit of parallel work here is that process,
+against one shared gradebook (PostgreSQL: SQLite takes one writer). A job that fails, hangs past its timeout or
+whose process is killed costs only that student, who is graded again by the next `--resume` run.
+
+    local    a pool of N threads on this host (`classroom.py autograde --jobs N`), each job on one GPU of
+             those visible (CUDA_VISIBLE_DEVICES per job, round robin over the slots)
+    cluster  a Dask distributed scheduler (`--scheduler tcp://host:8786`): each job runs on a worker that
+             offers the resource `grader` (course.md, "A class of hundreds", says how to start them)
+
+Performance cells stay exact under either: a timed window holds its GPU alone (qmatmul/gpulock.py).
+The job itself (qmatmul/grader/jobs.py) is in the course package, which every worker's environment has.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import queue
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from qmatmul.grader.jobs import Job, Result, grade_job, run_command  # noqa: F401 - classroom.py uses them
+
+RESOURCE = "grader"  # a Dask worker that grades says `--resources grader=J` (J jobs at once)
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs a local pool spreads its jobs over: CUDA_VISIBLE_DEVICES if set, else what nvidia-smi lists."""
+    if "CUDA_VISIBLE_DEVICES" in os.environ:
+        return [g for g in os.environ["CUDA_VISIBLE_DEVICES"].split(",") if g.strip() and g.strip() != "-1"]
+    if shutil.which("nvidia-smi") is None:
+        return []
+    res = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], capture_output=True,
+                         text=True, timeout=60)  # fmt: skip
+    return [ln.strip() for ln in res.stdout.splitlines() if ln.strip()] if res.returncode == 0 else []
+
+
+def run_local(jobs: list[Job], n: int, on_done: Callable[[Result], None]) -> list[Result]:
+    """n jobs at a time on this host; slot i runs on GPU i mod (number of GPUs)."""
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    gpus = visible_gpus()
+    slots: queue.Queue = queue.Queue()
+    for i in range(n):
+        slots.put(gpus[i % len(gpus)] if gpus else None)
+
+    def one(job):
+        gpu = slots.get()
+        try:
+            return grade_job(job, gpu)
+        finally:
+            slots.put(gpu)
+
+    results = []
+    with ThreadPoolExecutor(max_workers=n) as pool:
+        futures = [pool.submit(one, j) for j in jobs]
+        for fut in as_completed(futures):
+            results.append(fut.result())
+            on_done(results[-1])
+    return results
+
+
+def run_dask(jobs: list[Job], scheduler, on_done: Callable[[Result], None]) -> list[Result]:
+    """Each job a Dask task needing one `grader` resource; a worker lost mid-job is replaced and its job
+    rescheduled by Dask (up to its allowed-failures), after which the job counts as failed."""
+    import sys
+
+    import cloudpickle
+    from distributed import Client, as_completed
+
+    cloudpickle.register_pickle_by_value(
+        sys.modules[__name__]
+    )  # workers need not have autograder/ on their path
+    client = scheduler if isinstance(scheduler, Client) else Client(scheduler)
+    try:
+        futures = {}
+        for job in jobs:
+            fut = client.submit(grade_job, job, key=f"grade-{job.assignment}-{job.student}-{os.urandom(4).hex()}",
+                                resources={RESOURCE: 1}, pure=False)  # fmt: skip
+            futures[fut] = job
+        results = []
+        for fut in as_completed(futures):
+            job = futures[fut]
+            try:
+                res = fut.result()
+            except Exception as exc:  # noqa: BLE001 - KilledWorker and friends: this job failed, not the class
+                res = Result(job, -1, f"DaskError: {type(exc).__name__}: {exc}", 0.0, "dask")
+            results.append(res)
+            on_done(res)
+        return results
+    finally:
+        if client is not scheduler:
+            client.close()
+
+
+class Progress:
+    """One line per finished job for the whole class: count, the job, its time, elapsed and left."""
+
+    def __init__(self, total: int, failed: Callable[[Result], str | None]):
+        self.total, self.done, self.t0, self.failed = total, 0, time.time(), failed
+        self.lock = threading.Lock()
+
+    def __call__(self, res: Result) -> None:
+        with self.lock:
+            self.done += 1
+            elapsed = time.time() - self.t0
+            left = elapsed / self.done * (self.total - self.done)
+            why = self.failed(res)
+            status = f"FAILED ({res.seconds:.0f} s): {why}" if why else f"done ({res.seconds:.0f} s)"
+            print(f"[{self.done}/{self.total}] {res.job.assignment} · {res.job.student} {status} · {res.where} · "
+                  f"class {elapsed:.0f} s, about {left:.0f} s left", flush=True)  # fmt: skip
+
+
+def submission_digest(folder: Path) -> str:
+    """What a journal entry is valid for: every file of the submitted folder, names and bytes."""
+    h = hashlib.sha256()
+    for p in sorted(folder.rglob("*")):
+        if p.is_file():
+            h.update(str(p.relative_to(folder)).encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()

@@ -1,0 +1,359 @@
+"""A class graded in parallel equals the class graded one notebook at a time, whatever dies on the way.
+
+The serial run is test_notebooks.py's (the roofline demo students it grades through nbgrader, reused: these
+tests share its xdist group); the parallel runs write through a real PostgreSQL server (autograder/pgscratch.py,
+Debian's postgresql from `make system-deps`). Two engines, two faults:
+  * the local pool (`--jobs 2`) with a grading process killed at a random moment, then `--resume`;
+  * Dask distributed on a LocalCluster of two CPU workers, one worker process killed at a random moment (Dask
+    reschedules its job on the replacement).
+Each ends with the gradebook compared with the serial one field by field: nothing lost, nothing doubled.
+The GPU lock's tests need no nbgrader run; the GPU one (bandwidth figures, parallel against serial) runs on a GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+import time
+
+import classroom
+import parallel
+import pgscratch
+import pytest
+from conftest import HAS_GPU, ROOT, skip_unless_required
+
+CHAPTER = "roofline"
+POOL, DASK = {"blank", "correct"}, {"correct", "forgot_scales"}  # of test_notebooks' serial run (CI time)
+REQUIRE = "QMATMUL_REQUIRE_POSTGRES"
+
+
+@pytest.fixture(scope="module")
+def db_url():
+    if pgscratch.binaries() is None:
+        skip_unless_required("PostgreSQL is not installed (`make system-deps` installs it)", REQUIRE)
+    with pgscratch.server() as url:
+        yield url
+
+
+def snapshot(url: str, assignment: str, students: set[str]) -> dict:
+    """Every score-bearing field of the gradebook for these students, and how many rows hold them."""
+    from nbgrader.api import Comment, Grade, Gradebook, SubmittedAssignment, SubmittedNotebook
+
+    with Gradebook(url) as gb:
+        subs = [s for s in gb.find_assignment(assignment).submissions if s.student.id in students]
+        ids = [s.id for s in subs]
+        nbs = gb.db.query(SubmittedNotebook).filter(SubmittedNotebook.assignment_id.in_(ids)).all()
+        nb_ids = [n.id for n in nbs]
+        out = {"submissions": gb.db.query(SubmittedAssignment).filter(SubmittedAssignment.id.in_(ids)).count(),
+               "notebooks": len(nbs),
+               "grades": gb.db.query(Grade).filter(Grade.notebook_id.in_(nb_ids)).count(),
+               "comments": gb.db.query(Comment).filter(Comment.notebook_id.in_(nb_ids)).count(),
+               "students": sorted(s.student.id for s in subs), "cells": {}}  # fmt: skip
+        for sub in subs:
+            out["cells"][sub.student.id, "score"] = sub.score
+            for nb in sub.notebooks:
+                for g in nb.grades:
+                    out["cells"][sub.student.id, nb.name, g.name] = (g.auto_score, g.manual_score, g.extra_credit,
+                                                                     g.max_score, g.needs_manual_grade)  # fmt: skip
+                for c in nb.comments:
+                    out["cells"][sub.student.id, nb.name, c.name, "comment"] = c.auto_comment
+    return out
+
+
+@pytest.fixture(scope="module")
+def serial(tmp_path_factory):
+    import test_notebooks
+
+    res = test_notebooks.demo_gradebook(CHAPTER, tmp_path_factory)
+    assert not res["failures"], res["failures"]
+    return res
+
+
+def _dirs(base, url) -> classroom.CourseDirs:
+    return classroom.CourseDirs(submitted=str(base / "submitted"), autograded=str(base / "autograded"),
+                                feedback=str(base / "feedback"), release=str(base / "release"), db_url=url)  # fmt: skip
+
+
+def _fresh_class(base, url, students) -> classroom.CourseDirs:
+    classroom.reset_database(url)
+    dirs = _dirs(base, url)
+    res = classroom.nbgrader("generate_assignment", CHAPTER, "--force", dirs=dirs)
+    assert res.returncode == 0, res.stderr[-3000:]
+    for st in students:
+        classroom.build_submission(st, ROOT / dirs.release, ROOT / dirs.submitted / st.name / CHAPTER)
+    return dirs
+
+
+def _killer(pick, when: tuple[float, float], rng: random.Random, killed: list) -> threading.Thread:
+    """After a random delay, SIGKILL whatever `pick()` names (a process group id, or a pid with a - sign)."""
+
+    def run():
+        time.sleep(rng.uniform(*when))
+        for _ in range(100):
+            target = pick()
+            if target:
+                (os.killpg if target > 0 else os.kill)(abs(target), signal.SIGKILL)
+                killed.append(target)
+                return
+            time.sleep(0.1)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def _assert_same_gradebook(serial, dirs, students: set[str]):
+    assert snapshot(dirs.url, CHAPTER, students) == snapshot(serial["dirs"].url, CHAPTER, students)
+    rows = {
+        r["student"]: r for r in classroom.gradebook(CHAPTER, dirs)
+    }  # with the autograded notebooks' messages
+    assert set(rows) == students
+    for name in students:
+        row = serial["rows"][name]
+        got = rows[name]
+        assert (got["scores"], got["messages"], got["total"]) == (
+            row["scores"],
+            row["messages"],
+            row["total"],
+        )
+
+
+def test_make_passes_jobs_scheduler_and_resume():
+    import subprocess
+
+    def dry(*args):
+        return subprocess.run(["make", "-n", *args], cwd=ROOT, capture_output=True, text=True).stdout
+
+    assert "classroom.py autograde w8a16  --jobs 4 --scheduler tcp://h:8786 --resume" in dry(
+        "autograde", "ASSIGNMENT=w8a16", "JOBS=4", "SCHEDULER=tcp://h:8786", "RESUME=1")  # fmt: skip
+    assert "--jobs" not in dry("autograde") and "--jobs 2" in dry("demo", "JOBS=2")
+    assert "postgresql" in dry("system-deps")
+
+
+def test_parallel_with_sqlite_is_refused_with_a_reason(tmp_path):
+    dirs = classroom.CourseDirs(db=str(tmp_path / "gradebook.db"), autograded=str(tmp_path / "autograded"))
+    with pytest.raises(SystemExit, match="SQLite takes one.*QMATMUL_DB_URL"):
+        classroom.autograde_class([(CHAPTER, "ann"), (CHAPTER, "ben")], dirs, jobs=2)
+
+
+def test_a_hung_or_failing_job_costs_only_itself(capsys, monkeypatch):
+    """The pool's own rules, without nbgrader: a job past its timeout is killed (its process group with it),
+    a failing one is reported, the others finish; progress counts the whole class; slots take GPUs in turn."""
+    import sys
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    code = {"hang": "import time; time.sleep(60)", "fail": "raise SystemExit(3)",
+            "ok": "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])"}  # fmt: skip
+    jobs = [parallel.Job("w8a16", name, [sys.executable, "-c", src], {}, str(ROOT), 3.0)
+            for name, src in [("hang", code["hang"]), ("fail", code["fail"]), ("ok1", code["ok"]), ("ok2", code["ok"])]]  # fmt: skip
+    t0 = time.time()
+    results = parallel.run_local(jobs, 2, parallel.Progress(len(jobs), lambda r: r.returncode or None))
+    by = {r.job.student: r for r in results}
+    assert time.time() - t0 < 30
+    assert by["hang"].returncode == -9 and "ran past 3 s" in by["hang"].stderr
+    assert by["fail"].returncode == 3 and by["ok1"].returncode == 0 == by["ok2"].returncode
+    assert {r.where.split()[-1] for r in results} == {"0", "1"}
+    out = capsys.readouterr().out
+    assert "[4/4]" in out and "FAILED" in out
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group(CHAPTER)
+def test_pool_killed_midway_then_resumed_equals_the_serial_run(serial, db_url, tmp_path, capsys):
+    import psutil
+
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    students = [st for st in serial["students"] if st.name in POOL]
+    dirs = _fresh_class(tmp_path, db_url, students)
+    pairs = [(CHAPTER, st.name) for st in students]
+    me = psutil.Process()
+
+    def a_grading_process():
+        procs = [p for p in me.children(recursive=True)
+                 if "autograde" in " ".join(p.cmdline()) and "nbgrader" in " ".join(p.cmdline())]  # fmt: skip
+        return rng.choice(procs).pid if procs else None
+
+    killed = []
+    killer = _killer(a_grading_process, (1.0, 12.0), rng, killed)
+    failures = classroom.autograde_class(pairs, dirs, jobs=2)
+    killer.join()
+    assert killed and failures, f"seed {seed}: nothing was killed"
+    assert all(w for w in failures.values())
+    # the re-run grades exactly the students the kill cost, and the gradebook ends as the serial one
+    again = classroom.autograde_class(pairs, dirs, jobs=2, resume=True)
+    assert not again, again
+    assert f"resume: {len(failures)} submission(s) to grade" in capsys.readouterr().out
+    _assert_same_gradebook(serial, dirs, {st.name for st in students})
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group(CHAPTER)
+def test_dask_cluster_with_a_worker_killed_equals_the_serial_run(serial, db_url, tmp_path):
+    from distributed import Client, LocalCluster
+
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    students = [st for st in serial["students"] if st.name in DASK]
+    dirs = _fresh_class(tmp_path, db_url, students)
+    pairs = [(CHAPTER, st.name) for st in students]
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, resources={parallel.RESOURCE: 1},
+                      dashboard_address=None, silence_logs=40) as cluster, Client(cluster) as client:  # fmt: skip
+        client.wait_for_workers(2)
+
+        def a_busy_worker():
+            busy = [w for w, tasks in client.processing().items() if tasks]
+            if not busy:
+                return None
+            return -client.run(os.getpid)[rng.choice(busy)]  # the worker process; its nbgrader dies with it
+
+        killed = []
+        killer = _killer(a_busy_worker, (1.0, 5.0), rng, killed)  # early: the pool test kills later
+        failures = classroom.autograde_class(pairs, dirs, scheduler=client)
+        killer.join()
+    assert killed, f"seed {seed}: no worker was killed"
+    assert not failures, f"seed {seed}: {failures}"
+    _assert_same_gradebook(serial, dirs, {st.name for st in students})
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The GPU lock
+
+
+@pytest.fixture
+def lock_dir(tmp_path, monkeypatch):
+    from qmatmul import gpulock
+
+    monkeypatch.setenv(gpulock.ENV_DIR, str(tmp_path))
+    return tmp_path
+
+
+def test_a_timing_waits_for_shared_work_and_new_shared_work_waits_for_it(lock_dir):
+    """Reader-writer with writer preference: the timing (B) waits for the correctness work already running
+    (A), and correctness work arriving while B waits (C) runs only after B."""
+    from qmatmul import gpulock
+
+    events, t0 = [], time.monotonic()
+
+    def hold(mode, start, seconds):
+        time.sleep(start)
+        lock = gpulock._GpuLock(lock_dir, "gpu-test")
+        lock.acquire(mode)
+        events.append((mode, start, time.monotonic() - t0, "in"))
+        time.sleep(seconds)
+        events.append((mode, start, time.monotonic() - t0, "out"))
+        lock.release()
+
+    threads = [threading.Thread(target=hold, args=a) for a in
+               [("shared", 0.0, 0.6), ("exclusive", 0.15, 0.4), ("shared", 0.3, 0.1)]]  # fmt: skip
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    at = {(m, s, what): when for m, s, when, what in events}
+    assert at["exclusive", 0.15, "in"] >= at["shared", 0.0, "out"]  # no timing beside correctness work
+    assert at["shared", 0.3, "in"] >= at["exclusive", 0.15, "out"]  # nor correctness work beside a timing
+
+
+def test_exclusive_inside_shared_gives_the_gpu_up_and_takes_it_back(lock_dir, monkeypatch):
+    from qmatmul import gpulock
+
+    monkeypatch.setattr(gpulock, "gpu_key", lambda: "gpu-test")
+    monkeypatch.setattr(gpulock, "_LOCK", None)
+    previous = gpulock.active()
+    other = gpulock._GpuLock(lock_dir, "gpu-test")
+    try:
+        with gpulock.shared():
+            other.acquire("shared")  # another grader's correctness work shares the GPU
+            other.release()
+            with gpulock.exclusive():
+                assert gpulock._LOCK.mode == "exclusive"
+                import fcntl
+
+                fd = os.open(lock_dir / "gpu-test.rw", os.O_RDWR)
+                with pytest.raises(BlockingIOError):  # nobody else gets in, not even to share
+                    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                os.close(fd)
+            assert gpulock._LOCK.mode == "shared"
+        assert gpulock._LOCK.mode is None
+    finally:
+        gpulock.active(previous)
+    gpulock.active(False)
+    with gpulock.exclusive():  # off (a learner's own notebook): never touches the lock
+        assert gpulock._lock() is None
+
+
+def test_each_timed_go_of_the_protocol_holds_the_gpu_alone(lock_dir, monkeypatch):
+    """harness.time_calls through a worker (on the CPU, as test_grader's protocol test): the lock is taken
+    exclusively around every go, and a go waits while another grader holds the GPU shared."""
+    import torch
+    from test_grader import TIMED
+
+    from qmatmul import gpulock, harness
+    from qmatmul.grader.remote import RemoteFunction, Worker
+
+    monkeypatch.setattr(gpulock, "gpu_key", lambda: "gpu-test")
+    monkeypatch.setattr(gpulock, "_LOCK", None)
+    monkeypatch.setattr(gpulock, "held_s", 0.0)
+    monkeypatch.setattr(gpulock, "waited_s", 0.0)
+    previous = gpulock.active()
+    other = gpulock._GpuLock(lock_dir, "gpu-test")
+    w = Worker(TIMED, timeout=60)
+    real = gpulock._GpuLock.acquire
+
+    def acquire(self, mode):
+        if mode == "exclusive" and self is not other and other.mode is None and not gpulock.waited_s:
+            other.acquire("shared")  # another grader's correctness cell runs when the first go comes, for 1 s
+            threading.Timer(1.0, other.release).start()
+        real(self, mode)
+
+    monkeypatch.setattr(gpulock._GpuLock, "acquire", acquire)
+    try:
+        harness.time_calls(RemoteFunction(w, "decode"), what="decode", module="qmatmul.w8a16", N=48, K=64, M=2,
+                           out_dtype=torch.float16, nbytes=1 << 20, device="cpu")  # fmt: skip
+    finally:
+        w.close()
+        gpulock.active(previous)
+    assert gpulock.held_s > 0 and gpulock.waited_s > 0.5, (gpulock.held_s, gpulock.waited_s)
+
+
+def test_the_sandbox_hides_the_gpu_locks():
+    import sandbox
+
+    from qmatmul import gpulock
+
+    assert str(gpulock.lock_dir().resolve()) in sandbox.hidden()
+    assert "--unsetenv QMATMUL_DB_URL" in (ROOT / "autograder" / "sandbox_exec.sh").read_text()
+
+
+def _tool():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("parallel_grading", ROOT / "tools" / "parallel_grading.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="bandwidth figures need a CUDA GPU")
+def test_bandwidth_figures_of_a_parallel_run_match_a_serial_run():
+    """Four graders of the W8A16 solution at once on one GPU read the decode bandwidth one grader alone reads
+    (their timed windows never overlap). `tools/parallel_grading.py gpu` measures the same, and also what four
+    at once read without the lock."""
+    tool = _tool()
+    alone, together = tool.bandwidth(1), tool.bandwidth(4)
+    assert alone and len(together) == 4 * len(alone)
+    mean_alone, mean_together = sum(alone) / len(alone), sum(together) / len(together)
+    print(f"W8A16 decode bandwidth, % of copy: alone {alone}; four graders at once {together}")
+    assert abs(mean_together - mean_alone) <= 0.05 * mean_alone + 2, (alone, together)
+
+
+def test_the_class_time_model_in_the_docs_is_the_tools():
+    """docs/parallel-grading.md shows the model computed from docs/parallel-throughput.json, the one data file
+    (`python tools/parallel_grading.py model` prints it)."""
+    table = _tool().model_table()
+    assert table in (ROOT / "docs" / "parallel-grading.md").read_text(), (
+        "docs/parallel-grading.md is out of step with the data file: paste in\n" + table
+    )

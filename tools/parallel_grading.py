@@ -1,0 +1,275 @@
+"""Throughput of parallel grading, and the model of a class's grading time built on it.
+
+    python tools/parallel_grading.py cpu [--jobs 1,2] [--chapters roofline,w8a16] [--students blank,correct,...]
+        the demo subset through the real nbgrader on a throwaway PostgreSQL (autograder/pgscratch.py), N jobs
+        at a time; one row per N into docs/parallel-throughput.json
+    python3 tools/parallel_grading.py gpu --out FILE [--data docs/parallel-throughput.json]
+        on a CUDA GPU, no nbgrader needed: the trusted grader (autograder/grade_direct.py) of W8A16 demo
+        students, N processes at once (N = 1, 4), with the seconds each held the GPU exclusively; and the
+        decode bandwidth figures of the solution graded alone, four at once, four at once without the lock
+    python tools/parallel_grading.py model
+        the class-time model (docs/parallel-grading.md holds its table; a test keeps the two in step)
+
+docs/parallel-throughput.json is the one data file of these measurements.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "autograder"))
+DATA = ROOT / "docs" / "parallel-throughput.json"
+BANDWIDTH = re.compile(r"graph replay [\d.]+ µs = (\d+)% of copy")
+
+
+def _versions() -> dict:
+    import torch
+    import triton
+
+    return {"python": platform.python_version(), "torch": torch.__version__, "triton": triton.__version__}
+
+
+def _store(rows: list[dict], data: Path = DATA) -> None:
+    """Replace the rows of the same (machine, mode, jobs) and keep the others."""
+    old = json.loads(data.read_text())["rows"] if data.exists() else []
+    key = lambda r: (r["machine"], r["mode"], r["jobs"])  # noqa: E731
+    new = {key(r) for r in rows}
+    merged = [r for r in old if key(r) not in new] + rows
+    merged.sort(key=lambda r: (r["machine"], r["mode"], r["jobs"]))
+    data.write_text(json.dumps({"rows": merged}, indent=1) + "\n")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The CPU machine: the real nbgrader, N at a time
+
+
+def measure_cpu(jobs: list[int], chapters: list[str], students: list[str], machine: str) -> list[dict]:
+    import classroom
+    import demo
+    import pgscratch
+
+    rows = []
+    for n in jobs:
+        with tempfile.TemporaryDirectory() as tmp, pgscratch.server() as url:
+            base = Path(tmp)
+            dirs = classroom.CourseDirs(submitted=str(base / "submitted"), autograded=str(base / "autograded"),
+                                        feedback=str(base / "feedback"), release=str(base / "release"), db_url=url)  # fmt: skip
+            pairs = []
+            for chapter in chapters:
+                res = classroom.nbgrader("generate_assignment", chapter, "--force", dirs=dirs)
+                assert res.returncode == 0, res.stderr[-2000:]
+                for st in demo.students(chapter):
+                    if st.name in students:
+                        classroom.build_submission(
+                            st, ROOT / dirs.release, ROOT / dirs.submitted / st.name / chapter
+                        )
+                        pairs.append((chapter, st.name))
+            load = os.getloadavg()[0]
+            t0 = time.time()
+            failures = classroom.autograde_class(pairs, dirs, jobs=n)
+            seconds = time.time() - t0
+        rows.append({"machine": machine, "mode": "nbgrader", "jobs": n, "gpus": 0, "cpus": os.cpu_count(),
+                     "notebooks": len(pairs), "failed": len(failures), "seconds": round(seconds, 1),
+                     "per_hour": round(len(pairs) / seconds * 3600), "chapters": chapters,
+                     "load_before": round(load, 2), "date": dt.date.today().isoformat(), **_versions()})  # fmt: skip
+        print(rows[-1], flush=True)
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The GPU: the trusted grader, N processes at once
+
+
+def grade_one(assignment: str, student: str | None, cells: str | None) -> dict:
+    """In a process of its own: grade one demo student (None: the solution) as nbgrader's TrustedGrades does."""
+    import demo
+    import grade_direct
+
+    from qmatmul import gpulock
+    from qmatmul.grader import trusted
+
+    overrides = None
+    if student:
+        st = next(s for s in demo.students(assignment) if s.name == student)
+        overrides = grade_direct.student_overrides(st)
+    t0 = time.time()
+    verdicts = trusted.grade(grade_direct.solution_cells(assignment), overrides=overrides,
+                             only=cells.split(",") if cells else None)  # fmt: skip
+    import torch
+
+    peak = torch.cuda.max_memory_reserved() / 2**30 if torch.cuda.is_available() else 0.0
+    return {"seconds": time.time() - t0, "held_s": gpulock.held_s, "waited_s": gpulock.waited_s, "peak_gib": peak,
+            "points": sum(v.points for v in verdicts), "outputs": {v.grade_id: v.output for v in verdicts}}  # fmt: skip
+
+
+def _in_process(assignment: str, student: str | None, cells: str | None, lock: str = "on") -> dict:
+    cmd = [sys.executable, __file__, "_grade", assignment, student or "-", cells or "-"]
+    env = dict(os.environ, QMATMUL_GPU_LOCK=lock)
+    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    line = next((ln for ln in res.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    if res.returncode != 0 or line is None:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{res.stderr[-3000:]}")
+    return json.loads(line[7:])
+
+
+def bandwidth(n: int, lock: str = "on") -> list[float]:
+    """% of copy bandwidth of the W8A16 solution's decode kernel (graph replay, every M), n graders at once."""
+    with ThreadPoolExecutor(n) as pool:
+        results = list(
+            pool.map(lambda _: _in_process("w8a16", None, "test_decode_bandwidth", lock), range(n))
+        )
+    return [float(x) for r in results for out in r["outputs"].values() for x in BANDWIDTH.findall(out)]
+
+
+def throughput(n: int, students: list[str], assignment: str = "w8a16") -> dict:
+    t0 = time.time()
+    with ThreadPoolExecutor(n) as pool:
+        results = list(pool.map(lambda s: _in_process(assignment, s, None), students))
+    seconds = time.time() - t0
+    return {"jobs": n, "notebooks": len(students), "seconds": round(seconds, 1),
+            "per_hour": round(len(students) / seconds * 3600),
+            "held_s_per_notebook": round(sum(r["held_s"] for r in results) / len(students), 2),
+            "waited_s_per_notebook": round(sum(r["waited_s"] for r in results) / len(students), 2),
+            "mean_notebook_s": round(sum(r["seconds"] for r in results) / len(students), 1),
+            "trusted_peak_gib": round(max(r["peak_gib"] for r in results), 2)}  # fmt: skip
+
+
+def measure_gpu(machine: str) -> dict:
+    import torch
+
+    info = {"machine": machine, "gpu": torch.cuda.get_device_name(), "date": dt.date.today().isoformat(),
+            "cpus": os.cpu_count(), **_versions()}  # fmt: skip
+    bw = {
+        "alone": bandwidth(1),
+        "four_at_once": bandwidth(4),
+        "four_at_once_without_lock": bandwidth(4, "off"),
+    }
+    print("W8A16 decode, % of copy:", bw, flush=True)
+    students = ["blank", "correct", "naive", "wrong_axis"]
+    rows = []
+    for n, repeat in ((1, 1), (4, 2)):
+        row = {
+            **info,
+            "mode": "trusted",
+            "gpus": 1,
+            "chapters": ["w8a16"],
+            **throughput(n, students * repeat),
+        }
+        print(row, flush=True)
+        rows.append(row)
+    return {"bandwidth": bw, "rows": rows}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The model
+
+STUDENTS, GPUS = 300, (1, 8, 64)
+
+
+def model_table(data: Path = DATA) -> str:
+    """Class time = notebooks / rate + the longest notebook, rate = min(CPU-bound, GPU-bound) per host:
+    jobs_per_host x efficiency / seconds_per_notebook, against GPUs / exclusive_seconds_per_notebook."""
+    from qmatmul.course import assignments
+
+    rows = json.loads(data.read_text())["rows"]
+    cpu = {r["jobs"]: r for r in rows if r["mode"] == "nbgrader" and r["gpus"] == 0}
+    efficiency = (cpu[2]["per_hour"] / cpu[1]["per_hour"]) / 2 if 1 in cpu and 2 in cpu else 1.0
+    h200 = next(
+        r for r in rows if r["mode"] == "nbgrader" and r["machine"].startswith("H200") and r["jobs"] == 1
+    )
+    t_nb = h200["seconds"] / h200["notebooks"]
+    trusted = [r for r in rows if r["mode"] == "trusted" and "held_s_per_notebook" in r]
+    t_x = max((r["held_s_per_notebook"] for r in trusted), default=None)
+    x_note = "measured" if t_x is not None else "assumed (no H200 row yet)"
+    t_x = t_x if t_x is not None else 3.0
+    chapters = len(assignments())
+    notebooks = STUDENTS * chapters
+    cores_per_gpu, jobs_per_gpu = 16, 12  # the lent H200 hosts: 16 cores a GPU; a job a core, some to spare
+    lines = [
+        "| machine | grading | jobs | notebooks | seconds | notebooks/hour | exclusive GPU s a notebook | "
+        "load before | date |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        held = r.get("held_s_per_notebook")
+        lines.append(f"| {r['machine']} | {r['mode']} ({', '.join(r['chapters'])}) | {r['jobs']} | {r['notebooks']} | "
+                     f"{r['seconds']:g} | {r['per_hour']} | {'' if held is None else held} | "
+                     f"{r.get('load_before', '')} | {r['date']} |")  # fmt: skip
+    lines += ["", f"{STUDENTS} students x {chapters} chapters = {notebooks} notebooks; a notebook {t_nb:.0f} s of one "
+             f"job on an H200 host (serial nbgrader), {t_x:.1f} s of it exclusive on the GPU ({x_note}); "
+             f"parallel efficiency {efficiency:.2f} a job (CPU machine, 2 jobs against 1)", "",
+             "| GPUs | hosts (8 GPUs each) | jobs | CPU-bound rate | GPU-bound rate | class time |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+    closing = []
+    for g in GPUS:
+        hosts = max(1, g // 8)
+        jobs = g * jobs_per_gpu
+        cpu_rate = jobs * efficiency / t_nb * 3600
+        gpu_rate = g / t_x * 3600
+        rate = min(cpu_rate, gpu_rate)
+        minutes = (notebooks / rate * 3600 + t_nb * 2) / 60  # and the tail: the last notebooks in flight
+        lines.append(
+            f"| {g} | {hosts} | {jobs} | {cpu_rate:.0f}/h | {gpu_rate:.0f}/h | {_duration(minutes)} |"
+        )
+        closing.append(f"{_duration(minutes)} on {g} GPU{'s' if g > 1 else ''}")
+    lines.append("")
+    lines.append(f"(jobs: {jobs_per_gpu} a GPU of {cores_per_gpu} cores; rates in notebooks per hour)")
+    lines.append("")
+    lines.append(f"By the model, {STUDENTS} students take {', '.join(closing[:-1])} and {closing[-1]}; one notebook "
+                 f"at a time, as nbgrader alone grades, {_duration(notebooks * t_nb / 60)}.")  # fmt: skip
+    return "\n".join(lines)
+
+
+def _duration(minutes: float) -> str:
+    return f"{minutes:.0f} min" if minutes < 120 else f"{minutes / 60:.1f} h"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("what", choices=["cpu", "gpu", "model", "_grade"])
+    parser.add_argument("rest", nargs="*")
+    parser.add_argument("--jobs", default="1,2")
+    parser.add_argument("--chapters", default="roofline,w8a16")
+    parser.add_argument("--students", default="blank,correct,min_not_max,wrong_axis")
+    parser.add_argument("--machine", default=None)
+    parser.add_argument("--out", help="gpu: write the results here")
+    parser.add_argument("--data", type=Path, default=None, help="also store the rows in this data file")
+    args = parser.parse_args(argv)
+    if args.what == "_grade":
+        assignment, student, cells = args.rest
+        res = grade_one(assignment, None if student == "-" else student, None if cells == "-" else cells)
+        print("RESULT " + json.dumps(res))
+        return 0
+    if args.what == "cpu":
+        rows = measure_cpu([int(j) for j in args.jobs.split(",")], args.chapters.split(","),
+                           args.students.split(","), args.machine or f"cpu-{os.cpu_count()}-core")  # fmt: skip
+        _store(rows, args.data or DATA)
+        return 0
+    if args.what == "gpu":
+        res = measure_gpu(args.machine or "H200")
+        if args.out:
+            Path(args.out).write_text(json.dumps(res, indent=1) + "\n")
+        if args.data:
+            _store(res["rows"], args.data)
+        return 0
+    print(model_table())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
