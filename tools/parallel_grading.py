@@ -152,12 +152,14 @@ def measure_gpu(machine: str) -> dict:
 
     info = {"machine": machine, "gpu": torch.cuda.get_device_name(), "date": dt.date.today().isoformat(),
             "cpus": os.cpu_count(), **_versions()}  # fmt: skip
-    bw = {
-        "alone": bandwidth(1),
-        "four_at_once": bandwidth(4),
-        "four_at_once_without_lock": bandwidth(4, "off"),
-    }
-    print("W8A16 decode, % of copy:", bw, flush=True)
+    bw = {}
+    for name, n, lock in (
+        ("alone", 1, "on"),
+        ("four_at_once", 4, "on"),
+        ("four_at_once_without_lock", 4, "off"),
+    ):
+        bw[name] = bandwidth(n, lock)
+        print(f"W8A16 decode, % of copy, {name}: {bw[name]}", flush=True)  # each phase as it ends
     students = ["blank", "correct", "naive", "wrong_axis"]
     rows = []
     for n, repeat in ((1, 1), (4, 2)):
