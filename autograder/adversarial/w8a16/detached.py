@@ -16,9 +16,10 @@ import time
 _marker = os.environ.get("DETACHED_MARKER")
 if _marker and os.fork() == 0:
     os.setsid()
+    _forked = time.time()
     time.sleep(float(os.environ.get("DETACHED_SLEEP", "30")))
     with open(_marker, "a") as f:
-        f.write("written after grading\n")
+        f.write(f"forked {_forked} wrote {time.time()}\n")
     os._exit(0)
 
 
