@@ -364,6 +364,22 @@ def students_in(dirs: CourseDirs, assignment: str) -> list[str]:
 # ----------------------------------------------------------------------------------------------------------
 
 
+def release_demo(assignment: str, dirs: CourseDirs) -> list | None:
+    """Release one chapter and build its demo students' submissions: the students ([] where it has none), or
+    None if the release failed (nbgrader's error printed)."""
+    students = demo.students(assignment)
+    if not students:
+        return []
+    print(f"Releasing {assignment} (nbgrader generate_assignment) ...", flush=True)
+    res = nbgrader("generate_assignment", assignment, "--force", dirs=dirs)
+    if res.returncode != 0:
+        print(res.stderr)
+        return None
+    for st in students:
+        build_submission(st, ROOT / dirs.release, ROOT / dirs.submitted / st.name / assignment)
+    return students
+
+
 def run_demo(selected: list[str], sandbox: bool = False, jobs: int = 1, scheduler=None) -> int:
     dirs = dataclasses.replace(DEMO_DIRS, sandbox=sandbox, db_url=os.environ.get("QMATMUL_DEMO_DB_URL", ""))
     if DEMO_DIR.exists():
@@ -375,16 +391,11 @@ def run_demo(selected: list[str], sandbox: bool = False, jobs: int = 1, schedule
         reset_database(dirs.db_url)
     status = 0
     for assignment in selected:
-        students = demo.students(assignment)
+        students = release_demo(assignment, dirs)
+        if students is None:
+            return 1
         if not students:
             continue
-        print(f"Releasing {assignment} (nbgrader generate_assignment) ...", flush=True)
-        res = nbgrader("generate_assignment", assignment, "--force", dirs=dirs)
-        if res.returncode != 0:
-            print(res.stderr)
-            return 1
-        for st in students:
-            build_submission(st, ROOT / dirs.release, ROOT / dirs.submitted / st.name / assignment)
         failures = autograde(assignment, [s.name for s in students], dirs)
         rows = gradebook(assignment, dirs)
         print_gradebook(assignment, rows, failures)
@@ -404,17 +415,10 @@ def _run_demo_parallel(selected: list[str], dirs: CourseDirs, jobs: int, schedul
     reset_database(dirs.url)
     pairs = []
     for assignment in selected:
-        students = demo.students(assignment)
-        if not students:
-            continue
-        print(f"Releasing {assignment} (nbgrader generate_assignment) ...", flush=True)
-        res = nbgrader("generate_assignment", assignment, "--force", dirs=dirs)
-        if res.returncode != 0:
-            print(res.stderr)
+        students = release_demo(assignment, dirs)
+        if students is None:
             return 1
-        for st in students:
-            build_submission(st, ROOT / dirs.release, ROOT / dirs.submitted / st.name / assignment)
-            pairs.append((assignment, st.name))
+        pairs += [(assignment, st.name) for st in students]
     failures = autograde_class(pairs, dirs, jobs, scheduler)
     for assignment in dict.fromkeys(a for a, _ in pairs):
         print_gradebook(
