@@ -19,7 +19,7 @@ endif
 ASSIGNMENT ?=
 ROSTER ?= roster.csv
 # JOBS=N: grade N submissions at once (one nbgrader process each; the gradebook must be PostgreSQL:
-# QMATMUL_DB_URL, or QMATMUL_DEMO_DB_URL for `make demo`). SCHEDULER=tcp://host:8786: on a Dask cluster.
+# QMATMUL_DB_URL; `make demo` starts a scratch server of its own where PostgreSQL is installed). SCHEDULER=tcp://host:8786: on a Dask cluster.
 # RESUME=1: skip the submissions already graded from the same files.
 JOBS ?= 1
 SCHEDULER ?=
@@ -121,7 +121,7 @@ gpu-check:
 # The demo class through the real nbgrader with the machine's own python (a GPU box whose CUDA torch is
 # installed system-wide; on the lent GPU, nbgrader's wheels on PYTHONPATH: docs/grading-h200.md says how).
 gpu-demo:
-	$(PYTHON) autograder/classroom.py demo $(SANDBOX_FLAG)
+	$(PYTHON) autograder/classroom.py demo $(SANDBOX_FLAG) $(PARALLEL_FLAGS)
 
 bench:
 	$(PYTHON) tools/bench.py --out build/bench

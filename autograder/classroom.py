@@ -385,27 +385,44 @@ def run_demo(selected: list[str], sandbox: bool = False, jobs: int = 1, schedule
     if DEMO_DIR.exists():
         shutil.rmtree(DEMO_DIR)
     DEMO_DIR.mkdir(parents=True)
+    if jobs > 1 and scheduler is None and not dirs.db_url:
+        import pgscratch  # autograder/pgscratch.py, beside this file
+
+        if pgscratch.binaries():
+            print(
+                "The demo's gradebook for N jobs: a scratch PostgreSQL server, removed after the run",
+                flush=True,
+            )
+            with pgscratch.server() as url:
+                return _run_demo_parallel(selected, dataclasses.replace(dirs, db_url=url), jobs, scheduler)
     if jobs > 1 or scheduler is not None:
         return _run_demo_parallel(selected, dirs, jobs, scheduler)
     if dirs.db_url:
         reset_database(dirs.db_url)
-    status = 0
+    status, graded = 0, _Graded(jobs=1)
     for assignment in selected:
         students = release_demo(assignment, dirs)
         if students is None:
             return 1
         if not students:
             continue
+        t0 = time.time()
         failures = autograde(assignment, [s.name for s in students], dirs)
+        graded += (len(students), time.time() - t0)
         rows = gradebook(assignment, dirs)
         print_gradebook(assignment, rows, failures)
-        status |= 1 if failures else 0
+        status |= 1 if failures or not expectations_met(students, rows) else 0
+    graded.report()
+    _feedback_and_export(selected, dirs)
+    return status
+
+
+def _feedback_and_export(selected: list[str], dirs: CourseDirs) -> None:
     for assignment in selected:
         nbgrader("generate_feedback", assignment, "--force", dirs=dirs)
     res = nbgrader("export", f"--to={DEMO_DIR / 'grades.csv'}", dirs=dirs)
     if res.returncode == 0:
         print(f"\nGrades exported to {DEMO_DIR.relative_to(ROOT)}/grades.csv; feedback in {dirs.feedback}/")
-    return status
 
 
 def _run_demo_parallel(selected: list[str], dirs: CourseDirs, jobs: int, scheduler) -> int:
@@ -413,20 +430,59 @@ def _run_demo_parallel(selected: list[str], dirs: CourseDirs, jobs: int, schedul
     if dirs.url.startswith("sqlite"):
         autograde_class([], dirs, jobs, scheduler)  # says why not, and exits
     reset_database(dirs.url)
-    pairs = []
+    pairs, released = [], {}
     for assignment in selected:
         students = release_demo(assignment, dirs)
         if students is None:
             return 1
+        released[assignment] = students
         pairs += [(assignment, st.name) for st in students]
+    t0 = time.time()
     failures = autograde_class(pairs, dirs, jobs, scheduler)
-    for assignment in dict.fromkeys(a for a, _ in pairs):
-        print_gradebook(
-            assignment,
-            gradebook(assignment, dirs),
-            {s: w for (a, s), w in failures.items() if a == assignment},
-        )
-    return 1 if failures else 0
+    graded = _Graded(jobs=jobs, notebooks=len(pairs), seconds=time.time() - t0)
+    met = True
+    for assignment, students in released.items():
+        rows = gradebook(assignment, dirs)
+        print_gradebook(assignment, rows, {s: w for (a, s), w in failures.items() if a == assignment})
+        met &= expectations_met(students, rows) if students else True
+    graded.report()
+    _feedback_and_export(list(released), dirs)
+    return 1 if failures or not met else 0
+
+
+@dataclasses.dataclass
+class _Graded:
+    """How many notebooks the demo graded and in how long (the autograde steps only, not the releases)."""
+
+    jobs: int
+    notebooks: int = 0
+    seconds: float = 0.0
+
+    def __iadd__(self, step: tuple[int, float]):
+        self.notebooks += step[0]
+        self.seconds += step[1]
+        return self
+
+    def report(self) -> None:
+        if self.notebooks:
+            print(f"\n{self.notebooks} notebooks graded in {self.seconds:.0f} s, {self.jobs} at a time: "
+                  f"{self.notebooks / self.seconds * 3600:.0f} an hour", flush=True)  # fmt: skip
+
+
+def expectations_met(students: list, rows: list[dict]) -> bool:
+    """Compare the gradebook with what each demo student's file expects (demo.unmet, the one rule) and say so."""
+    import torch
+
+    got = {r["student"]: ({c: p[0] for c, p in r["scores"].items()}, r["messages"]) for r in rows}
+    missing = [st.name for st in students if st.name not in got]
+    failed, checked = demo.unmet([st for st in students if st.name in got], got,
+                                 "gpu" if torch.cuda.is_available() else "cpu")  # fmt: skip
+    failed += [f"{students[0].assignment} · {name}: not in the gradebook" for name in missing]
+    for line in failed:
+        print("UNEXPECTED:", line)
+    if not failed:
+        print(f"Every expectation of the demo files held ({checked} checked).", flush=True)
+    return not failed
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -134,3 +134,21 @@ def load(path: Path) -> DemoStudent:
 def students(assignment: str, folder: Path = DEMO_CLASS) -> list[DemoStudent]:
     """The demo class of one assignment (or another folder of submissions in the same format)."""
     return [load(p) for p in sorted((folder / assignment).iterdir()) if p.suffix in (".txt", ".py")]
+
+
+def unmet(students: list[DemoStudent], rows: dict, where: str) -> tuple[list[str], int]:
+    """Every expectation of `students` in scope `where` ("cpu" or "gpu") against what they were given:
+    `rows` maps a student's name to (points by grade_id, message by grade_id). Cells a row lacks (a partial
+    grading) are not checked. Returns (one line per expectation not met, how many were checked)."""
+    failed, checked = [], 0
+    for st in students:
+        points, messages = rows[st.name]
+        for scope, cell, want, message in st.expects:
+            if scope not in ("any", where) or cell not in points:
+                continue
+            checked += 1
+            got, msg = points[cell], messages.get(cell) or ""
+            if got != want or message not in msg:
+                failed.append(f"{st.assignment} · {st.name} · {cell}: {got:g} points ({msg[:300]!r}); "
+                              f"expected {want:g}" + (f" and a message with {message!r}" if message else ""))  # fmt: skip
+    return failed, checked
