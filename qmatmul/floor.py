@@ -112,6 +112,11 @@ def model_bytes_naive(fmt: str, M: int, N: int, K: int, group_size: int = 128) -
     return _FORMAT_MODULES[fmt].bytes_moved_naive(M, N, K)
 
 
+def naive_factor(fmt: str, M: int, N: int, K: int, group_size: int = 128) -> float:
+    """How many times a fused kernel's bytes the naive path moves (the hints quote it; never a typed number)."""
+    return model_bytes_naive(fmt, M, N, K, group_size) / model_bytes(fmt, M, N, K, group_size)
+
+
 def bytes_moved_dense(M: int, N: int, K: int, act_bytes: int = 2) -> int:
     """A dense 16-bit Linear layer: the weight, the activations in, the output out."""
     return act_bytes * (N * K + M * K + M * N)

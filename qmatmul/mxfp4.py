@@ -557,7 +557,8 @@ def check_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: 
     return chapter.check_decode_bandwidth(
         fn, what="mxfp4_decode", module=__name__, shape=BANDWIDTH_SHAPE, Ms=BANDWIDTH_MS, threshold=threshold,
         seed=seed, nbytes=lambda M: bytes_moved(M, *BANDWIDTH_SHAPE),
-        hint="The naive path moves each weight about nine times its packed size: load each packed tile once, "
+        hint=f"The naive path moves {floor.naive_factor('mxfp4', 1, *BANDWIDTH_SHAPE):.1f} times the bytes a fused "
+        "kernel must (at M = 1 on the timed shape): load each packed tile once, "
         "decode it in registers, and keep the per-element work to a few integer operations.",
     )  # fmt: skip
 

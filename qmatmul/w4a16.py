@@ -518,7 +518,8 @@ def check_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: 
     return chapter.check_decode_bandwidth(
         fn, what="w4a16_decode", module=__name__, shape=BANDWIDTH_SHAPE, Ms=BANDWIDTH_MS, threshold=threshold,
         seed=seed, nbytes=lambda M: bytes_moved(M, *BANDWIDTH_SHAPE, BANDWIDTH_GROUP),
-        hint="The naive path moves each weight about nine times its packed size: read each packed tile once, "
+        hint=f"The naive path moves {floor.naive_factor('w4a16', 1, *BANDWIDTH_SHAPE, BANDWIDTH_GROUP):.1f} times "
+        "the bytes a fused kernel must (at M = 1 on the timed shape): read each packed tile once, "
         "unpack it in registers, and keep the per-weight work to a few integer operations.",
     )  # fmt: skip
 
