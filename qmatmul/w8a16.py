@@ -331,8 +331,9 @@ def check_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: 
     return chapter.check_decode_bandwidth(
         fn, what="w8a16_decode", module=__name__, shape=BANDWIDTH_SHAPE, Ms=BANDWIDTH_MS, threshold=threshold,
         seed=seed, nbytes=lambda M: bytes_moved(M, *BANDWIDTH_SHAPE),
-        hint="The naive dequantize-then-matmul path moves each weight about five times: load each int8 tile "
-        "once and keep it in registers.",
+        hint=f"The naive dequantize-then-matmul path moves {floor.naive_factor('w8a16', 1, *BANDWIDTH_SHAPE):.1f} "
+        "times the bytes a fused kernel must (at M = 1 on the timed shape): load each int8 tile once and keep it "
+        "in registers.",
     )  # fmt: skip
 
 

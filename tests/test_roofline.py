@@ -265,7 +265,7 @@ def test_setup_cell_is_w8a16s_with_the_chapter_name():
 
 
 def test_the_naive_factor_the_hints_quote_comes_from_the_byte_models():
-    """The bandwidth hints of W4A16 and MXFP4 quote the naive path's bytes over the fused kernel's, computed
+    """The bandwidth hints of W8A16, W4A16 and MXFP4 quote the naive path's bytes over the fused kernel's, computed
     (8.4x and 8.5x on the timed shapes), never typed: an earlier hint said "about nine times"."""
     from qmatmul import floor
 
@@ -275,3 +275,4 @@ def test_the_naive_factor_the_hints_quote_comes_from_the_byte_models():
     ) / floor.model_bytes("mxfp4", 1, N, K)
     assert 8 < floor.naive_factor("mxfp4", 1, N, K) < 9
     assert 8 < floor.naive_factor("w4a16", 1, *w4a16.BANDWIDTH_SHAPE, w4a16.BANDWIDTH_GROUP) < 9
+    assert 4.9 < floor.naive_factor("w8a16", 1, *w8a16.BANDWIDTH_SHAPE) < 5.1  # the text's "about five times"
