@@ -19,11 +19,12 @@ endif
 ASSIGNMENT ?=
 ROSTER ?= roster.csv
 # JOBS=N: grade N submissions at once (one nbgrader process each; the gradebook must be PostgreSQL:
-# QMATMUL_DB_URL; `make demo` starts a scratch server of its own where PostgreSQL is installed). SCHEDULER=tcp://host:8786: on a Dask cluster.
+# QMATMUL_DB_URL). `make demo` without JOBS grades one a core (up to 4) without a GPU, one a GPU with one,
+# on a scratch PostgreSQL server of its own (classroom.demo_jobs). SCHEDULER=tcp://host:8786: on a Dask cluster.
 # RESUME=1: skip the submissions already graded from the same files.
-JOBS ?= 1
+JOBS ?=
 SCHEDULER ?=
-PARALLEL_FLAGS := $(if $(filter-out 1,$(JOBS)),--jobs $(JOBS),)$(if $(SCHEDULER), --scheduler $(SCHEDULER),)$(if $(filter 1,$(RESUME)), --resume,)
+PARALLEL_FLAGS := $(if $(JOBS),--jobs $(JOBS),)$(if $(SCHEDULER), --scheduler $(SCHEDULER),)$(if $(filter 1,$(RESUME)), --resume,)
 NEED_ASSIGNMENT = $(if $(ASSIGNMENT),,$(error name the chapter: make $@ ASSIGNMENT=w8a16))
 
 help:

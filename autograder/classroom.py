@@ -485,6 +485,25 @@ def expectations_met(students: list, rows: list[dict]) -> bool:
     return not failed
 
 
+def demo_jobs() -> int:
+    """How many demo notebooks `make demo` grades at once when JOBS is not given: one a GPU on a CUDA machine
+    (five jobs on one H200 graded slower than one: docs/parallel-grading.md); without a GPU, one a core up to
+    four (two cores graded 1.9 times as many as one), where PostgreSQL is installed for the scratch gradebook."""
+    import pgscratch  # autograder/pgscratch.py, beside this file
+    import torch
+
+    if torch.cuda.is_available():
+        jobs = torch.cuda.device_count()
+    else:
+        jobs = min(os.cpu_count() or 1, 4)
+    if jobs > 1 and not (os.environ.get("QMATMUL_DEMO_DB_URL") or pgscratch.binaries()):
+        print(
+            f"Grading the demo one notebook at a time: {jobs} at once needs PostgreSQL (`make system-deps`)"
+        )
+        return 1
+    return jobs
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -492,17 +511,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", choices=["demo", "autograde", "gradebook"])
     parser.add_argument("assignments", nargs="*", help="default: every assignment under solutions/")
     parser.add_argument("--sandbox", action="store_true", help="run each submission's kernel in bubblewrap")
-    parser.add_argument("--jobs", type=int, default=int(os.environ.get("QMATMUL_JOBS") or 1),
-                        help="submissions graded at once on this host (needs a PostgreSQL gradebook)")  # fmt: skip
+    parser.add_argument("--jobs", type=int, default=int(os.environ.get("QMATMUL_JOBS") or 0) or None,
+                        help="submissions graded at once on this host (needs a PostgreSQL gradebook); default 1, "
+                        "and for the demo demo_jobs()")  # fmt: skip
     parser.add_argument("--scheduler", default=os.environ.get("QMATMUL_SCHEDULER") or None,
                         help="a Dask scheduler's address (tcp://host:8786): grade on its workers")  # fmt: skip
     parser.add_argument("--resume", action="store_true", help="skip what was graded from the same files")
     args = parser.parse_args(argv)
-    if args.jobs < 1:
+    if args.jobs is not None and args.jobs < 1:
         parser.error("--jobs takes a number of at least 1")
     selected = selected_assignments(args.assignments, parser.error)
     if args.command == "demo":
-        return run_demo(selected, args.sandbox, args.jobs, args.scheduler)
+        jobs = args.jobs or (1 if args.scheduler else demo_jobs())
+        return run_demo(selected, args.sandbox, jobs, args.scheduler)
+    args.jobs = args.jobs or 1
     import term  # autograder/term.py, beside this file
 
     dirs = CourseDirs(sandbox=args.sandbox, db_url=os.environ.get("QMATMUL_DB_URL", ""))

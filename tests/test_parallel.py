@@ -389,3 +389,23 @@ def test_the_class_time_model_in_the_docs_is_the_tools():
     assert table in (ROOT / "docs" / "parallel-grading.md").read_text(), (
         "docs/parallel-grading.md is out of step with the data file: paste in\n" + table
     )
+
+
+def test_make_demo_without_jobs_grades_a_notebook_a_core_where_it_can(monkeypatch, capsys):
+    """`make demo` on a CPU machine with PostgreSQL grades one notebook a core (up to four); without PostgreSQL
+    it grades one at a time and says why; on a CUDA machine one a GPU (classroom.demo_jobs)."""
+    import torch
+
+    monkeypatch.delenv("QMATMUL_DEMO_DB_URL", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(pgscratch, "binaries", lambda: ROOT)
+    assert classroom.demo_jobs() == 2
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    assert classroom.demo_jobs() == 4
+    monkeypatch.setattr(pgscratch, "binaries", lambda: None)
+    assert classroom.demo_jobs() == 1
+    assert "needs PostgreSQL" in capsys.readouterr().out
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert classroom.demo_jobs() == 1
