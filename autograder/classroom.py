@@ -16,6 +16,7 @@ modified: nbgrader copies them to the autograded folder and grades the copies.
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import json
 import os
@@ -154,11 +155,13 @@ def autograde(assignment: str, students: list[str], dirs: CourseDirs) -> dict:
 
 
 def autograde_class(pairs: list[tuple[str, str]], dirs: CourseDirs, jobs: int = 1, scheduler=None,
-                    resume: bool = False) -> dict:  # fmt: skip
+                    resume: bool = False, chapter_done=None) -> dict:  # fmt: skip
     """Grade (assignment, student) pairs: jobs=1 without a scheduler is `autograde` one assignment after
     another; otherwise N at once on this host, or on a Dask cluster, each pair its own nbgrader process, with
     progress for the whole class. Returns {(assignment, student): why} for the pairs that failed. With
-    `resume`, pairs whose journal entry matches their submitted files are skipped."""
+    `resume`, pairs whose journal entry matches their submitted files are skipped. chapter_done(assignment,
+    {student: why}) is called as soon as an assignment's last pair is graded (its gradebook can be printed
+    then, not only at the end of a long run)."""
     if resume:
         scored = scored_submissions(dirs)
         pairs = [(a, s) for a, s in pairs if not graded_already(a, s, dirs, scored)]
@@ -166,8 +169,10 @@ def autograde_class(pairs: list[tuple[str, str]], dirs: CourseDirs, jobs: int = 
     if jobs <= 1 and scheduler is None:
         failures = {}
         for assignment in dict.fromkeys(a for a, _ in pairs):
-            for student, why in autograde(assignment, [s for a, s in pairs if a == assignment], dirs).items():
-                failures[assignment, student] = why
+            failed_here = autograde(assignment, [s for a, s in pairs if a == assignment], dirs)
+            failures.update({(assignment, student): why for student, why in failed_here.items()})
+            if chapter_done:
+                chapter_done(assignment, failed_here)
         return failures
     if dirs.url.startswith("sqlite"):
         raise SystemExit(
@@ -183,6 +188,7 @@ def autograde_class(pairs: list[tuple[str, str]], dirs: CourseDirs, jobs: int = 
         env.pop("PATH")  # the host that runs the job puts QMATMUL_BIN before its own PATH
         work.append(parallel.Job(assignment, student, cmd, env, str(ROOT), STUDENT_TIMEOUT))
     failures = {}
+    left = collections.Counter(a for a, _ in pairs)
 
     def failed(res: parallel.Result) -> str | None:
         why = None
@@ -194,11 +200,20 @@ def autograde_class(pairs: list[tuple[str, str]], dirs: CourseDirs, jobs: int = 
         return why
 
     progress = parallel.Progress(len(work), failed)
+
+    def done(res: parallel.Result) -> None:  # the progress line first, then a finished chapter's gradebook
+        progress(res)
+        left[res.job.assignment] -= 1
+        if chapter_done and left[res.job.assignment] == 0:
+            chapter_done(
+                res.job.assignment, {s: w for (a, s), w in failures.items() if a == res.job.assignment}
+            )
+
     t0 = time.time()
     if scheduler is None:
-        parallel.run_local(work, jobs, progress)
+        parallel.run_local(work, jobs, done)
     else:
-        parallel.run_dask(work, scheduler, progress)
+        parallel.run_dask(work, scheduler, done)
     seconds = time.time() - t0
     rate = len(work) / seconds * 3600 if seconds else 0.0
     print(f"graded {len(work) - len(failures)}/{len(work)} in {seconds:.0f} s ({rate:.0f} notebooks/hour)")
@@ -399,7 +414,7 @@ def run_demo(selected: list[str], sandbox: bool = False, jobs: int = 1, schedule
         return _run_demo_parallel(selected, dirs, jobs, scheduler)
     if dirs.db_url:
         reset_database(dirs.db_url)
-    status, graded = 0, _Graded(jobs=1)
+    status, notebooks, seconds = 0, 0, 0.0
     for assignment in selected:
         students = release_demo(assignment, dirs)
         if students is None:
@@ -408,11 +423,13 @@ def run_demo(selected: list[str], sandbox: bool = False, jobs: int = 1, schedule
             continue
         t0 = time.time()
         failures = autograde(assignment, [s.name for s in students], dirs)
-        graded += (len(students), time.time() - t0)
+        notebooks, seconds = notebooks + len(students), seconds + time.time() - t0
         rows = gradebook(assignment, dirs)
         print_gradebook(assignment, rows, failures)
         status |= 1 if failures or not expectations_met(students, rows) else 0
-    graded.report()
+    if notebooks:  # the same line as a parallel run's (autograde_class)
+        print(f"\ngraded {notebooks} notebooks one at a time in {seconds:.0f} s ({notebooks / seconds * 3600:.0f} "
+              "notebooks/hour)")  # fmt: skip
     _feedback_and_export(selected, dirs)
     return status
 
@@ -437,36 +454,16 @@ def _run_demo_parallel(selected: list[str], dirs: CourseDirs, jobs: int, schedul
             return 1
         released[assignment] = students
         pairs += [(assignment, st.name) for st in students]
-    t0 = time.time()
-    failures = autograde_class(pairs, dirs, jobs, scheduler)
-    graded = _Graded(jobs=jobs, notebooks=len(pairs), seconds=time.time() - t0)
-    met = True
-    for assignment, students in released.items():
+    met = {}
+
+    def chapter_done(assignment: str, failed_here: dict) -> None:
         rows = gradebook(assignment, dirs)
-        print_gradebook(assignment, rows, {s: w for (a, s), w in failures.items() if a == assignment})
-        met &= expectations_met(students, rows) if students else True
-    graded.report()
+        print_gradebook(assignment, rows, failed_here)
+        met[assignment] = expectations_met(released[assignment], rows)
+
+    failures = autograde_class(pairs, dirs, jobs, scheduler, chapter_done=chapter_done)
     _feedback_and_export(list(released), dirs)
-    return 1 if failures or not met else 0
-
-
-@dataclasses.dataclass
-class _Graded:
-    """How many notebooks the demo graded and in how long (the autograde steps only, not the releases)."""
-
-    jobs: int
-    notebooks: int = 0
-    seconds: float = 0.0
-
-    def __iadd__(self, step: tuple[int, float]):
-        self.notebooks += step[0]
-        self.seconds += step[1]
-        return self
-
-    def report(self) -> None:
-        if self.notebooks:
-            print(f"\n{self.notebooks} notebooks graded in {self.seconds:.0f} s, {self.jobs} at a time: "
-                  f"{self.notebooks / self.seconds * 3600:.0f} an hour", flush=True)  # fmt: skip
+    return 1 if failures or not all(met.get(a, False) for a in released if released[a]) else 0
 
 
 def expectations_met(students: list, rows: list[dict]) -> bool:
@@ -537,10 +534,8 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             term.stamp_submissions(assignment, ROOT / dirs.submitted)  # hand-copied folders: for due dates
             pairs += [(assignment, s) for s in students]
-        failures = autograde_class(pairs, dirs, args.jobs, args.scheduler, resume=args.resume)
-        for assignment in dict.fromkeys(a for a, _ in pairs):
-            print_gradebook(assignment, gradebook(assignment, dirs),
-                            {s: w for (a, s), w in failures.items() if a == assignment})  # fmt: skip
+        failures = autograde_class(pairs, dirs, args.jobs, args.scheduler, resume=args.resume,
+                                   chapter_done=lambda a, failed: print_gradebook(a, gradebook(a, dirs), failed))  # fmt: skip
         return 1 if failures else 0
     status = 0
     for assignment in selected:

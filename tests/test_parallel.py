@@ -177,12 +177,16 @@ def test_pool_killed_midway_then_resumed_equals_the_serial_run(serial, db_url, t
                  if "autograde" in " ".join(p.cmdline()) and "nbgrader" in " ".join(p.cmdline())]  # fmt: skip
         return rng.choice(procs).pid if procs else None
 
-    killed = []
+    killed, finished = [], []
     killer = _killer(a_grading_process, (1.0, 12.0), rng, killed)
-    failures = classroom.autograde_class(pairs, dirs, jobs=2)
+    failures = classroom.autograde_class(
+        pairs, dirs, jobs=2, chapter_done=lambda a, f: finished.append((a, f))
+    )
     killer.join()
     assert killed and failures, f"seed {seed}: nothing was killed"
     assert all(w for w in failures.values())
+    # the chapter's gradebook could be printed once, when its last submission was graded, failures named
+    assert finished == [(CHAPTER, {s: w for (_, s), w in failures.items()})]
     # the re-run grades exactly the students the kill cost, and the gradebook ends as the serial one
     again = classroom.autograde_class(pairs, dirs, jobs=2, resume=True)
     assert not again, again
