@@ -21,6 +21,19 @@ def device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+# Before sm_80 (a T4) Triton (3.2 on) has no tensor-core tl.dot: it multiplies with FMAs, in float32, and takes the
+# weight tile through shared memory as float32 (BLOCK_N x BLOCK_K x 4 bytes, within a T4's 64 KB). Compiled for sm_75
+# on a CPU (tools/sass.py --fit, docs/gpu-fit.md), a BLOCK_K of 32 is what keeps the kernels from spilling registers:
+# the H200's decode tiles need 128 KB there (W8A16) or spill 1600 registers a step (MXFP4, NVFP4, FP8).
+FMA_DECODE = dict(BLOCK_M=16, BLOCK_N=128, BLOCK_K=32, num_warps=4, num_stages=1)
+FMA_TILED = dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=32, num_warps=4, num_stages=1)
+
+
+def fma_dot(device: str) -> bool:
+    """True on a CUDA GPU without tensor cores for Triton's tl.dot (older than sm_80): the FMA_* tiles apply."""
+    return device == "cuda" and torch.cuda.get_device_capability() < (8, 0)
+
+
 def act_dtypes(device: str) -> list:
     """The activation dtypes the kernels are checked in on `device`; the last one is the one timed."""
     if device == "cuda" and torch.cuda.get_device_capability() >= (8, 0):

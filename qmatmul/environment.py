@@ -146,6 +146,10 @@ def start(chapter: str | None = None, *, force_cpu: bool | None = None, quiet: b
         act_dtype = torch.bfloat16 if capability >= (8, 0) else torch.float16
         if capability < (8, 0):
             notes.append("this GPU has no bf16 tensor cores: activations are float16")
+            notes.append(
+                "Triton's tl.dot runs on FMAs here, not tensor cores (Triton uses them from sm_80 on): "
+                "the kernels take smaller tiles (docs/gpu-fit.md)"
+            )
     else:
         act_dtype = torch.float16
         notes.append("activations are float16: the interpreter's bf16 tl.dot gives wrong results")

@@ -200,6 +200,8 @@ def prefill_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
     fp8_dot = _fp8_dot(device)
     if device != "cuda":
         return dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=64, FP8_DOT=fp8_dot, num_warps=4, num_stages=1)
+    if chapter.fma_dot(device):  # a T4: FMA tiles (qmatmul/chapter.py)
+        return dict(chapter.FMA_TILED, FP8_DOT=False)
     if not fp8_dot:  # decode e4m3 to fp16 in registers: 16-bit tiles, as in W8A16
         return dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, FP8_DOT=False, num_warps=8, num_stages=3)
     # Swept on the H200 at 4096 x 8192 x 8192 (docs/benchmark-fp8-h200.md): 128 x 128 x 128, 4 warps, 4 stages
@@ -217,6 +219,8 @@ def decode_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
     # 128 x 256: 93 / 97; 8192 x 28672 with 64 x 1024, 8 warps: 97 / 97 (64 x 512: 90 / 99); 8192 x 8192 with
     # 64 x 512: 81 / 80 (64 x 256: 65 / 64). The fp16 path (no fp8 tensor cores) keeps its earlier tiles.
     long_k = K >= 16384
+    if chapter.fma_dot(device):  # a T4: FMA tiles (qmatmul/chapter.py)
+        return dict(chapter.FMA_DECODE, FP8_DOT=False)
     if not fp8_dot:
         return dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=512 if long_k else 256, FP8_DOT=False, num_warps=4,
                     num_stages=4 if long_k else 3)  # fmt: skip
@@ -865,6 +869,8 @@ def block_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
     fp8_dot = _fp8_dot(device)
     if device != "cuda":
         return dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=SCALE_BLOCK, FP8_DOT=fp8_dot, num_warps=4, num_stages=1)
+    if chapter.fma_dot(device):  # a T4: BLOCK_K stays the scale block, so a narrower tile (16 KB, not 64 KB)
+        return dict(chapter.FMA_TILED, BLOCK_N=32, BLOCK_K=SCALE_BLOCK, FP8_DOT=False)
     if not fp8_dot:
         return dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=SCALE_BLOCK, FP8_DOT=False, num_warps=8, num_stages=3)
     # Not swept yet: the tiles of the per-row kernel (see docs/benchmark-fp8-h200.md).

@@ -68,6 +68,8 @@ def prefill_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
     """Tile sizes for the tiled kernel (BLOCK_K is a multiple of 32: whole MX blocks per step)."""
     if device != "cuda":
         return dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=64, num_warps=4, num_stages=1)
+    if chapter.fma_dot(device):  # a T4: FMA tiles (qmatmul/chapter.py)
+        return dict(chapter.FMA_TILED)
     big = M > 64
     if big and torch.cuda.get_device_capability() >= (9, 0):
         # Graph-timed on the H200 (docs/perf-notes.md): 12 % of cuBLAS at M = 2048 and 4096 against 7 % for
@@ -77,14 +79,13 @@ def prefill_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
 
 
 def _prefill_tiles(M: int) -> dict:
-    old = torch.cuda.get_device_capability() < (8, 0)
     big = M > 64
     return dict(
         BLOCK_M=128 if big else 64,
         BLOCK_N=128,
         BLOCK_K=64 if big else 128,
         num_warps=8 if big else 4,
-        num_stages=2 if old else 3,
+        num_stages=3,
     )
 
 
@@ -92,6 +93,8 @@ def decode_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
     """Tile sizes for the decode kernel: all M rows (padded to 16) in one program, a strip of N."""
     if device != "cuda":
         return dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=1)
+    if chapter.fma_dot(device):  # a T4: FMA tiles (qmatmul/chapter.py)
+        return dict(chapter.FMA_DECODE)
     # Graph-timed on the H200 (docs/perf-notes.md, 2026-12-01): with the tile read as it lies ([BLOCK_N, BLOCK_K/2]),
     # 32 columns x 512 of K, 4 warps, 3 stages reached 24-27 % of the copy bandwidth on all three shapes, M = 1 and
     # 16 (128 columns: 22 % on 28672 x 8192, 18 % on 8192 x 28672).

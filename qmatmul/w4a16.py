@@ -86,7 +86,8 @@ def prefill_config(M: int, N: int, K: int, group_size: int, device: str = "cuda"
     """Tile sizes for the tiled kernel. BLOCK_K divides the group size: one scale and zero per K block."""
     if device != "cuda":
         return dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=min(64, group_size), num_warps=4, num_stages=1)
-    old = torch.cuda.get_device_capability() < (8, 0)
+    if chapter.fma_dot(device):  # a T4: FMA tiles (qmatmul/chapter.py); BLOCK_K still divides the group size
+        return dict(chapter.FMA_TILED, BLOCK_K=min(chapter.FMA_TILED["BLOCK_K"], group_size))
     big = M > 64
     # The best of 8 configurations timed on the H200 at M = 2048, N = K = 8192 (still only 9.5 % of cuBLAS).
     return dict(
@@ -94,7 +95,7 @@ def prefill_config(M: int, N: int, K: int, group_size: int, device: str = "cuda"
         BLOCK_N=256 if big else 128,
         BLOCK_K=min(64, group_size),
         num_warps=8 if big else 4,
-        num_stages=2 if old else (3 if big else 4),
+        num_stages=3 if big else 4,
     )
 
 

@@ -55,7 +55,8 @@ def prefill_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
     """Tile sizes for the tiled kernel. The interpreter prefers few, large programs."""
     if device != "cuda":
         return dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=64, num_warps=4, num_stages=1)
-    old = torch.cuda.get_device_capability() < (8, 0)
+    if chapter.fma_dot(device):  # a T4: FMA tiles (qmatmul/chapter.py)
+        return dict(chapter.FMA_TILED)
     big = M > 64
     if big and torch.cuda.get_device_capability() == (9, 0):
         # H200, graph-timed at M = 2048 / 4096, N = K = 8192 (docs/perf-notes.md): with the weight tile as tl.dot's
@@ -67,7 +68,7 @@ def prefill_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
         BLOCK_N=128,
         BLOCK_K=64 if big else 128,
         num_warps=4,
-        num_stages=2 if old else (3 if big else 4),
+        num_stages=3 if big else 4,
     )
 
 
@@ -75,6 +76,8 @@ def decode_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
     """Tile sizes for the decode kernel: all M rows (padded to 16) in one program, a strip of N."""
     if device != "cuda":
         return dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=1)
+    if chapter.fma_dot(device):  # a T4: FMA tiles (qmatmul/chapter.py)
+        return dict(chapter.FMA_DECODE)
     # Graph-timed on the H200 (docs/perf-notes.md, 2026-12-01), fraction of copy at M = 1 / 16: 28672 x 8192 with
     # 128 columns x 256 of K 94 / 93 (64 x 256: 81 / 83); otherwise 64 x 512: 88 / 87 at 8192 x 28672, 74 / 73 at
     # 8192 x 8192 (64 x 256: 59 / 60; only 128 strips of 64 columns there).

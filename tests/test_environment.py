@@ -103,6 +103,7 @@ def test_each_gpu_takes_the_path_the_chapters_state(cap, monkeypatch):
     assert fp8._paths("cuda") == ([True, False] if fp8_dot else [False])
     assert ("no fp8 tensor cores" in fp8._skipped("cuda")) == (not fp8_dot)
     assert chapter.act_dtypes("cuda") == ([torch.float16, torch.bfloat16] if bf16 else [torch.float16])
+    assert chapter.fma_dot("cuda") == (cap < (8, 0))  # Triton's tl.dot has no tensor cores before sm_80
     ok, why = mxfp4.dot_scaled_status()
     assert ok == dot_scaled
     assert ("native fp4" in why) == fp4 and ("needs sm_80" in why) == (cap < (8, 0))

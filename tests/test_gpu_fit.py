@@ -1,0 +1,83 @@
+"""The graded kernels on every GPU class a learner may have, from a CPU: docs/gpu-fit.json (tools/sass.py --fit)
+records each launch compiled for each compute capability; these tests keep it true and current."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+
+import sass  # noqa: E402 - tools/sass.py
+
+DATA = json.loads(sass.FIT_JSON.read_text())
+
+
+def test_every_graded_launch_compiles_and_fits_every_gpu_class():
+    bad = [sass.describe(r) for r in DATA["rows"] if "error" in r or not r["fits"]]
+    assert not bad, "\n".join(bad)
+    assert {r["arch"] for r in DATA["rows"]} == set(sass.GPUS)
+
+
+def test_decode_kernels_keep_their_registers():
+    """The graded bandwidth cells time the decode kernels: a spill there is a slower kernel on that GPU class.
+    W4A16's step is one whole group (BLOCK_K = G, which the notebook teaches), so on a T4 it keeps its spills."""
+    spilled = [sass.describe(r) for r in DATA["rows"] if "decode" in r["label"] and r["spills"]
+               and not (r["label"] == "w4a16 decode" and r["arch"] < 80)]  # fmt: skip
+    assert not spilled, "\n".join(spilled)
+
+
+def test_the_record_is_current(monkeypatch):
+    """Each row's tiles are what the chapter's config function chooses today (a changed config must be compiled
+    again: `python tools/sass.py --fit --write`), and docs/gpu-fit.md renders the JSON."""
+    launches = {label: cfg for label, _, _, cfg in sass.launches()}
+    assert {r["label"] for r in DATA["rows"]} == set(launches)
+    for r in DATA["rows"]:
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a, arch=r["arch"]: divmod(arch, 10))
+        assert json.loads(json.dumps(launches[r["label"]]())) == r["config"], (r["arch"], r["label"])
+    assert sass.FIT_MD.read_text() == sass.render_fit(DATA)
+
+
+def test_a_compile_reproduces_the_record_and_catches_a_tile_too_big():
+    """One row compiled again here, and the H200's W8A16 decode tile on a T4 (128 KB of shared memory against
+    64 KB), which the check must call a misfit."""
+    script = (
+        "import json, sass\n"
+        "rows = {l: (c, k, f) for l, c, k, f in sass.launches()}\n"
+        "c, k, f = rows['w8a16 decode']\n"
+        "now = sass.fit(75, 'w8a16 decode', c, k, f)\n"
+        "h200 = sass.fit(75, 'w8a16 decode', c, k, lambda: dict(BLOCK_M=16, BLOCK_N=128, BLOCK_K=256, num_warps=4,"
+        " num_stages=3))\n"
+        "print(json.dumps([now, h200], default=str))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(PYTHONPATH=f"{ROOT / 'tools'}{os.pathsep}{ROOT}", TRITON_DEFAULT_FP_FUSION="1")
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    now, h200 = json.loads(out.stdout.splitlines()[-1])
+    recorded = next(r for r in DATA["rows"] if r["arch"] == 75 and r["label"] == "w8a16 decode")
+    assert (now["shared"], now["spills"], now["fits"]) == (recorded["shared"], recorded["spills"], True)
+    assert not h200["fits"] and h200["shared"] > h200["limit"]
+
+
+@pytest.mark.parametrize(
+    "listing, loop",
+    [
+        ([(0, "MOV R1, R2"), (16, "IADD3 R1, R1, 1"), (32, "@!P0 BRA 0x10"), (48, "EXIT")], 2),
+        ([(0, "MOV R1, R2"), (16, "FFMA R1, R1, R2"), (32, "BRA.U !UP0, 0x0"), (48, "EXIT")], 3),
+    ],
+)
+def test_the_main_loop_is_read_from_the_backward_branch(listing, loop):
+    assert len(sass.main_loop(listing)) == loop
+
+
+def test_a_kernel_without_a_loop_is_an_error():
+    with pytest.raises(ValueError, match="no loop"):
+        sass.main_loop([(0, "MOV R1, R2"), (16, "EXIT")])

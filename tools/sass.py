@@ -1,0 +1,449 @@
+"""What a decode kernel's main loop issues per weight, read from SASS compiled here for a GPU (no GPU needed).
+
+    python tools/sass.py [--arch 90] [--ops 12] [NAME ...]
+
+A 4-bit decode kernel at M <= 16 has nothing for the tensor cores to do and too little time per weight for its
+decoding: at the H200's copy bandwidth a weight arrives every 1 / 7.9e12 s, and 132 SMs x 128 lanes x 1.98 GHz
+issue about 4 instructions per weight in that time (docs/perf-notes.md). So the instruction count of the loop body,
+per weight a thread decodes, bounds what a kernel can reach: `ceiling` = that budget / the count, as a fraction of
+the copy bandwidth. It is a bound, not a prediction (latency, the pipeline's depth and the grid come on top), and
+it costs no device time: triton's own ptxas and cuobjdump compile and disassemble for sm_<arch> on a CPU.
+
+Each NAME is a row of KERNELS: the solution notebook's kernel (or qmatmul.expert's) with the configuration its
+wrapper takes on the H200 at 28672 x 8192, the argument types of a bf16 call and the divisibility the JIT would see.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import collections
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+ISSUE_BUDGET = (
+    4.2  # instructions per weight a thread can issue at the H200's copy bandwidth (docs/perf-notes.md)
+)
+
+# Pointer types of a bf16 call, by argument name; every other non-constexpr argument is an int32.
+_W4A16 = {"x_ptr": "*bf16", "p_ptr": "*u8", "s_ptr": "*fp32", "z_ptr": "*u8", "y_ptr": "*bf16"}
+_FP4 = {"x_ptr": "*bf16", "p_ptr": "*u8", "s_ptr": "*u8", "y_ptr": "*bf16"}
+_NVFP4 = {**_FP4, "g_ptr": "*fp32"}
+_W4A16_WORDS = {**_W4A16, "w_ptr": "*i32"}
+_BF16_MAGIC = {"MAGIC": 0x43004300, "BASE": 128.0}  # qmatmul.expert._magic
+_FP16_MAGIC = {"MAGIC": 0x64006400, "BASE": 1024.0}
+_W8A16 = {"x_ptr": "*bf16", "q_ptr": "*i8", "s_ptr": "*fp32", "y_ptr": "*bf16"}
+
+
+def _row(chapter, kernel, types, cfg, ones=("stride_xk", "stride_yn")):
+    """chapter: a solution notebook's name, or "expert" (qmatmul.expert)."""
+    return dict(chapter=chapter, kernel=kernel, types=types, cfg=cfg, ones=ones)
+
+
+def _decode_cfg(module: str, *args) -> dict:
+    from importlib import import_module
+
+    return dict(import_module(f"qmatmul.{module}").decode_config(*args, device="cuda"))
+
+
+def _expert(config: str, *args) -> dict:
+    from qmatmul import expert
+
+    return dict(getattr(expert, config)(*args, device="cuda"))
+
+
+def kernels() -> dict:
+    """NAME -> what to compile. Configurations come from the chapters' decode_config (28672 x 8192, M = 16)."""
+    N, K = 28672, 8192
+    return {
+        "w4a16": _row(
+            "w4a16",
+            "w4a16_decode_kernel",
+            _W4A16,
+            _decode_cfg("w4a16", 16, N, K, 128) | {"GROUP": 128},
+            ones=("stride_xk", "stride_pj", "stride_sg", "stride_yn"),
+        ),
+        "mxfp4": _row(
+            "mxfp4",
+            "mxfp4_decode_kernel",
+            _FP4,
+            _decode_cfg("mxfp4", 16, N, K),
+            ones=("stride_xk", "stride_pk", "stride_sk", "stride_yn"),
+        ),
+        "nvfp4": _row(
+            "nvfp4",
+            "nvfp4_decode_kernel",
+            _NVFP4,
+            _decode_cfg("nvfp4", 16, N, K),
+            ones=("stride_xk", "stride_pk", "stride_sk", "stride_yn"),
+        ),
+        "w8a16": _row(
+            "w8a16",
+            "w8a16_decode_kernel",
+            _W8A16,
+            _decode_cfg("w8a16", 16, N, K),
+            ones=("stride_xk", "stride_qk", "stride_yn"),
+        ),
+        "expert-tc": _row(
+            "expert",
+            "_w4_tc_kernel",
+            _W4A16_WORDS,
+            _expert("tc_config", 16, N) | _BF16_MAGIC | {"GROUP": 128},
+        ),
+        "expert-gemv": _row(
+            "expert", "_w4_gemv_kernel", _W4A16_WORDS, _expert("gemv_config", N, K) | {"GROUP": 128}
+        ),
+    }
+
+
+# The GPU classes a learner may have (compute capability: a card of that class, the most shared memory one
+# program may take, in bytes, from the CUDA programming guide's table of compute capabilities).
+GPUS = {
+    75: ("T4 (Colab)", 64 * 1024),
+    80: ("A100", 163 * 1024),
+    86: ("RTX 30xx, A10", 99 * 1024),
+    89: ("L4, RTX 40xx", 99 * 1024),
+    90: ("H100, H200", 227 * 1024),
+    100: ("B200", 227 * 1024),
+    120: ("RTX 50xx (consumer Blackwell)", 99 * 1024),
+}
+
+
+def _types(chapter: str, kernel: str) -> dict:
+    """Pointer types of a bf16 call of a chapter's kernel."""
+    if chapter == "w8a16":
+        return _W8A16
+    if chapter == "w4a16":
+        return _W4A16
+    if chapter == "fp8":  # the wrappers pass the fp8 codes as uint8 views
+        return {"x_ptr": "*u8", "w_ptr": "*u8", "sx_ptr": "*fp32", "sw_ptr": "*fp32", "y_ptr": "*bf16"}
+    return _NVFP4 if chapter == "nvfp4" else _FP4
+
+
+def launches() -> list[tuple[str, str, str, callable]]:
+    """(label, chapter, kernel, cfg()) for every kernel a chapter's graded cells launch on a GPU, at the shapes
+    they are graded at: decode at 28672 x 8192 (M = 16), the tiled kernels at M = 33 and 256 (N = K = 4096).
+    cfg() runs the chapter's own config function, so call it with torch.cuda.get_device_capability patched."""
+    from qmatmul import fp8, mxfp4, nvfp4, w4a16, w8a16
+
+    N, K = 28672, 8192
+    rows = [
+        ("w8a16 decode", "w8a16", "w8a16_decode_kernel", lambda: w8a16.decode_config(16, N, K)),
+        (
+            "w4a16 decode",
+            "w4a16",
+            "w4a16_decode_kernel",
+            lambda: w4a16.decode_config(16, N, K, 128) | {"GROUP": 128},
+        ),
+        ("mxfp4 decode", "mxfp4", "mxfp4_decode_kernel", lambda: mxfp4.decode_config(16, N, K)),
+        ("nvfp4 decode", "nvfp4", "nvfp4_decode_kernel", lambda: nvfp4.decode_config(16, N, K)),
+        ("fp8 decode", "fp8", "fp8_decode_kernel", lambda: fp8.decode_config(16, N, K)),
+    ]
+    for M in (33, 256):
+        rows += [
+            (
+                f"w8a16 tiled M={M}",
+                "w8a16",
+                "w8a16_matmul_kernel",
+                lambda M=M: w8a16.prefill_config(M, 4096, 4096) | {"GROUP_M": 8},
+            ),
+            (
+                f"w4a16 tiled M={M}",
+                "w4a16",
+                "w4a16_matmul_kernel",
+                lambda M=M: w4a16.prefill_config(M, 4096, 4096, 128) | {"GROUP": 128},
+            ),
+            (
+                f"mxfp4 tiled M={M}",
+                "mxfp4",
+                "mxfp4_matmul_kernel",
+                lambda M=M: mxfp4.prefill_config(M, 4096, 4096),
+            ),
+            (
+                f"nvfp4 tiled M={M}",
+                "nvfp4",
+                "nvfp4_matmul_kernel",
+                lambda M=M: nvfp4.prefill_config(M, 4096, 4096),
+            ),
+            (
+                f"fp8 tiled M={M}",
+                "fp8",
+                "fp8_matmul_kernel",
+                lambda M=M: fp8.prefill_config(M, 4096, 4096) | {"GROUP_M": 8},
+            ),
+            (
+                f"fp8 block M={M}",
+                "fp8",
+                "fp8_block_matmul_kernel",
+                lambda M=M: fp8.block_config(M, 4096, 4096) | {"GROUP_M": 8, "SCALE": fp8.SCALE_BLOCK},
+            ),
+        ]
+    return rows
+
+
+def fit(arch: int, label: str, chapter: str, kernel: str, cfg) -> dict:
+    """Compile one launch for sm_<arch>: shared memory against the class's limit, spilled registers, tensor
+    cores or not."""
+    import torch
+
+    real = torch.cuda.get_device_capability
+    torch.cuda.get_device_capability = lambda *a: divmod(arch, 10)
+    try:
+        config = cfg()
+    finally:
+        torch.cuda.get_device_capability = real
+    ones = tuple(n for n in ("stride_xk", "stride_yn", "stride_wk", "stride_qk", "stride_pk", "stride_pj",
+                             "stride_sk", "stride_sg", "stride_sxk", "stride_swk") if n not in config)  # fmt: skip
+    row = _row(chapter, kernel, _types(chapter, kernel), config, ones=ones)
+    compiled = compile_row(row, arch)
+    code = disassemble(compiled.asm["cubin"])
+    spills = sum(opcode(i) in ("LDL", "STL") for _, i in code)
+    name, limit = GPUS[arch]
+    return dict(
+        arch=arch,
+        gpu=name,
+        label=label,
+        shared=compiled.metadata.shared,
+        limit=limit,
+        fits=compiled.metadata.shared <= limit,
+        spills=spills,
+        tensor_cores="mma" in compiled.asm["ttgir"],
+        config=config,
+    )
+
+
+def jit_functions(chapter: str) -> dict:
+    """The solution notebook's @triton.jit functions (and its constants), compiled for a GPU: the notebook's other
+    cells (its setup cell picks the interpreter on a CPU) are left out."""
+    from qmatmul import course
+
+    if chapter == "expert":
+        from qmatmul import expert
+
+        return expert
+    tree = ast.parse(course.notebook_code(chapter))
+    body = ast.parse("import triton\nimport triton.language as tl").body
+    for node in tree.body:
+        jit = isinstance(node, ast.FunctionDef) and any("jit" in ast.unparse(d) for d in node.decorator_list)
+        if jit or (isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)):
+            body.append(node)
+    path = Path(tempfile.mkdtemp(prefix="qmatmul-sass-")) / f"sass_{chapter}.py"
+    path.write_text(ast.unparse(ast.Module(body=body, type_ignores=[])) + "\n")
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def compile_row(row: dict, arch: int = 90):
+    """The compiled kernel of one KERNELS row for sm_<arch>."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    fn = getattr(jit_functions(row["chapter"]), row["kernel"])
+    cfg = dict(row["cfg"])
+    types = dict(row["types"])
+    if arch < 80:  # no bf16 tensor cores (a T4): the chapters run fp16 activations there
+        types = {k: "*fp16" if v == "*bf16" else v for k, v in types.items()}
+        cfg |= {k: v for k, v in _FP16_MAGIC.items() if k in cfg}
+    options = {k: cfg.pop(k) for k in ("num_warps", "num_stages") if k in cfg}
+    signature, constants, attrs = {}, {}, {}
+    for i, name in enumerate(fn.arg_names):
+        if name in cfg or name in row["ones"]:  # constexprs, and the strides the JIT specializes to 1
+            signature[name], constants[name] = "constexpr", cfg.get(name, 1)
+        else:
+            signature[name] = types.get(name, "i32")
+            if signature[name].startswith("*") or name in ("N", "K") or name.startswith("stride_"):
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    return triton.compile(
+        ASTSource(fn, signature, constants, attrs), target=GPUTarget("cuda", arch, 32), options=options
+    )
+
+
+def disassemble(cubin: bytes) -> list[tuple[int, str]]:
+    """(address, instruction) pairs of a cubin, by the cuobjdump that ships with triton."""
+    import triton
+
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        text = subprocess.run([str(tool), "-sass", f.name], check=True, capture_output=True, text=True).stdout
+    return [(int(a, 16), ins.strip()) for a, ins in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", text)]
+
+
+def main_loop(code: list[tuple[int, str]]) -> list[str]:
+    """The instructions of the longest loop: from a backward branch's target to the branch."""
+    loops = []
+    for addr, ins in code:
+        m = re.search(
+            r"\bBRA(?:\.\w+)*\s+(?:!?U?P\w+,\s*)?(0x[0-9a-f]+)", ins
+        )  # "@!P5 BRA 0x..", "BRA.U !UP0, 0x.."
+        if m and int(m.group(1), 16) < addr:
+            loops.append((int(m.group(1), 16), addr))
+    if not loops:
+        raise ValueError("no loop in this kernel's SASS")
+    start, end = max(loops, key=lambda r: r[1] - r[0])
+    return [ins for addr, ins in code if start <= addr <= end]
+
+
+def opcode(ins: str) -> str:
+    """The opcode without predicate and modifiers: '@!P0 LDG.E.U8 R1, ...' -> 'LDG'."""
+    return re.sub(r"^@!?U?P\w+\s+", "", ins).split()[0].split(".")[0]
+
+
+def weights_per_thread(row: dict) -> float:
+    cfg = row["cfg"]
+    """One loop iteration decodes BLOCK_N rows x BLOCK_K (the expert kernels: GPI groups of GROUP) weights."""
+    along_k = cfg["BLOCK_K"] if "BLOCK_K" in cfg else cfg["GROUP"] * cfg.get("GPI", 1)
+    return cfg["BLOCK_N"] * along_k / (32 * cfg["num_warps"])
+
+
+def measure(name: str, row: dict, arch: int = 90) -> dict:
+    loop = main_loop(disassemble(compile_row(row, arch).asm["cubin"]))
+    per = weights_per_thread(row)
+    ops = collections.Counter(opcode(i) for i in loop)
+    return dict(
+        name=name,
+        kernel=row["kernel"],
+        loop=len(loop),
+        weights=per,
+        per_weight=len(loop) / per,
+        ceiling=min(1.0, ISSUE_BUDGET / (len(loop) / per)),
+        ops=ops,
+    )
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--arch", type=int, default=90, help="compute capability, e.g. 90 (default), 80, 100")
+    parser.add_argument("--ops", type=int, default=10, help="how many opcodes to list per kernel")
+    parser.add_argument(
+        "--set",
+        default="",
+        metavar="K=V,...",
+        help="override the configuration, e.g. BLOCK_N=64,num_warps=8 (every row named)",
+    )
+    parser.add_argument(
+        "--fit",
+        action="store_true",
+        help="instead: every graded launch on every GPU class, shared memory and spills",
+    )
+    parser.add_argument("--write", action="store_true", help="with --fit: record docs/gpu-fit.json and .md")
+    parser.add_argument("names", nargs="*", help="rows of KERNELS (default: all)")
+    args = parser.parse_args(argv)
+    os.environ.pop("TRITON_INTERPRET", None)  # compile for the GPU, whatever the shell says
+    os.environ.setdefault(
+        "TRITON_DEFAULT_FP_FUSION", "1"
+    )  # the JIT's default, said aloud (silences a warning)
+    if args.fit:
+        return fit_report(args.write)
+    rows = kernels()
+    unknown = set(args.names) - set(rows)
+    if unknown:
+        parser.error(f"unknown: {', '.join(sorted(unknown))} (choose from {', '.join(rows)})")
+    print(f"sm_{args.arch}: SASS in the main loop, per weight a thread decodes (issue budget {ISSUE_BUDGET})")
+    print(f"{'kernel':8} {'loop':>5} {'weights':>7} {'/weight':>7} {'ceiling':>7}  most issued")
+    overrides = {k: int(v) for k, v in (kv.split("=") for kv in args.set.split(",") if kv)}
+    for name in args.names or rows:
+        row = dict(rows[name], cfg=rows[name]["cfg"] | overrides)
+        r = measure(name, row, args.arch)
+        top = " ".join(f"{op} {n}" for op, n in r["ops"].most_common(args.ops))
+        print(f"{name:8} {r['loop']:5} {r['weights']:7.0f} {r['per_weight']:7.2f} {r['ceiling']:7.0%}  {top}")
+    return 0
+
+
+FIT_JSON = ROOT / "docs" / "gpu-fit.json"
+FIT_MD = ROOT / "docs" / "gpu-fit.md"
+
+
+def fit_rows() -> list[dict]:
+    rows = []
+    for arch in GPUS:
+        for label, chapter, kernel, cfg in launches():
+            try:
+                r = fit(arch, label, chapter, kernel, cfg)
+            except Exception as exc:  # noqa: BLE001 - a compiler crash is a row of the report
+                r = dict(
+                    arch=arch, gpu=GPUS[arch][0], label=label, error=f"{type(exc).__name__}: {exc}"[:300]
+                )
+            print(describe(r), flush=True)
+            rows.append(r)
+    return rows
+
+
+def describe(r: dict) -> str:
+    if "error" in r:
+        return f"sm_{r['arch']:<4} {r['label']:20} DOES NOT COMPILE: {r['error'][:150]}"
+    return (
+        f"sm_{r['arch']:<4} {r['label']:20} {r['shared'] / 1024:6.1f} KB of {r['limit'] // 1024:3d}"
+        f"{'' if r['fits'] else ' DOES NOT FIT'}  spills {r['spills']:5d}  "
+        f"{'tensor cores' if r['tensor_cores'] else 'FMA'}"
+    )
+
+
+def render_fit(data: dict) -> str:
+    """docs/gpu-fit.md from docs/gpu-fit.json: one table, a launch a row, a GPU class a column."""
+    meta, rows = data["meta"], data["rows"]
+    archs = list(dict.fromkeys(r["arch"] for r in rows))
+    labels = list(dict.fromkeys(r["label"] for r in rows))
+    cell = {(r["arch"], r["label"]): r for r in rows}
+    gpus = {r["arch"]: r["gpu"] for r in rows}
+    lines = [
+        "# The graded kernels on every GPU class, compiled here",
+        "",
+        f"Generated by `python tools/sass.py --fit` from docs/gpu-fit.json (triton {meta['triton']}, {meta['date']}; "
+        "compiled on a CPU for each compute capability with the chapters' own tile choices, no GPU). Each cell: the "
+        "shared memory one program takes (KB), the registers spilled to local memory (instructions, `sp`), and `fma` "
+        "where Triton has no tensor-core `tl.dot` for the GPU. A cell over the class's limit would stop the learner's "
+        "cell with OutOfResources; spills slow a kernel down. Measured on a GPU: only the H200 (docs/benchmark-h200.md).",
+        "",
+        "| launch | " + " | ".join(f"sm_{a} {gpus[a]}" for a in archs) + " |",
+        "|---|" + "---|" * len(archs),
+    ]
+    for label in labels:
+        out = []
+        for a in archs:
+            r = cell[(a, label)]
+            if "error" in r:
+                out.append("**does not compile**")
+                continue
+            text = f"{r['shared'] / 1024:.0f} KB"
+            text += f", sp {r['spills']}" if r["spills"] else ""
+            text += "" if r["tensor_cores"] else ", fma"
+            out.append(text if r["fits"] else f"**{text} > {r['limit'] // 1024} KB**")
+        lines.append(f"| {label} | " + " | ".join(out) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def fit_report(write: bool) -> int:
+    """Compile every launch for every GPU class; with write, record docs/gpu-fit.json and .md. 1 if one fails."""
+    import datetime
+    import json
+
+    import triton
+
+    rows = fit_rows()
+    if write:
+        data = {
+            "meta": {"triton": triton.__version__, "date": datetime.date.today().isoformat()},
+            "rows": rows,
+        }
+        FIT_JSON.write_text(json.dumps(data, indent=1, default=str) + "\n")
+        FIT_MD.write_text(render_fit(data))
+    return 1 if any("error" in r or not r["fits"] for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
