@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import ast
 import collections
+import contextlib
 import importlib.util
 import os
 import re
@@ -43,9 +44,15 @@ _FP16_MAGIC = {"MAGIC": 0x64006400, "BASE": 1024.0}
 _W8A16 = {"x_ptr": "*bf16", "q_ptr": "*i8", "s_ptr": "*fp32", "y_ptr": "*bf16"}
 
 
-def _row(chapter, kernel, types, cfg, ones=("stride_xk", "stride_yn")):
+# The strides the JIT sees as 1 (contiguous rows of x, y, the weights and the scales): it specializes them.
+_UNIT_STRIDES = ("stride_xk", "stride_yn", "stride_wk", "stride_qk", "stride_pk", "stride_pj", "stride_sk",
+                 "stride_sg", "stride_sxk", "stride_swk")  # fmt: skip
+
+
+def _row(chapter: str, kernel: str, cfg: dict) -> dict:
     """chapter: a solution notebook's name, or "expert" (qmatmul.expert)."""
-    return dict(chapter=chapter, kernel=kernel, types=types, cfg=cfg, ones=ones)
+    return dict(chapter=chapter, kernel=kernel, types=_types(chapter), cfg=cfg,
+                ones=tuple(n for n in _UNIT_STRIDES if n not in cfg))  # fmt: skip
 
 
 def _decode_cfg(module: str, *args) -> dict:
@@ -60,47 +67,37 @@ def _expert(config: str, *args) -> dict:
     return dict(getattr(expert, config)(*args, device="cuda"))
 
 
-def kernels() -> dict:
-    """NAME -> what to compile. Configurations come from the chapters' decode_config (28672 x 8192, M = 16)."""
+@contextlib.contextmanager
+def capability(arch: int):
+    """The chapters' config functions ask torch for the GPU's compute capability: answer arch."""
+    import torch
+
+    real = torch.cuda.get_device_capability
+    torch.cuda.get_device_capability = lambda *a: divmod(arch, 10)
+    try:
+        yield
+    finally:
+        torch.cuda.get_device_capability = real
+
+
+def kernels(arch: int = 90) -> dict:
+    """NAME -> what to compile. Configurations come from the chapters' decode_config (28672 x 8192, M = 16) as
+    they choose it on a GPU of compute capability arch."""
+    with capability(arch):
+        return _kernels()
+
+
+def _kernels() -> dict:
     N, K = 28672, 8192
     return {
-        "w4a16": _row(
-            "w4a16",
-            "w4a16_decode_kernel",
-            _W4A16,
-            _decode_cfg("w4a16", 16, N, K, 128) | {"GROUP": 128},
-            ones=("stride_xk", "stride_pj", "stride_sg", "stride_yn"),
-        ),
-        "mxfp4": _row(
-            "mxfp4",
-            "mxfp4_decode_kernel",
-            _FP4,
-            _decode_cfg("mxfp4", 16, N, K),
-            ones=("stride_xk", "stride_pk", "stride_sk", "stride_yn"),
-        ),
-        "nvfp4": _row(
-            "nvfp4",
-            "nvfp4_decode_kernel",
-            _NVFP4,
-            _decode_cfg("nvfp4", 16, N, K),
-            ones=("stride_xk", "stride_pk", "stride_sk", "stride_yn"),
-        ),
-        "w8a16": _row(
-            "w8a16",
-            "w8a16_decode_kernel",
-            _W8A16,
-            _decode_cfg("w8a16", 16, N, K),
-            ones=("stride_xk", "stride_qk", "stride_yn"),
-        ),
+        "w4a16": _row("w4a16", "w4a16_decode_kernel", _decode_cfg("w4a16", 16, N, K, 128) | {"GROUP": 128}),
+        "mxfp4": _row("mxfp4", "mxfp4_decode_kernel", _decode_cfg("mxfp4", 16, N, K)),
+        "nvfp4": _row("nvfp4", "nvfp4_decode_kernel", _decode_cfg("nvfp4", 16, N, K)),
+        "w8a16": _row("w8a16", "w8a16_decode_kernel", _decode_cfg("w8a16", 16, N, K)),
         "expert-tc": _row(
-            "expert",
-            "_w4_tc_kernel",
-            _W4A16_WORDS,
-            _expert("tc_config", 16, N) | _BF16_MAGIC | {"GROUP": 128},
+            "expert", "_w4_tc_kernel", _expert("tc_config", 16, N) | _BF16_MAGIC | {"GROUP": 128}
         ),
-        "expert-gemv": _row(
-            "expert", "_w4_gemv_kernel", _W4A16_WORDS, _expert("gemv_config", N, K) | {"GROUP": 128}
-        ),
+        "expert-gemv": _row("expert", "_w4_gemv_kernel", _expert("gemv_config", N, K) | {"GROUP": 128}),
     }
 
 
@@ -117,8 +114,10 @@ GPUS = {
 }
 
 
-def _types(chapter: str, kernel: str) -> dict:
-    """Pointer types of a bf16 call of a chapter's kernel."""
+def _types(chapter: str) -> dict:
+    """Pointer types of a bf16 call of a chapter's kernels."""
+    if chapter == "expert":
+        return _W4A16_WORDS
     if chapter == "w8a16":
         return _W8A16
     if chapter == "w4a16":
@@ -192,17 +191,9 @@ def launches() -> list[tuple[str, str, str, callable]]:
 def fit(arch: int, label: str, chapter: str, kernel: str, cfg) -> dict:
     """Compile one launch for sm_<arch>: shared memory against the class's limit, spilled registers, tensor
     cores or not."""
-    import torch
-
-    real = torch.cuda.get_device_capability
-    torch.cuda.get_device_capability = lambda *a: divmod(arch, 10)
-    try:
+    with capability(arch):
         config = cfg()
-    finally:
-        torch.cuda.get_device_capability = real
-    ones = tuple(n for n in ("stride_xk", "stride_yn", "stride_wk", "stride_qk", "stride_pk", "stride_pj",
-                             "stride_sk", "stride_sg", "stride_sxk", "stride_swk") if n not in config)  # fmt: skip
-    row = _row(chapter, kernel, _types(chapter, kernel), config, ones=ones)
+    row = _row(chapter, kernel, config)
     compiled = compile_row(row, arch)
     code = disassemble(compiled.asm["cubin"])
     spills = sum(opcode(i) in ("LDL", "STL") for _, i in code)
@@ -349,7 +340,7 @@ def main(argv=None) -> int:
     )  # the JIT's default, said aloud (silences a warning)
     if args.fit:
         return fit_report(args.write)
-    rows = kernels()
+    rows = kernels(args.arch)
     unknown = set(args.names) - set(rows)
     if unknown:
         parser.error(f"unknown: {', '.join(sorted(unknown))} (choose from {', '.join(rows)})")
