@@ -4,7 +4,10 @@ A bandwidth figure measured while another student's kernels run on the same GPU 
 grader every timed window (harness.time_calls' prepare/go/fetch with the worker, bench's timings) takes the
 GPU's lock exclusively, and everything else that may run kernels on that GPU (a notebook cell in the learner's
 kernel, a correctness test cell) takes it shared: correctness work shares the GPU, a timing waits until the GPU
-is free of it and keeps it free until it is done.
+is free of it and keeps it free until it is done. A graded cell of the trusted grader (`cell()`) keeps the GPU
+exclusively from its first timed window to its end: its later windows wait for nobody. Giving it back after each
+window made every window wait again for every other grader's running cell, so each performance cell paid that
+wait once per shape and M (a convoy; docs/parallel-grading.md).
 
 The lock is a pair of flock(2) files per physical GPU (named by the GPU's UUID, so processes that see the same
 GPU under different CUDA_VISIBLE_DEVICES indices agree) in QMATMUL_GPU_LOCK_DIR (default /tmp/qmatmul-gpu-locks),
@@ -75,6 +78,8 @@ class _GpuLock:
     def __init__(self, folder: Path, key: str):
         self.paths = (folder / f"{key}.gate", folder / f"{key}.rw")
         self.mode: str | None = None  # None, "shared" or "exclusive"
+        self.sticky = False  # inside cell(): an exclusive window keeps the GPU until the cell ends
+        self.since = 0.0  # when the exclusive hold began (monotonic seconds)
         self._fds: list[int] = []
 
     def _open(self, path: Path) -> int:
@@ -151,6 +156,26 @@ def shared():
 
 
 @contextlib.contextmanager
+def cell():
+    """A graded cell: shared like any work that runs kernels until its first timed window, exclusive from that
+    window to the cell's end (see the module's docstring)."""
+    global held_s
+    lock = _lock()
+    if lock is None or lock.mode is not None:
+        yield
+        return
+    lock.acquire("shared")
+    lock.sticky = True
+    try:
+        yield
+    finally:
+        lock.sticky = False
+        if lock.mode == "exclusive":
+            held_s += time.monotonic() - lock.since
+        lock.release()
+
+
+@contextlib.contextmanager
 def exclusive():
     """A timed window: waits until nothing else of any grader runs on this GPU, and keeps it so."""
     global waited_s, held_s
@@ -163,15 +188,16 @@ def exclusive():
         lock.release()  # a shared holder waiting for exclusive would wait for itself
     t0 = time.monotonic()
     lock.acquire("exclusive")
-    t1 = time.monotonic()
+    t1 = lock.since = time.monotonic()
     waited_s += t1 - t0
     try:
         yield
     finally:
-        held_s += time.monotonic() - t1
-        lock.release()
-        if previous == "shared":
-            lock.acquire("shared")
+        if not (lock.sticky and previous == "shared"):  # in a cell the GPU stays held (cell() releases it)
+            held_s += time.monotonic() - t1
+            lock.release()
+            if previous == "shared":
+                lock.acquire("shared")
 
 
 def exclusively(fn):

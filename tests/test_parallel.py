@@ -290,6 +290,48 @@ def test_exclusive_inside_shared_gives_the_gpu_up_and_takes_it_back(lock_dir, mo
         assert gpulock._lock() is None
 
 
+def test_a_graded_cell_keeps_the_gpu_from_its_first_window_to_its_end(lock_dir, monkeypatch):
+    """gpulock.cell(): after its first timed window a cell holds the GPU alone until it ends, so its next window
+    waits for nobody; then the GPU is free for the others."""
+    import fcntl
+
+    from qmatmul import gpulock
+
+    monkeypatch.setattr(gpulock, "gpu_key", lambda: "gpu-test")
+    monkeypatch.setattr(gpulock, "_LOCK", None)
+    monkeypatch.setattr(gpulock, "held_s", 0.0)
+    monkeypatch.setattr(gpulock, "waited_s", 0.0)
+    previous = gpulock.active()
+    other = gpulock._GpuLock(lock_dir, "gpu-test")
+
+    def others_may_share() -> bool:
+        fd = os.open(lock_dir / "gpu-test.rw", os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            return False
+        finally:
+            os.close(fd)
+
+    try:
+        with gpulock.cell():
+            assert gpulock._LOCK.mode == "shared" and others_may_share()
+            with gpulock.exclusive():
+                pass
+            assert gpulock._LOCK.mode == "exclusive" and not others_may_share()  # kept between the windows
+            waited = gpulock.waited_s
+            with gpulock.exclusive():
+                assert gpulock._LOCK.mode == "exclusive"
+            assert gpulock.waited_s == waited  # the second window waited for nobody
+        assert gpulock._LOCK.mode is None and others_may_share()
+        other.acquire("exclusive")  # the GPU is free again, even for another grader's timing
+        other.release()
+        assert gpulock.held_s > 0
+    finally:
+        gpulock.active(previous)
+
+
 def test_each_timed_go_of_the_protocol_holds_the_gpu_alone(lock_dir, monkeypatch):
     """harness.time_calls through a worker (on the CPU, as test_grader's protocol test): the lock is taken
     exclusively around every go, and a go waits while another grader holds the GPU shared."""

@@ -91,7 +91,10 @@ def _grade(cells, *, cwd, wrap, env, timeout, overrides, only, log) -> list[Verd
             out = io.StringIO()
             error = None
             try:
-                with contextlib.redirect_stdout(out), gpulock.shared():  # its timings take it exclusively
+                with (
+                    contextlib.redirect_stdout(out),
+                    gpulock.cell(),
+                ):  # shared, exclusive from its first timing
                     exec(compile(cell.source, f"<test cell {cell.grade_id}>", "exec"), scope)  # noqa: S102
             except CheckFailed as exc:
                 error = (type(exc).__name__, str(exc))
