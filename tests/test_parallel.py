@@ -235,6 +235,23 @@ def lock_dir(tmp_path, monkeypatch):
     return tmp_path
 
 
+@pytest.fixture
+def grader_lock(lock_dir, monkeypatch):
+    """This process as a grader with the lock on, for a fake GPU, its counters at zero; yields another grader's
+    lock on the same GPU. The lock is off again afterwards."""
+    from qmatmul import gpulock
+
+    monkeypatch.setattr(gpulock, "gpu_key", lambda: "gpu-test")
+    monkeypatch.setattr(gpulock, "_LOCK", None)
+    monkeypatch.setattr(gpulock, "held_s", 0.0)
+    monkeypatch.setattr(gpulock, "waited_s", 0.0)
+    previous = gpulock.active()
+    try:
+        yield gpulock._GpuLock(lock_dir, "gpu-test")
+    finally:
+        gpulock.active(previous)
+
+
 def test_a_timing_waits_for_shared_work_and_new_shared_work_waits_for_it(lock_dir):
     """Reader-writer with writer preference: the timing (B) waits for the correctness work already running
     (A), and correctness work arriving while B waits (C) runs only after B."""
@@ -262,77 +279,57 @@ def test_a_timing_waits_for_shared_work_and_new_shared_work_waits_for_it(lock_di
     assert at["shared", 0.3, "in"] >= at["exclusive", 0.15, "out"]  # nor correctness work beside a timing
 
 
-def test_exclusive_inside_shared_gives_the_gpu_up_and_takes_it_back(lock_dir, monkeypatch):
+def _others_may_share(lock_dir) -> bool:
+    """Whether another grader could take the fake GPU's lock shared right now."""
+    import fcntl
+
+    fd = os.open(lock_dir / "gpu-test.rw", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def test_exclusive_inside_shared_gives_the_gpu_up_and_takes_it_back(lock_dir, grader_lock):
     from qmatmul import gpulock
 
-    monkeypatch.setattr(gpulock, "gpu_key", lambda: "gpu-test")
-    monkeypatch.setattr(gpulock, "_LOCK", None)
-    previous = gpulock.active()
-    other = gpulock._GpuLock(lock_dir, "gpu-test")
-    try:
-        with gpulock.shared():
-            other.acquire("shared")  # another grader's correctness work shares the GPU
-            other.release()
-            with gpulock.exclusive():
-                assert gpulock._LOCK.mode == "exclusive"
-                import fcntl
-
-                fd = os.open(lock_dir / "gpu-test.rw", os.O_RDWR)
-                with pytest.raises(BlockingIOError):  # nobody else gets in, not even to share
-                    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                os.close(fd)
-            assert gpulock._LOCK.mode == "shared"
-        assert gpulock._LOCK.mode is None
-    finally:
-        gpulock.active(previous)
+    with gpulock.shared():
+        grader_lock.acquire("shared")  # another grader's correctness work shares the GPU
+        grader_lock.release()
+        with gpulock.exclusive():
+            assert gpulock._LOCK.mode == "exclusive"
+            assert not _others_may_share(lock_dir)  # nobody else gets in, not even to share
+        assert gpulock._LOCK.mode == "shared"
+    assert gpulock._LOCK.mode is None
     gpulock.active(False)
     with gpulock.exclusive():  # off (a learner's own notebook): never touches the lock
         assert gpulock._lock() is None
 
 
-def test_a_graded_cell_keeps_the_gpu_from_its_first_window_to_its_end(lock_dir, monkeypatch):
+def test_a_graded_cell_keeps_the_gpu_from_its_first_window_to_its_end(lock_dir, grader_lock):
     """gpulock.cell(): after its first timed window a cell holds the GPU alone until it ends, so its next window
     waits for nobody; then the GPU is free for the others."""
-    import fcntl
-
     from qmatmul import gpulock
 
-    monkeypatch.setattr(gpulock, "gpu_key", lambda: "gpu-test")
-    monkeypatch.setattr(gpulock, "_LOCK", None)
-    monkeypatch.setattr(gpulock, "held_s", 0.0)
-    monkeypatch.setattr(gpulock, "waited_s", 0.0)
-    previous = gpulock.active()
-    other = gpulock._GpuLock(lock_dir, "gpu-test")
-
-    def others_may_share() -> bool:
-        fd = os.open(lock_dir / "gpu-test.rw", os.O_RDWR)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            return False
-        finally:
-            os.close(fd)
-
-    try:
-        with gpulock.cell():
-            assert gpulock._LOCK.mode == "shared" and others_may_share()
-            with gpulock.exclusive():
-                pass
-            assert gpulock._LOCK.mode == "exclusive" and not others_may_share()  # kept between the windows
-            waited = gpulock.waited_s
-            with gpulock.exclusive():
-                assert gpulock._LOCK.mode == "exclusive"
-            assert gpulock.waited_s == waited  # the second window waited for nobody
-        assert gpulock._LOCK.mode is None and others_may_share()
-        other.acquire("exclusive")  # the GPU is free again, even for another grader's timing
-        other.release()
-        assert gpulock.held_s > 0
-    finally:
-        gpulock.active(previous)
+    with gpulock.cell():
+        assert gpulock._LOCK.mode == "shared" and _others_may_share(lock_dir)
+        with gpulock.exclusive():
+            pass
+        assert gpulock._LOCK.mode == "exclusive" and not _others_may_share(lock_dir)  # kept between windows
+        waited = gpulock.waited_s
+        with gpulock.exclusive():
+            assert gpulock._LOCK.mode == "exclusive"
+        assert gpulock.waited_s == waited  # the second window waited for nobody
+    assert gpulock._LOCK.mode is None and _others_may_share(lock_dir)
+    grader_lock.acquire("exclusive")  # the GPU is free again, even for another grader's timing
+    grader_lock.release()
+    assert gpulock.held_s > 0
 
 
-def test_each_timed_go_of_the_protocol_holds_the_gpu_alone(lock_dir, monkeypatch):
+def test_each_timed_go_of_the_protocol_holds_the_gpu_alone(lock_dir, grader_lock, monkeypatch):
     """harness.time_calls through a worker (on the CPU, as test_grader's protocol test): the lock is taken
     exclusively around every go, and a go waits while another grader holds the GPU shared."""
     import torch
@@ -341,12 +338,7 @@ def test_each_timed_go_of_the_protocol_holds_the_gpu_alone(lock_dir, monkeypatch
     from qmatmul import gpulock, harness
     from qmatmul.grader.remote import RemoteFunction, Worker
 
-    monkeypatch.setattr(gpulock, "gpu_key", lambda: "gpu-test")
-    monkeypatch.setattr(gpulock, "_LOCK", None)
-    monkeypatch.setattr(gpulock, "held_s", 0.0)
-    monkeypatch.setattr(gpulock, "waited_s", 0.0)
-    previous = gpulock.active()
-    other = gpulock._GpuLock(lock_dir, "gpu-test")
+    other = grader_lock
     w = Worker(TIMED, timeout=60)
     real = gpulock._GpuLock.acquire
 
@@ -362,7 +354,6 @@ def test_each_timed_go_of_the_protocol_holds_the_gpu_alone(lock_dir, monkeypatch
                            out_dtype=torch.float16, nbytes=1 << 20, device="cpu")  # fmt: skip
     finally:
         w.close()
-        gpulock.active(previous)
     assert gpulock.held_s > 0 and gpulock.waited_s > 0.5, (gpulock.held_s, gpulock.waited_s)
 
 
