@@ -595,10 +595,11 @@ def dot_scaled_status() -> tuple[bool, str]:
             return False, f"triton {triton.__version__}'s interpreter has no tl.dot_scaled (3.9 has)"
         return True, f"triton {triton.__version__}'s interpreter emulates tl.dot_scaled in numpy"
     cap = torch.cuda.get_device_capability()
-    if cap >= (10, 0):
-        return True, f"sm_{cap[0]}{cap[1]}: native fp4 tensor cores"
     if cap >= (8, 0):
-        return True, f"sm_{cap[0]}{cap[1]}: no fp4 tensor cores, triton upcasts e2m1 to bf16 before the MMA"
+        # Compiled for sm_80 to sm_120 on a CPU (tools/sass.py --fit, docs/gpu-fit.md): with bf16 activations every
+        # one of them multiplies in bf16, Blackwell's fp4 tensor cores included.
+        return True, (f"sm_{cap[0]}{cap[1]}: triton upcasts e2m1 to bf16 before the MMA (with bf16 activations it "
+                      "does so on Blackwell too: docs/gpu-fit.md)")  # fmt: skip
     return False, f"sm_{cap[0]}{cap[1]}: tl.dot_scaled needs sm_80 or newer"
 
 

@@ -390,7 +390,9 @@ def blackwell_status() -> str:
     cap = torch.cuda.get_device_capability()
     if cap in ((10, 0), (12, 0)) or cap >= (10, 0):
         return (f"sm_{cap[0]}{cap[1]} has fp4 tensor cores. The course has not run an NVFP4 tl.dot_scaled kernel on "
-                "Blackwell: try it as an extension (rhs_format 'e2m1' with e4m3 scales), and compare.")  # fmt: skip
+                "Blackwell: try it as an extension (rhs_format 'e2m1' with e4m3 scales), and compare. With bf16 "
+                "activations triton 3.9 upcasts the weights to bf16 there too (docs/gpu-fit.md): the fp4 tensor "
+                "cores need low-precision activations as well.")  # fmt: skip
     return (f"sm_{cap[0]}{cap[1]} has no fp4 tensor cores, and tl.dot_scaled with e4m3 scales crashed triton 3.6's "
             "compiler on Hopper: the hand-decoded kernels are the path here.")  # fmt: skip
 

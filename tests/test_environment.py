@@ -106,7 +106,7 @@ def test_each_gpu_takes_the_path_the_chapters_state(cap, monkeypatch):
     assert chapter.fma_dot("cuda") == (cap < (8, 0))  # Triton's tl.dot has no tensor cores before sm_80
     ok, why = mxfp4.dot_scaled_status()
     assert ok == dot_scaled
-    assert ("native fp4" in why) == fp4 and ("needs sm_80" in why) == (cap < (8, 0))
+    assert ("upcasts e2m1 to bf16" in why) == dot_scaled and ("needs sm_80" in why) == (cap < (8, 0))
     assert words in nvfp4.blackwell_status()
 
 

@@ -136,56 +136,49 @@ def launches() -> list[tuple[str, str, str, callable]]:
     N, K = 28672, 8192
     rows = [
         ("w8a16 decode", "w8a16", "w8a16_decode_kernel", lambda: w8a16.decode_config(16, N, K)),
-        (
-            "w4a16 decode",
-            "w4a16",
-            "w4a16_decode_kernel",
-            lambda: w4a16.decode_config(16, N, K, 128) | {"GROUP": 128},
-        ),
+        ("w4a16 decode", "w4a16", "w4a16_decode_kernel", lambda: w4a16.decode_config(16, N, K, 128) | {"GROUP": 128}),
         ("mxfp4 decode", "mxfp4", "mxfp4_decode_kernel", lambda: mxfp4.decode_config(16, N, K)),
         ("nvfp4 decode", "nvfp4", "nvfp4_decode_kernel", lambda: nvfp4.decode_config(16, N, K)),
         ("fp8 decode", "fp8", "fp8_decode_kernel", lambda: fp8.decode_config(16, N, K)),
-    ]
+    ]  # fmt: skip
+    n = k = 4096
     for M in (33, 256):
         rows += [
-            (
-                f"w8a16 tiled M={M}",
-                "w8a16",
-                "w8a16_matmul_kernel",
-                lambda M=M: w8a16.prefill_config(M, 4096, 4096) | {"GROUP_M": 8},
-            ),
-            (
-                f"w4a16 tiled M={M}",
-                "w4a16",
-                "w4a16_matmul_kernel",
-                lambda M=M: w4a16.prefill_config(M, 4096, 4096, 128) | {"GROUP": 128},
-            ),
-            (
-                f"mxfp4 tiled M={M}",
-                "mxfp4",
-                "mxfp4_matmul_kernel",
-                lambda M=M: mxfp4.prefill_config(M, 4096, 4096),
-            ),
-            (
-                f"nvfp4 tiled M={M}",
-                "nvfp4",
-                "nvfp4_matmul_kernel",
-                lambda M=M: nvfp4.prefill_config(M, 4096, 4096),
-            ),
-            (
-                f"fp8 tiled M={M}",
-                "fp8",
-                "fp8_matmul_kernel",
-                lambda M=M: fp8.prefill_config(M, 4096, 4096) | {"GROUP_M": 8},
-            ),
-            (
-                f"fp8 block M={M}",
-                "fp8",
-                "fp8_block_matmul_kernel",
-                lambda M=M: fp8.block_config(M, 4096, 4096) | {"GROUP_M": 8, "SCALE": fp8.SCALE_BLOCK},
-            ),
-        ]
+            (f"w8a16 tiled M={M}", "w8a16", "w8a16_matmul_kernel",
+             lambda M=M: w8a16.prefill_config(M, n, k) | {"GROUP_M": 8}),
+            (f"w4a16 tiled M={M}", "w4a16", "w4a16_matmul_kernel",
+             lambda M=M: w4a16.prefill_config(M, n, k, 128) | {"GROUP": 128}),
+            (f"mxfp4 tiled M={M}", "mxfp4", "mxfp4_matmul_kernel", lambda M=M: mxfp4.prefill_config(M, n, k)),
+            (f"nvfp4 tiled M={M}", "nvfp4", "nvfp4_matmul_kernel", lambda M=M: nvfp4.prefill_config(M, n, k)),
+            (f"fp8 tiled M={M}", "fp8", "fp8_matmul_kernel", lambda M=M: fp8.prefill_config(M, n, k) | {"GROUP_M": 8}),
+            (f"fp8 block M={M}", "fp8", "fp8_block_matmul_kernel",
+             lambda M=M: fp8.block_config(M, n, k) | {"GROUP_M": 8, "SCALE": fp8.SCALE_BLOCK}),
+            (f"mxfp4 dot_scaled M={M}", "mxfp4", "mxfp4_dot_scaled_kernel", lambda M=M: _dot_scaled(M)),
+        ]  # fmt: skip
     return rows
+
+
+def _dot_scaled(M: int) -> dict | None:
+    """The MXFP4 bonus's tiles, bf16 activations; None where the chapter does not launch it (before sm_80)."""
+    import torch
+
+    from qmatmul import mxfp4
+
+    if torch.cuda.get_device_capability() < (8, 0):
+        return None
+    return mxfp4.dot_scaled_config(M, 4096, 4096) | {"X_FORMAT": "bf16"}
+
+
+def mma_kind(ptx: str) -> str:
+    """What multiplies in the PTX: the tensor-core instruction family and its operand type, or "fma"."""
+    m = re.search(r"tcgen05\.mma\.\S*kind::(\w+)", ptx)
+    if m:
+        return f"tcgen05 {m.group(1)}"
+    m = re.search(r"wgmma\.mma_async\.\S*?\.f32\.(\w+)\.\w+", ptx)
+    if m:
+        return f"wgmma {m.group(1)}"
+    m = re.search(r"mma\.sync\.aligned\.\w+\.row\.col\.f32\.(\w+)\.", ptx)
+    return f"mma.sync {m.group(1)}" if m else "fma"
 
 
 def fit(arch: int, label: str, chapter: str, kernel: str, cfg) -> dict:
@@ -193,6 +186,8 @@ def fit(arch: int, label: str, chapter: str, kernel: str, cfg) -> dict:
     cores or not."""
     with capability(arch):
         config = cfg()
+    if config is None:
+        return dict(arch=arch, gpu=GPUS[arch][0], label=label, skipped=True, config=None)
     row = _row(chapter, kernel, config)
     compiled = compile_row(row, arch)
     code = disassemble(compiled.asm["cubin"])
@@ -207,6 +202,7 @@ def fit(arch: int, label: str, chapter: str, kernel: str, cfg) -> dict:
         fits=compiled.metadata.shared <= limit,
         spills=spills,
         tensor_cores="mma" in compiled.asm["ttgir"],
+        mma=mma_kind(compiled.asm["ptx"]),
         config=config,
     )
 
@@ -375,12 +371,14 @@ def fit_rows() -> list[dict]:
 
 
 def describe(r: dict) -> str:
+    if r.get("skipped"):
+        return f"sm_{r['arch']:<4} {r['label']:20} not launched there (the chapter skips it)"
     if "error" in r:
         return f"sm_{r['arch']:<4} {r['label']:20} DOES NOT COMPILE: {r['error'][:150]}"
     return (
         f"sm_{r['arch']:<4} {r['label']:20} {r['shared'] / 1024:6.1f} KB of {r['limit'] // 1024:3d}"
         f"{'' if r['fits'] else ' DOES NOT FIT'}  spills {r['spills']:5d}  "
-        f"{'tensor cores' if r['tensor_cores'] else 'FMA'}"
+        f"{r['mma']}"
     )
 
 
@@ -396,8 +394,9 @@ def render_fit(data: dict) -> str:
         "",
         f"Generated by `python tools/sass.py --fit` from docs/gpu-fit.json (triton {meta['triton']}, {meta['date']}; "
         "compiled on a CPU for each compute capability with the chapters' own tile choices, no GPU). Each cell: the "
-        "shared memory one program takes (KB), the registers spilled to local memory (instructions, `sp`), and `fma` "
-        "where Triton has no tensor-core `tl.dot` for the GPU. A cell over the class's limit would stop the learner's "
+        "shared memory one program takes (KB), the registers spilled to local memory (instructions, `sp`), `fma` "
+        "where Triton has no tensor-core `tl.dot` for the GPU, and for `tl.dot_scaled` the operand type of the MMA "
+        "it compiles to (bf16: the e2m1 weights are upcast first). A cell over the class's limit would stop the learner's "
         "cell with OutOfResources; spills slow a kernel down. Measured on a GPU: only the H200 (docs/benchmark-h200.md).",
         "",
         "| launch | " + " | ".join(f"sm_{a} {gpus[a]}" for a in archs) + " |",
@@ -407,12 +406,18 @@ def render_fit(data: dict) -> str:
         out = []
         for a in archs:
             r = cell[(a, label)]
+            if r.get("skipped"):
+                out.append("skipped")
+                continue
             if "error" in r:
                 out.append("**does not compile**")
                 continue
             text = f"{r['shared'] / 1024:.0f} KB"
             text += f", sp {r['spills']}" if r["spills"] else ""
             text += "" if r["tensor_cores"] else ", fma"
+            if "dot_scaled" in label:  # tcgen05's kind::f16 is the 16-bit float kind: bf16 here
+                kind = r["mma"].split()[-1]
+                text += ", bf16 MMA" if kind in ("bf16", "f16") else f", {kind} MMA"
             out.append(text if r["fits"] else f"**{text} > {r['limit'] // 1024} KB**")
         lines.append(f"| {label} | " + " | ".join(out) + " |")
     return "\n".join(lines) + "\n"
@@ -433,7 +438,7 @@ def fit_report(write: bool) -> int:
         }
         FIT_JSON.write_text(json.dumps(data, indent=1, default=str) + "\n")
         FIT_MD.write_text(render_fit(data))
-    return 1 if any("error" in r or not r["fits"] for r in rows) else 0
+    return 1 if any("error" in r or not (r.get("skipped") or r["fits"]) for r in rows) else 0
 
 
 if __name__ == "__main__":
