@@ -254,11 +254,7 @@ def compare_rules_figure(seed: int = 0):
 
 def random_weight(N: int, K: int, g: torch.Generator, dtype=torch.float32) -> torch.Tensor:
     """Weights whose rows and blocks have distinct magnitudes (so the blocks get distinct scales)."""
-    row = torch.exp(torch.empty(N, 1).uniform_(-2.0, 2.0, generator=g)) * 0.02
-    blk = torch.exp(torch.empty(N, K // BLOCK, 1).uniform_(-1.5, 1.5, generator=g)).repeat_interleave(
-        BLOCK, 1
-    )
-    return (torch.randn(N, K, generator=g) * row * blk.reshape(N, K)).to(dtype)
+    return fp4.block_weight(N, K, BLOCK, g, -1.5, dtype)
 
 
 def adversarial_weight(N: int, K: int, g: torch.Generator) -> torch.Tensor:

@@ -167,11 +167,8 @@ def compare_figure(seed: int = 0):
 
 
 def random_weight(N: int, K: int, gen: torch.Generator, dtype=torch.float32) -> torch.Tensor:
-    row = torch.exp(torch.empty(N, 1).uniform_(-2.0, 2.0, generator=gen)) * 0.02
-    blk = torch.exp(torch.empty(N, K // BLOCK, 1).uniform_(-2.5, 1.5, generator=gen)).repeat_interleave(
-        BLOCK, 1
-    )
-    return (torch.randn(N, K, generator=gen) * row * blk.reshape(N, K)).to(dtype)
+    """As MXFP4's, with blocks of 16 reaching lower (e^-2.5): some block scales fall toward e4m3's bottom."""
+    return fp4.block_weight(N, K, BLOCK, gen, -2.5, dtype)
 
 
 def adversarial_weight(N: int, K: int, gen: torch.Generator) -> torch.Tensor:

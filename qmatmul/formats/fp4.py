@@ -106,3 +106,13 @@ def e4m3_decode(bits: torch.Tensor) -> torch.Tensor:
 def swap_nibbles(packed: torch.Tensor) -> torch.Tensor:
     """The other nibble order (element 2i in the high nibble): what a packer or reader that swaps them produces."""
     return (packed >> 4) | ((packed & 0xF) << 4)
+
+
+def block_weight(
+    N: int, K: int, block: int, g: torch.Generator, low: float, dtype=torch.float32
+) -> torch.Tensor:
+    """Test weights for the block-scaled chapters: a magnitude per row (e^[-2, 2] x 0.02) and per block of `block`
+    along K (e^[low, 1.5]), so rows and blocks get distinct scales."""
+    row = torch.exp(torch.empty(N, 1).uniform_(-2.0, 2.0, generator=g)) * 0.02
+    blk = torch.exp(torch.empty(N, K // block, 1).uniform_(low, 1.5, generator=g)).repeat_interleave(block, 1)
+    return (torch.randn(N, K, generator=g) * row * blk.reshape(N, K)).to(dtype)
