@@ -100,3 +100,45 @@ def test_the_main_loop_is_read_from_the_backward_branch(listing, loop):
 def test_a_kernel_without_a_loop_is_an_error():
     with pytest.raises(ValueError, match="no loop"):
         sass.main_loop([(0, "MOV R1, R2"), (16, "EXIT")])
+
+
+# chapter -> (config function the wrapper calls, visible check, the solution's wrapper) for every kernel whose tiles
+# a T4 changes. W4A16's decode keeps its tiles there (BLOCK_K = G).
+T4_CELLS = {
+    "w8a16": [("decode_config", "check_decode", "w8a16_decode"), ("prefill_config", "check_prefill", "w8a16_matmul")],
+    "w4a16": [("prefill_config", "check_prefill", "w4a16_matmul")],
+    "mxfp4": [("decode_config", "check_decode", "mxfp4_decode"), ("prefill_config", "check_prefill", "mxfp4_matmul")],
+    "nvfp4": [("decode_config", "check_decode", "nvfp4_decode"), ("prefill_config", "check_prefill", "nvfp4_matmul")],
+    "fp8": [("decode_config", "check_decode", "fp8_decode"), ("prefill_config", "check_matmul", "fp8_matmul"),
+            ("block_config", "check_block_matmul", "fp8_block_matmul")],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", T4_CELLS)
+def test_the_t4_tiles_run_the_solutions_correctly(name, monkeypatch):
+    """The tiles a T4 takes (each config function answering for sm_75), run by the solution's own wrappers in the
+    interpreter through the visible checks: the kernels are right with them (BLOCK_K = 32, narrow strips)."""
+    import importlib
+
+    from qmatmul import chapter, course
+
+    mod = importlib.import_module(f"qmatmul.{name}")
+    sol = course.load_notebook_code(name, name=f"t4_{name}")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (7, 5))
+    used = []
+    for config, check, wrapper in T4_CELLS[name]:
+        real = getattr(mod, config)
+
+        def as_on_a_t4(*args, real=real):  # the wrappers pass the device last
+            cfg = real(*args[:-1], "cuda")
+            used.append(cfg)
+            return cfg
+
+        monkeypatch.setattr(mod, config, as_on_a_t4)
+        getattr(mod, check)(getattr(sol, wrapper))
+    tiles = {(c["BLOCK_N"], c["num_warps"]) for c in used}
+    assert used and tiles <= {
+        (chapter.FMA_DECODE["BLOCK_N"], 4),
+        (chapter.FMA_TILED["BLOCK_N"], 4),
+        (32, 4),
+    }, used

@@ -91,10 +91,8 @@ def _grade(cells, *, cwd, wrap, env, timeout, overrides, only, log) -> list[Verd
             out = io.StringIO()
             error = None
             try:
-                with (
-                    contextlib.redirect_stdout(out),
-                    gpulock.cell(),
-                ):  # shared, exclusive from its first timing
+                # The GPU's lock: shared until the cell's first timing, exclusive from there to its end.
+                with contextlib.redirect_stdout(out), gpulock.cell():
                     exec(compile(cell.source, f"<test cell {cell.grade_id}>", "exec"), scope)  # noqa: S102
             except CheckFailed as exc:
                 error = (type(exc).__name__, str(exc))
