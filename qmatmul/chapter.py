@@ -21,10 +21,11 @@ def device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-# Before sm_80 (a T4) Triton (3.2 on) has no tensor-core tl.dot: it multiplies with FMAs, in float32, and takes the
-# weight tile through shared memory as float32 (BLOCK_N x BLOCK_K x 4 bytes, within a T4's 64 KB). Compiled for sm_75
-# on a CPU (tools/sass.py --fit, docs/gpu-fit.md), a BLOCK_K of 32 is what keeps the kernels from spilling registers:
-# the H200's decode tiles need 128 KB there (W8A16) or spill 1600 registers a step (MXFP4, NVFP4, FP8).
+# Before sm_80 (a T4) Triton has no tensor-core tl.dot (from 3.2 on: triton-lang/triton#5066): it multiplies with
+# FMAs, in float32, and takes the weight tile through shared memory as float32 (BLOCK_N x BLOCK_K x 4 bytes, within
+# a T4's 64 KB). Compiled for sm_75 on a CPU (tools/sass.py --fit, docs/gpu-fit.md), a BLOCK_K of 32 is what keeps
+# the kernels from spilling registers: the H200's decode tiles need 128 KB there (W8A16) or spill 1600 registers a
+# step (MXFP4, NVFP4, FP8).
 FMA_DECODE = dict(BLOCK_M=16, BLOCK_N=128, BLOCK_K=32, num_warps=4, num_stages=1)
 FMA_TILED = dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=32, num_warps=4, num_stages=1)
 
