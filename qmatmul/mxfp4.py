@@ -14,7 +14,7 @@ import os
 import torch
 
 from qmatmul import chapter, checks, floor, plots, recorded
-from qmatmul.chapter import ACT_DTYPES  # noqa: F401 - the notebook's name
+from qmatmul.chapter import ACT_DTYPES, gemm_config  # noqa: F401 - the notebook's names
 from qmatmul.checks import CheckFailed, Mistake
 from qmatmul.floor import bytes_moved_dense, flops  # noqa: F401 - the notebook's names
 from qmatmul.formats import fp4

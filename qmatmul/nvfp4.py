@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from qmatmul import chapter, checks, floor, mxfp4, plots
-from qmatmul.chapter import ACT_DTYPES  # noqa: F401 - the notebook's name
+from qmatmul.chapter import ACT_DTYPES, gemm_config  # noqa: F401 - the notebook's names
 from qmatmul.checks import CheckFailed, Mistake
 from qmatmul.formats import fp4
 from qmatmul.formats.nvfp4 import (  # noqa: F401 - the notebook's names

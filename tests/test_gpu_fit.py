@@ -37,6 +37,8 @@ def test_decode_kernels_keep_their_registers():
 def test_dot_scaled_multiplies_in_bf16_everywhere_as_the_chapter_says(monkeypatch):
     """mxfp4.dot_scaled_status tells a learner that Triton upcasts e2m1 to bf16 before the MMA, on Blackwell too;
     the compiled MMAs are what says so."""
+    import triton.language  # noqa: F401 - imported under the interpreter first: triton reads the variable then
+
     from qmatmul import mxfp4
 
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # the status of a compiled run
@@ -136,6 +138,12 @@ def test_the_t4_tiles_run_the_solutions_correctly(name, monkeypatch):
 
         monkeypatch.setattr(mod, config, as_on_a_t4)
         getattr(mod, check)(getattr(sol, wrapper))
+    if name == "w4a16":  # the decoded-weight GEMM of the three 4-bit chapters, with the tiles a T4 takes
+        assert chapter.gemm_config("cuda") == chapter.gemm_config("cpu") == chapter.FMA_TILED
+        g = torch.Generator().manual_seed(0)
+        x, w = (torch.randn(s, generator=g).to(torch.float16) for s in ((70, 96), (50, 96)))
+        y = sol.matmul(x, w, torch.empty(70, 50, dtype=torch.float16))
+        torch.testing.assert_close(y.float(), x.float() @ w.float().T, rtol=1e-2, atol=1e-2)
     tiles = {(c["BLOCK_N"], c["num_warps"]) for c in used}
     assert used and tiles <= {
         (chapter.FMA_DECODE["BLOCK_N"], 4),

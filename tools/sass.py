@@ -41,6 +41,12 @@ _NVFP4 = {**_FP4, "g_ptr": "*fp32"}
 _W4A16_WORDS = {**_W4A16, "w_ptr": "*i32"}
 _BF16_MAGIC = {"MAGIC": 0x43004300, "BASE": 128.0}  # qmatmul.expert._magic
 _FP16_MAGIC = {"MAGIC": 0x64006400, "BASE": 1024.0}
+_GEMM = {
+    "x_ptr": "*bf16",
+    "w_ptr": "*bf16",
+    "g_ptr": "*fp32",
+    "y_ptr": "*bf16",
+}  # the 4-bit chapters' matmul_kernel
 _W8A16 = {"x_ptr": "*bf16", "q_ptr": "*i8", "s_ptr": "*fp32", "y_ptr": "*bf16"}
 
 
@@ -51,7 +57,8 @@ _UNIT_STRIDES = ("stride_xk", "stride_yn", "stride_wk", "stride_qk", "stride_pk"
 
 def _row(chapter: str, kernel: str, cfg: dict) -> dict:
     """chapter: a solution notebook's name, or "expert" (qmatmul.expert)."""
-    return dict(chapter=chapter, kernel=kernel, types=_types(chapter), cfg=cfg,
+    types = _GEMM if kernel == "matmul_kernel" else _types(chapter)
+    return dict(chapter=chapter, kernel=kernel, types=types, cfg=cfg,
                 ones=tuple(n for n in _UNIT_STRIDES if n not in cfg))  # fmt: skip
 
 
@@ -131,7 +138,7 @@ def launches() -> list[tuple[str, str, str, callable]]:
     """(label, chapter, kernel, cfg()) for every kernel a chapter's graded cells launch on a GPU, at the shapes
     they are graded at: decode at 28672 x 8192 (M = 16), the tiled kernels at M = 33 and 256 (N = K = 4096).
     cfg() runs the chapter's own config function, so call it with torch.cuda.get_device_capability patched."""
-    from qmatmul import fp8, mxfp4, nvfp4, w4a16, w8a16
+    from qmatmul import chapter, fp8, mxfp4, nvfp4, w4a16, w8a16
 
     N, K = 28672, 8192
     rows = [
@@ -140,6 +147,8 @@ def launches() -> list[tuple[str, str, str, callable]]:
         ("mxfp4 decode", "mxfp4", "mxfp4_decode_kernel", lambda: mxfp4.decode_config(16, N, K)),
         ("nvfp4 decode", "nvfp4", "nvfp4_decode_kernel", lambda: nvfp4.decode_config(16, N, K)),
         ("fp8 decode", "fp8", "fp8_decode_kernel", lambda: fp8.decode_config(16, N, K)),
+        ("4-bit decoded GEMM", "w4a16", "matmul_kernel",
+         lambda: chapter.gemm_config("cuda") | {"GROUP_M": 8, "HAS_G": False}),
     ]  # fmt: skip
     n = k = 4096
     for M in (33, 256):
