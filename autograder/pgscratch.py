@@ -16,6 +16,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -49,7 +50,10 @@ def _as_owner(cmd: list[str]) -> list[str]:
 @contextlib.contextmanager
 def server(folder: Path | None = None, database: str = "qmatmul"):
     """Start a cluster in `folder` (default: a new folder under /tmp, which `nobody` can reach), create
-    `database`, yield its SQLAlchemy URL; then stop the cluster and remove its data."""
+    `database`, yield its SQLAlchemy URL; then stop the cluster and remove its data. pg_ctl runs the server in
+    the background, so a SIGTERM (a `kill`, a timeout) is turned into SystemExit while it runs: the cleanup runs
+    then too, where the default handler would leave the server behind."""
+    import signal
     import tempfile
 
     bin_dir = binaries()
@@ -70,9 +74,12 @@ def server(folder: Path | None = None, database: str = "qmatmul"):
                               "--no-sync", "-E", "UTF8"]), **run)  # fmt: skip
     opts = f"-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={folder} -c fsync=off"
     log = folder / "server.log"
-    subprocess.run(_as_owner([str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(log), "-o", opts, "-w",
-                              "start"]), **run)  # fmt: skip
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
+        subprocess.run(_as_owner([str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(log), "-o", opts, "-w",
+                                  "start"]), **run)  # fmt: skip
         createdb = bin_dir / "createdb"
         for _ in range(50):
             res = subprocess.run(_as_owner([str(createdb), "-h", "127.0.0.1", "-p", str(port), "-U", "grader",
@@ -87,6 +94,8 @@ def server(folder: Path | None = None, database: str = "qmatmul"):
         subprocess.run(_as_owner([str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"]),
                        capture_output=True)  # fmt: skip
         shutil.rmtree(folder if owned else data, ignore_errors=True)
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def main(argv: list[str]) -> int:

@@ -446,3 +446,37 @@ def test_make_demo_without_jobs_grades_a_notebook_a_core_where_it_can(monkeypatc
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     assert classroom.demo_jobs() == 1
+
+
+def test_a_killed_scratch_server_owner_still_stops_it():
+    """pg_ctl leaves the server running in the background: a SIGTERM to the process that started it (a `kill` of
+    `make demo`, a timeout) must still stop it and remove its folder."""
+    import signal
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if pgscratch.binaries() is None:
+        skip_unless_required("PostgreSQL is not installed (`make system-deps` installs it)", REQUIRE)
+    script = ("import time, pgscratch\n"
+              "with pgscratch.server() as url:\n"
+              "    print(url, flush=True)\n"
+              "    time.sleep(120)\n")  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT / "autograder")})  # fmt: skip
+    try:
+        url = proc.stdout.readline().strip()
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        # postmaster.pid's fourth line is the server's port: the folder of this run's server
+        folders = [p.parent.parent for p in Path("/tmp").glob("qmatmul-pg-*/pgdata/postmaster.pid")
+                   if p.read_text().splitlines()[3].strip() == str(port)]  # fmt: skip
+        assert len(folders) == 1, (url, folders)
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()  # it serves
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    finally:
+        proc.kill()
+    assert not folders[0].exists(), f"{folders[0]} is still there"
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
