@@ -1,6 +1,7 @@
 """What a decode kernel's main loop issues per weight, read from SASS compiled here for a GPU (no GPU needed).
 
-    python tools/sass.py [--arch 90] [--ops 12] [NAME ...]
+    python tools/sass.py [--arch 90] [--ops 12] [--set BLOCK_N=64,num_warps=2] [NAME ...]
+    python tools/sass.py --fit [--write]      every graded launch on every GPU class (docs/gpu-fit.md)
 
 A 4-bit decode kernel at M <= 16 has nothing for the tensor cores to do and too little time per weight for its
 decoding: at the H200's copy bandwidth a weight arrives every 1 / 7.9e12 s, and 132 SMs x 128 lanes x 1.98 GHz
@@ -9,8 +10,13 @@ per weight a thread decodes, bounds what a kernel can reach: `ceiling` = that bu
 the copy bandwidth. It is a bound, not a prediction (latency, the pipeline's depth and the grid come on top), and
 it costs no device time: triton's own ptxas and cuobjdump compile and disassemble for sm_<arch> on a CPU.
 
-Each NAME is a row of KERNELS: the solution notebook's kernel (or qmatmul.expert's) with the configuration its
-wrapper takes on the H200 at 28672 x 8192, the argument types of a bf16 call and the divisibility the JIT would see.
+Each NAME is a row of kernels(): the solution notebook's decode kernel (or qmatmul.expert's) with the configuration
+its wrapper takes at 28672 x 8192 on a GPU of the given --arch, the argument types of a bf16 call and the
+divisibility the JIT would see. `ceiling` uses the H200's budget whatever the --arch.
+
+--fit compiles each launch of launches() for each class of GPUS with the chapters' own config functions answering
+for that class, and reports its shared memory against the class's limit, its spilled registers and the MMA it
+compiles to; --write records them in docs/gpu-fit.json and docs/gpu-fit.md (tests/test_gpu_fit.py keeps them true).
 """
 
 from __future__ import annotations
@@ -30,9 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-ISSUE_BUDGET = (
-    4.2  # instructions per weight a thread can issue at the H200's copy bandwidth (docs/perf-notes.md)
-)
+# Instructions per weight a thread can issue at the H200's copy bandwidth (docs/perf-notes.md).
+ISSUE_BUDGET = 4.2
 
 # Pointer types of a bf16 call, by argument name; every other non-constexpr argument is an int32.
 _W4A16 = {"x_ptr": "*bf16", "p_ptr": "*u8", "s_ptr": "*fp32", "z_ptr": "*u8", "y_ptr": "*bf16"}
@@ -41,12 +46,8 @@ _NVFP4 = {**_FP4, "g_ptr": "*fp32"}
 _W4A16_WORDS = {**_W4A16, "w_ptr": "*i32"}
 _BF16_MAGIC = {"MAGIC": 0x43004300, "BASE": 128.0}  # qmatmul.expert._magic
 _FP16_MAGIC = {"MAGIC": 0x64006400, "BASE": 1024.0}
-_GEMM = {
-    "x_ptr": "*bf16",
-    "w_ptr": "*bf16",
-    "g_ptr": "*fp32",
-    "y_ptr": "*bf16",
-}  # the 4-bit chapters' matmul_kernel
+# The 4-bit chapters' matmul_kernel, which multiplies the decoded weight.
+_GEMM = {"x_ptr": "*bf16", "w_ptr": "*bf16", "g_ptr": "*fp32", "y_ptr": "*bf16"}
 _W8A16 = {"x_ptr": "*bf16", "q_ptr": "*i8", "s_ptr": "*fp32", "y_ptr": "*bf16"}
 
 
@@ -240,7 +241,7 @@ def jit_functions(chapter: str) -> dict:
 
 
 def compile_row(row: dict, arch: int = 90):
-    """The compiled kernel of one KERNELS row for sm_<arch>."""
+    """The compiled kernel of one row (kernels(), fit()) for sm_<arch>."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -281,9 +282,8 @@ def main_loop(code: list[tuple[int, str]]) -> list[str]:
     """The instructions of the longest loop: from a backward branch's target to the branch."""
     loops = []
     for addr, ins in code:
-        m = re.search(
-            r"\bBRA(?:\.\w+)*\s+(?:!?U?P\w+,\s*)?(0x[0-9a-f]+)", ins
-        )  # "@!P5 BRA 0x..", "BRA.U !UP0, 0x.."
+        # "@!P5 BRA 0x..." (sm_90), "BRA.U !UP0, 0x..." (sm_100, sm_120)
+        m = re.search(r"\bBRA(?:\.\w+)*\s+(?:!?U?P\w+,\s*)?(0x[0-9a-f]+)", ins)
         if m and int(m.group(1), 16) < addr:
             loops.append((int(m.group(1), 16), addr))
     if not loops:
@@ -298,8 +298,8 @@ def opcode(ins: str) -> str:
 
 
 def weights_per_thread(row: dict) -> float:
-    cfg = row["cfg"]
     """One loop iteration decodes BLOCK_N rows x BLOCK_K (the expert kernels: GPI groups of GROUP) weights."""
+    cfg = row["cfg"]
     along_k = cfg["BLOCK_K"] if "BLOCK_K" in cfg else cfg["GROUP"] * cfg.get("GPI", 1)
     return cfg["BLOCK_N"] * along_k / (32 * cfg["num_warps"])
 
@@ -337,12 +337,10 @@ def main(argv=None) -> int:
         help="instead: every graded launch on every GPU class, shared memory and spills",
     )
     parser.add_argument("--write", action="store_true", help="with --fit: record docs/gpu-fit.json and .md")
-    parser.add_argument("names", nargs="*", help="rows of KERNELS (default: all)")
+    parser.add_argument("names", nargs="*", help="rows of kernels() (default: all)")
     args = parser.parse_args(argv)
     os.environ.pop("TRITON_INTERPRET", None)  # compile for the GPU, whatever the shell says
-    os.environ.setdefault(
-        "TRITON_DEFAULT_FP_FUSION", "1"
-    )  # the JIT's default, said aloud (silences a warning)
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # the JIT's default, said aloud (no warning)
     if args.fit:
         return fit_report(args.write)
     rows = kernels(args.arch)
