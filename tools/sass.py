@@ -63,12 +63,6 @@ def _row(chapter: str, kernel: str, cfg: dict) -> dict:
                 ones=tuple(n for n in _UNIT_STRIDES if n not in cfg))  # fmt: skip
 
 
-def _decode_cfg(module: str, *args) -> dict:
-    from importlib import import_module
-
-    return dict(import_module(f"qmatmul.{module}").decode_config(*args, device="cuda"))
-
-
 def _expert(config: str, *args) -> dict:
     from qmatmul import expert
 
@@ -89,24 +83,17 @@ def capability(arch: int):
 
 
 def kernels(arch: int = 90) -> dict:
-    """NAME -> what to compile. Configurations come from the chapters' decode_config (28672 x 8192, M = 16) as
-    they choose it on a GPU of compute capability arch."""
-    with capability(arch):
-        return _kernels()
-
-
-def _kernels() -> dict:
+    """NAME -> what to compile: each chapter's decode launch of launches() (28672 x 8192, M = 16, its tiles as the
+    chapter chooses them on a GPU of compute capability arch), and the expert kernels."""
     N, K = 28672, 8192
-    return {
-        "w4a16": _row("w4a16", "w4a16_decode_kernel", _decode_cfg("w4a16", 16, N, K, 128) | {"GROUP": 128}),
-        "mxfp4": _row("mxfp4", "mxfp4_decode_kernel", _decode_cfg("mxfp4", 16, N, K)),
-        "nvfp4": _row("nvfp4", "nvfp4_decode_kernel", _decode_cfg("nvfp4", 16, N, K)),
-        "w8a16": _row("w8a16", "w8a16_decode_kernel", _decode_cfg("w8a16", 16, N, K)),
-        "expert-tc": _row(
+    with capability(arch):
+        rows = {label.split()[0]: _row(chapter, kernel, cfg())
+                for label, chapter, kernel, cfg in launches() if label.endswith(" decode")}  # fmt: skip
+        rows["expert-tc"] = _row(
             "expert", "_w4_tc_kernel", _expert("tc_config", 16, N) | _BF16_MAGIC | {"GROUP": 128}
-        ),
-        "expert-gemv": _row("expert", "_w4_gemv_kernel", _expert("gemv_config", N, K) | {"GROUP": 128}),
-    }
+        )
+        rows["expert-gemv"] = _row("expert", "_w4_gemv_kernel", _expert("gemv_config", N, K) | {"GROUP": 128})
+    return rows
 
 
 # The GPU classes a learner may have (compute capability: a card of that class, the most shared memory one

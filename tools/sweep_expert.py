@@ -101,15 +101,8 @@ def main(argv=None) -> int:
             if M == 4 or args.gemv_only:
                 continue
             # 2 warps for 32 columns: 5.17 SASS a weight against 6.16 with 4 (tools/sass.py, not yet timed).
-            for bn, nw, ns in (
-                (32, 4, 5),
-                (32, 2, 5),
-                (64, 2, 5),
-                (32, 4, 3),
-                (16, 2, 5),
-                (16, 4, 5),
-                (64, 4, 5),
-            ):
+            for bn, nw, ns in ((32, 4, 5), (32, 2, 5), (64, 2, 5), (32, 4, 3), (16, 2, 5), (16, 4, 5),
+                               (64, 4, 5)):  # fmt: skip
                 cfg = dict(BLOCK_M=16, BLOCK_N=bn, num_warps=nw, num_stages=ns)
 
                 def fn(x_, p_, s_, z_, cfg=cfg):
