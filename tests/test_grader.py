@@ -269,3 +269,21 @@ def test_a_later_definition_replaces_an_earlier_one():
     fixed = ("In[3]", "def f(x, out):\n    k[(1,)](out)\n    return out\n", False)
     assert static.own_kernel_problems(static.parse([first, kernel, fixed]), "f") == []
     assert static.own_kernel_problems(static.parse([kernel, fixed, first]), "f")
+
+
+@pytest.mark.parametrize("chapter", ["w8a16", "w4a16", "fp8", "mxfp4", "nvfp4"])
+def test_the_timed_reference_stays_on_the_operands_device(chapter):
+    """The trusted side rechecks every timed output (up to 800 calls of a 28672 x 8192 weight): a reference that
+    copied its operands to the host took minutes a cell on the H200 (FP8, 2026-12-01). Meta tensors refuse any
+    copy to the host, so a reference that makes one fails here."""
+    import importlib
+
+    from qmatmul import checks
+
+    mod = importlib.import_module(f"qmatmul.{chapter}")
+    N, K, M = 64, 256, 3
+    g = checks.generator(0, "cpu")
+    weights = [t.to("meta") if isinstance(t, torch.Tensor) else t for t in mod.timing_weights(N, K, g)]
+    inputs = [t[0].to("meta") for t in mod.timing_inputs(M, K, g, 1)]
+    y = mod.reference(*inputs, *weights)
+    assert y.device.type == "meta" and tuple(y.shape) == (M, N)
