@@ -51,6 +51,34 @@ def fma_dot(device: str) -> bool:
     return device == "cuda" and torch.cuda.get_device_capability() < (8, 0)
 
 
+# The 4-bit decode kernels have no K masks, so their BLOCK_K must divide K. It is never below 64, two scale blocks a
+# step or more: on the H200 (Triton 3.6, 2026-12-01) NVFP4's decode kernel gave wrong results on 99 % of the elements
+# at BLOCK_K = 16 (K = 176, one e4m3 scale a step), where the interpreter and every tile of 128 or more were right.
+MIN_DECODE_BLOCK_K = 64
+
+
+def divisible_k(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, block_k: int, block: int):
+    """The operands and BLOCK_K of a decode kernel without K masks: `block_k` halved until it divides K, never below
+    MIN_DECODE_BLOCK_K. A K with no such divisor (no real model has one) is padded with zero weights, zero scales and
+    zero activations, which add nothing to the product. Returns (x, packed, scales, block_k)."""
+    K = x.shape[1]
+    block_k = max(block_k, MIN_DECODE_BLOCK_K)
+    while K % block_k and block_k > MIN_DECODE_BLOCK_K:
+        block_k //= 2
+    if K % block_k:
+        kp = -(-K // block_k) * block_k
+
+        def padded(
+            t: torch.Tensor, cols: int
+        ) -> torch.Tensor:  # zeros, then a copy: no arithmetic on the host
+            out = t.new_zeros((t.shape[0], cols))
+            out[:, : t.shape[1]].copy_(t)
+            return out
+
+        x, packed, scales = padded(x, kp), padded(packed, kp // 2), padded(scales, kp // block)
+    return x, packed, scales, block_k
+
+
 def act_dtypes(device: str) -> list:
     """The activation dtypes the kernels are checked in on `device`; the last one is the one timed."""
     if device == "cuda" and torch.cuda.get_device_capability() >= (8, 0):

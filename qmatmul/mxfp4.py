@@ -93,12 +93,21 @@ def decode_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
     """Tile sizes for the decode kernel: all M rows (padded to 16) in one program, a strip of N."""
     if device != "cuda":
         return dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=1)
-    if chapter.fma_dot(device):  # a T4: FMA tiles (qmatmul/chapter.py)
-        return dict(chapter.FMA_DECODE)
+    if chapter.fma_dot(
+        device
+    ):  # a T4: FMA tiles (qmatmul/chapter.py) with two scale blocks a step (divisible_k);
+        # 32 columns keep 64 of K free of spills on sm_75 (128 columns spilled 196 registers, tools/sass.py)
+        return dict(chapter.FMA_DECODE, BLOCK_N=32, BLOCK_K=chapter.MIN_DECODE_BLOCK_K)
     # Graph-timed on the H200 (docs/perf-notes.md, 2026-12-01): with the tile read as it lies ([BLOCK_N, BLOCK_K/2]),
     # 32 columns x 512 of K, 4 warps, 3 stages reached 24-27 % of the copy bandwidth on all three shapes, M = 1 and
     # 16 (128 columns: 22 % on 28672 x 8192, 18 % on 8192 x 28672).
     return dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=512, num_warps=4, num_stages=3)
+
+
+def divisible_k(x, packed, scales, block_k: int):
+    """The decode wrapper's operands and BLOCK_K for a kernel without K masks (chapter.divisible_k, blocks of
+    32)."""
+    return chapter.divisible_k(x, packed, scales, block_k, BLOCK)
 
 
 def dot_scaled_config(M: int, N: int, K: int, device: str = "cuda") -> dict:

@@ -70,6 +70,12 @@ def decode_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
     return mxfp4.decode_config(M, N, K, device)
 
 
+def divisible_k(x, packed, scales, block_k: int):
+    """The decode wrapper's operands and BLOCK_K for a kernel without K masks (chapter.divisible_k, blocks of
+    16)."""
+    return chapter.divisible_k(x, packed, scales, block_k, BLOCK)
+
+
 def explain_format() -> None:
     print("NVFP4 stores E2M1 codes (as in MXFP4), two per byte, and two levels of scale:")
     print(

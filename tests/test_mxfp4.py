@@ -336,3 +336,34 @@ def test_prefill_dequantize_first_path(mxfp4_solution):
     assert torch.equal(w, mxfp4.dequantize(packed, scales).half())
     out = mxfp4_solution.matmul(x, w, torch.empty(37, 72, dtype=x.dtype))
     checks.compare(out, mxfp4.reference(x, packed, scales), what="y", rtol=checks.tolerance_for(x.dtype))
+
+
+@pytest.mark.parametrize("chapter", ["mxfp4", "nvfp4"])
+def test_the_decode_tiles_keep_two_scale_blocks_a_step(chapter):
+    """The decode wrappers' BLOCK_K divides K and is never below 64 (NVFP4's decode at BLOCK_K = 16, one scale a
+    step, gave wrong results on the H200); a K without such a divisor is padded with zeros that change nothing."""
+    import importlib
+
+    from qmatmul import chapter as ch
+
+    mod = importlib.import_module(f"qmatmul.{chapter}")
+    g = torch.Generator().manual_seed(0)
+    blk = mod.BLOCK
+    for K, block_k, want in ((8192, 512, (512, 8192)), (128, 512, (128, 128)), (192, 512, (64, 192)),
+                             (5 * blk, 512, (64, 64 * -(-5 * blk // 64))), (8192, 32, (64, 8192))):  # fmt: skip
+        N = 40
+        x = torch.randn(3, K, generator=g).to(torch.float16)
+        weights = mod.timing_weights(N, K, g)
+        packed, scales = weights[0], weights[1]
+        xp, pp, sp, bk = mod.divisible_k(x, packed, scales, block_k)
+        assert (bk, xp.shape[1]) == want and bk >= ch.MIN_DECODE_BLOCK_K and xp.shape[1] % bk == 0
+        assert (pp.shape[1], sp.shape[1]) == (xp.shape[1] // 2, xp.shape[1] // blk)
+        if xp.shape[1] == K:
+            assert xp is x and pp is packed and sp is scales
+        else:
+            assert torch.equal(xp[:, :K], x) and not xp[:, K:].any() and not pp[:, K // 2 :].any()
+            assert torch.equal(pp[:, : K // 2], packed) and torch.equal(sp[:, : K // blk], scales)
+            rest = weights[2:]
+            torch.testing.assert_close(
+                mod.reference(xp, pp, sp, *rest), mod.reference(x, packed, scales, *rest)
+            )
