@@ -9,7 +9,10 @@ whose process is killed costs only that student, who is graded again by the next
     cluster  a Dask distributed scheduler (`--scheduler tcp://host:8786`): each job runs on a worker that
              offers the resource `grader` (course.md, "A class of hundreds", says how to start them)
 
-Performance cells stay exact under either: a timed window holds its GPU alone (qmatmul/gpulock.py).
+Performance cells need a GPU per job: a timed window holds the lock of its GPU (qmatmul/gpulock.py), which keeps
+other graders' checks off it, but not the GPU work of the other notebooks' own cells, which run outside any lock.
+So a local pool on a CUDA host grades at most one notebook per GPU (`pool_size`), and a Dask worker should offer
+as many `grader` resources as it has GPUs.
 The job itself (qmatmul/grader/jobs.py) is in the course package, which every worker's environment has.
 """
 
@@ -41,11 +44,24 @@ def visible_gpus() -> list[str]:
     return [ln.strip() for ln in res.stdout.splitlines() if ln.strip()] if res.returncode == 0 else []
 
 
+def pool_size(n: int, gpus: list[str]) -> int:
+    """How many jobs a local pool runs at once: n, but no more than one a GPU on a host that has GPUs. On the H200
+    (2026-12-01) four FP8 notebooks graded at once on its one GPU read the solution's decode kernel at 15 % of the
+    copy bandwidth, against 91 % alone, and one prefill cell ran out of GPU memory (docs/grading-h200.md)."""
+    if gpus and n > len(gpus):
+        print(f"Grading {len(gpus)} at once, not {n}: this host has {len(gpus)} GPU(s), and a notebook's own cells "
+              "share its GPU outside the grader's lock, which would slow the others' timed cells "
+              "(docs/parallel-grading.md).", flush=True)  # fmt: skip
+        return len(gpus)
+    return n
+
+
 def run_local(jobs: list[Job], n: int, on_done: Callable[[Result], None]) -> list[Result]:
-    """n jobs at a time on this host; slot i runs on GPU i mod (number of GPUs)."""
+    """n jobs at a time on this host (at most one a GPU: pool_size); slot i runs on GPU i mod (number of GPUs)."""
     from concurrent.futures import ThreadPoolExecutor, as_completed
 
     gpus = visible_gpus()
+    n = pool_size(n, gpus)
     slots: queue.Queue = queue.Queue()
     for i in range(n):
         slots.put(gpus[i % len(gpus)] if gpus else None)

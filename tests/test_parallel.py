@@ -139,6 +139,16 @@ def test_parallel_with_sqlite_is_refused_with_a_reason(tmp_path):
         classroom.autograde_class([(CHAPTER, "ann"), (CHAPTER, "ben")], dirs, jobs=2)
 
 
+def test_a_gpu_host_grades_one_notebook_a_gpu(capsys):
+    """A notebook's own cells use its GPU outside the grader's lock: four at once on one H200 read the FP8
+    solution's decode at 15 % of copy (91 % alone). So a pool on a GPU host runs one job a GPU; without GPUs
+    (the interpreter) it runs what it is asked."""
+    assert parallel.pool_size(4, ["0"]) == 1 and "Grading 1 at once, not 4" in capsys.readouterr().out
+    assert parallel.pool_size(8, ["0", "1"]) == 2
+    assert parallel.pool_size(2, ["0", "1", "2"]) == 2 and parallel.pool_size(4, []) == 4
+    assert capsys.readouterr().out.count("at once, not") == 1
+
+
 def test_a_hung_or_failing_job_costs_only_itself(capsys, monkeypatch):
     """The pool's own rules, without nbgrader: a job past its timeout is killed (its process group with it),
     a failing one is reported, the others finish; progress counts the whole class; slots take GPUs in turn."""
