@@ -9,10 +9,10 @@ whose process is killed costs only that student, who is graded again by the next
     cluster  a Dask distributed scheduler (`--scheduler tcp://host:8786`): each job runs on a worker that
              offers the resource `grader` (course.md, "A class of hundreds", says how to start them)
 
-Performance cells need a GPU per job: a timed window holds the lock of its GPU (qmatmul/gpulock.py), which keeps
-other graders' checks off it, but not the GPU work of the other notebooks' own cells, which run outside any lock.
-So a local pool on a CUDA host grades at most one notebook per GPU (`pool_size`), and a Dask worker should offer
-as many `grader` resources as it has GPUs.
+Performance cells need a GPU per job. A timed window holds its GPU's lock exclusively (qmatmul/gpulock.py) and the
+notebooks' cells hold it shared, yet four notebooks at once on one H200 read wrong figures (docs/parallel-grading.md):
+what the lock does not cover (the host's CPUs, GPU memory, work left queued) was enough. So a local pool on a CUDA
+host grades at most one notebook per GPU (`pool_size`), and a Dask worker should offer one `grader` a GPU.
 The job itself (qmatmul/grader/jobs.py) is in the course package, which every worker's environment has.
 """
 
@@ -49,9 +49,8 @@ def pool_size(n: int, gpus: list[str]) -> int:
     (2026-12-01) four FP8 notebooks graded at once on its one GPU read the solution's decode kernel at 15 % of the
     copy bandwidth, against 91 % alone, and one prefill cell ran out of GPU memory (docs/grading-h200.md)."""
     if gpus and n > len(gpus):
-        print(f"Grading {len(gpus)} at once, not {n}: this host has {len(gpus)} GPU(s), and a notebook's own cells "
-              "share its GPU outside the grader's lock, which would slow the others' timed cells "
-              "(docs/parallel-grading.md).", flush=True)  # fmt: skip
+        print(f"Grading {len(gpus)} at once, not {n}: this host has {len(gpus)} GPU(s), and notebooks graded "
+              "side by side on one GPU distort each other's timed cells (docs/parallel-grading.md).", flush=True)  # fmt: skip
         return len(gpus)
     return n
 
