@@ -47,7 +47,7 @@ def visible_gpus() -> list[str]:
 def pool_size(n: int, gpus: list[str]) -> int:
     """How many jobs a local pool runs at once: n, but no more than one a GPU on a host that has GPUs. On the H200
     (2026-12-01) four FP8 notebooks graded at once on its one GPU read the solution's decode kernel at 15 % of the
-    copy bandwidth, against 91 % alone, and one prefill cell ran out of GPU memory (docs/grading-h200.md)."""
+    copy bandwidth, where graded alone it passed its 50 % bar, and one prefill cell ran out of GPU memory (docs/grading-h200.md)."""
     if gpus and n > len(gpus):
         print(f"Grading {len(gpus)} at once, not {n}: this host has {len(gpus)} GPU(s), and notebooks graded "
               "side by side on one GPU distort each other's timed cells (docs/parallel-grading.md).", flush=True)  # fmt: skip

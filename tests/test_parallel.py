@@ -141,7 +141,7 @@ def test_parallel_with_sqlite_is_refused_with_a_reason(tmp_path):
 
 def test_a_gpu_host_grades_one_notebook_a_gpu(capsys):
     """Notebooks graded side by side on one GPU distort each other's timings: four at once on one H200 read the FP8
-    solution's decode at 15 % of copy (91 % alone). So a pool on a GPU host runs one job a GPU; without GPUs
+    solution's decode at 15 % of copy (alone: above its 50 % bar). So a pool on a GPU host runs one job a GPU; without GPUs
     (the interpreter) it runs what it is asked."""
     assert parallel.pool_size(4, ["0"]) == 1 and "Grading 1 at once, not 4" in capsys.readouterr().out
     assert parallel.pool_size(8, ["0", "1"]) == 2
