@@ -23,3 +23,16 @@ def test_w4a16_candidates_pass_the_sweeps_check(name):
     cfg = dict(BLOCK_M=16, BLOCK_N=32, num_warps=4, num_stages=1)
     fn = sweep_decode.make_fn("w4a16", mods, {"w4a16": None}, name, cfg, 2)  # split-K: the atomic path too
     sweep_decode.check("w4a16", mods, fn, 16, torch.float16, 5, device="cpu", N=80, K=512)
+
+
+def test_the_fp8_accumulation_variants_pass_the_visible_check():
+    """tools/sweep_prefill.py's fp8acc part: the solution's GEMM as it is and with its partial sums promoted every
+    BLOCK_K (max_num_imprecise_acc, which only sm_90 acts on) both compute the product here."""
+    import sweep_prefill
+
+    from qmatmul import fp8
+
+    variants = sweep_prefill.fp8acc_variants()
+    assert set(variants) == {"imprecise", "promoted"}
+    for sol in variants.values():
+        fp8.check_matmul(sol.fp8_matmul)

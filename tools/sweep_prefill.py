@@ -2,6 +2,7 @@
 and without the masked K tail, and the FP8 128 x 128 block-scaled kernel's tiles, graph-timed in one process.
 
     python tools/sweep_prefill.py [--out DIR] [--parts prefill,decode,fp8block] [--formats w8a16,w4a16,mxfp4,nvfp4]
+    python tools/sweep_prefill.py --parts fp8acc     FP8 prefill: Hopper's fp8 accumulation, imprecise or promoted
 
 Prefill candidates, each with the weight read as it lies ([BLOCK_N, BLOCK_K(/2)] rows) and dequantized once per K
 step for a BLOCK_M of 128-256 rows:
@@ -442,12 +443,68 @@ def fp8block_part(mods, sols, scaled_mm_rowwise, results):
     fp8.block_config = original
 
 
+# The FP8 solution's tl.dot line, and the same product with the tensor cores' partial sums promoted to the fp32
+# accumulator every BLOCK_K elements (on sm_90 Triton's fp8 tl.dot otherwise accumulates in reduced precision over
+# all of K: triton's CUDA backend sets max_num_imprecise_acc_default = 2**30 for capability 90).
+FP8_DOT_LINE = "acc = tl.dot(x.to(tl.float8e4nv, bitcast=True), w.to(tl.float8e4nv, bitcast=True), acc)"
+FP8_ACC = {"imprecise": FP8_DOT_LINE, "promoted": FP8_DOT_LINE[:-1] + ", max_num_imprecise_acc=BLOCK_K)"}
+
+
+def fp8acc_variants() -> dict:
+    """{name: the FP8 solution module with that accumulation} (the interpreter runs them too: the sweep's test)."""
+    import json as _json
+
+    from qmatmul import course
+
+    nb = _json.loads((course.repo_root() / "solutions" / "fp8" / "fp8.ipynb").read_text())
+    cell = next("".join(c["source"]) for c in nb["cells"]
+                if c["metadata"].get("nbgrader", {}).get("grade_id") == "ex3_matmul")  # fmt: skip
+    assert FP8_DOT_LINE in cell, "the FP8 solution's tl.dot line changed: update FP8_DOT_LINE"
+    return {name: course.load_notebook_code("fp8", {"ex3_matmul": cell.replace(FP8_DOT_LINE, line)},
+                                            name=f"sweep_fp8_{name}")
+            for name, line in FP8_ACC.items()}  # fmt: skip
+
+
+def fp8acc_part(mods, scaled_mm_rowwise, results, seeds=(1, 2, 3)):
+    """FP8 per-row prefill at 4096 x 8192 x 8192 (the graded shape): each accumulation with the current tile and
+    8-warp ones, graph-timed against torch._scaled_mm rowwise, and the timed recheck's verdict on the graded
+    inputs (elements outside the bf16 tolerance, per seed)."""
+    import torch
+
+    from qmatmul import bench, checks
+
+    fp8 = mods["fp8"]
+    M, N, K = fp8.PREFILL_SHAPE
+    ref = scaled_mm_rowwise(M, N, K)
+    original = fp8.prefill_config
+    for name, sol in fp8acc_variants().items():
+        for bm, bn, nw, ns in [(128, 128, 4, 4), (128, 128, 8, 4), (128, 128, 8, 3), (128, 256, 8, 3)]:
+            cfg = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=128, FP8_DOT=True, num_warps=nw, num_stages=ns)
+            fp8.prefill_config = lambda *a, cfg=cfg, **k: cfg
+            try:
+                problems = [fp8._timing_problem(M, N, K, checks.generator(s, "cuda")) for s in seeds]
+                out = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
+                ms = bench.graph_ms([lambda p=p: sol.fp8_matmul(*p, out=out) for p in problems[:2]])
+                bad = [int(checks.mismatch(sol.fp8_matmul(*p).float().cpu(), fp8.reference(*p).cpu(), 2.0**-6).sum())
+                       for p in problems]  # fmt: skip
+            except Exception as exc:  # noqa: BLE001
+                results.append(dict(part="fp8acc", acc=name, cfg=cfg, error=str(exc)[:200]))
+                print(f"fp8 acc {name} {cfg}: {type(exc).__name__}: {str(exc)[:120]}")
+                continue
+            results.append(
+                dict(part="fp8acc", acc=name, cfg=cfg, us=ms * 1e3, scaled_mm_frac=ref / ms, bad=bad)
+            )
+            print(f"fp8 acc {name:9} {bm}x{bn} w{nw} s{ns}: {ms * 1e3:7.0f} us {100 * ref / ms:4.0f} % of "
+                  f"_scaled_mm rowwise, elements outside the tolerance per seed {bad}")  # fmt: skip
+    fp8.prefill_config = original
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--out", default="build/bench")
-    parser.add_argument("--parts", default="prefill,decode,fp8block")
+    parser.add_argument("--parts", default="prefill,decode,fp8block", help="also: crossover, fp8acc")
     parser.add_argument("--formats", default="w8a16,w4a16,mxfp4,nvfp4")
     parser.add_argument("--quick", action="store_true", help="prefill at M = 2048 only")
     parser.add_argument(
@@ -500,17 +557,20 @@ def main(argv=None) -> int:
         decode_part(formats, mods, sols, dtype, copy_bw, results)
         save()
     print(f"[{time.time() - t0:.0f} s]")
+    gen = torch.Generator("cuda").manual_seed(5)
+
+    def rowwise_ms(M, N=8192, K=8192):
+        a = torch.randn(M, K, device="cuda", generator=gen).to(torch.float8_e4m3fn)
+        b = torch.randn(N, K, device="cuda", generator=gen).to(torch.float8_e4m3fn)
+        sa, sb = torch.ones(M, 1, device="cuda"), torch.ones(1, N, device="cuda")
+        return bench.graph_ms(lambda: torch._scaled_mm(a, b.T, sa, sb, out_dtype=torch.bfloat16))
+
     if "fp8block" in parts:
         sols = {"fp8": course.load_notebook_code("fp8", name="sweep_fp8")}
-        gen = torch.Generator("cuda").manual_seed(5)
-
-        def rowwise_ms(M, N=8192, K=8192):
-            a = torch.randn(M, K, device="cuda", generator=gen).to(torch.float8_e4m3fn)
-            b = torch.randn(N, K, device="cuda", generator=gen).to(torch.float8_e4m3fn)
-            sa, sb = torch.ones(M, 1, device="cuda"), torch.ones(1, N, device="cuda")
-            return bench.graph_ms(lambda: torch._scaled_mm(a, b.T, sa, sb, out_dtype=torch.bfloat16))
-
         fp8block_part(mods, sols, rowwise_ms, results)
+        save()
+    if "fp8acc" in parts:
+        fp8acc_part(mods, rowwise_ms, results)
         save()
     print(f"[{time.time() - t0:.0f} s] wrote {out}/sweep_prefill.json")
     return 0
