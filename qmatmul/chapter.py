@@ -68,10 +68,8 @@ def divisible_k(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, blo
     if K % block_k:
         kp = -(-K // block_k) * block_k
 
-        def padded(
-            t: torch.Tensor, cols: int
-        ) -> torch.Tensor:  # zeros, then a copy: no arithmetic on the host
-            out = t.new_zeros((t.shape[0], cols))
+        def padded(t: torch.Tensor, cols: int) -> torch.Tensor:
+            out = t.new_zeros((t.shape[0], cols))  # zeros, then a copy: no arithmetic on the host
             out[:, : t.shape[1]].copy_(t)
             return out
 

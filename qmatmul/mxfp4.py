@@ -93,10 +93,9 @@ def decode_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
     """Tile sizes for the decode kernel: all M rows (padded to 16) in one program, a strip of N."""
     if device != "cuda":
         return dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=1)
-    if chapter.fma_dot(
-        device
-    ):  # a T4: FMA tiles (qmatmul/chapter.py) with two scale blocks a step (divisible_k);
-        # 32 columns keep 64 of K free of spills on sm_75 (128 columns spilled 196 registers, tools/sass.py)
+    if chapter.fma_dot(device):
+        # A T4: FMA tiles (qmatmul/chapter.py) with two scale blocks a step (divisible_k); 32 columns keep 64 of K
+        # free of spills on sm_75 (128 columns spilled 196 registers, tools/sass.py).
         return dict(chapter.FMA_DECODE, BLOCK_N=32, BLOCK_K=chapter.MIN_DECODE_BLOCK_K)
     # Graph-timed on the H200 (docs/perf-notes.md, 2026-12-01): with the tile read as it lies ([BLOCK_N, BLOCK_K/2]),
     # 32 columns x 512 of K, 4 warps, 3 stages reached 24-27 % of the copy bandwidth on all three shapes, M = 1 and
@@ -105,8 +104,7 @@ def decode_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
 
 
 def divisible_k(x, packed, scales, block_k: int):
-    """The decode wrapper's operands and BLOCK_K for a kernel without K masks (chapter.divisible_k, blocks of
-    32)."""
+    """The decode wrapper's operands and BLOCK_K: chapter.divisible_k with blocks of 32."""
     return chapter.divisible_k(x, packed, scales, block_k, BLOCK)
 
 

@@ -71,8 +71,7 @@ def decode_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
 
 
 def divisible_k(x, packed, scales, block_k: int):
-    """The decode wrapper's operands and BLOCK_K for a kernel without K masks (chapter.divisible_k, blocks of
-    16)."""
+    """The decode wrapper's operands and BLOCK_K: chapter.divisible_k with blocks of 16."""
     return chapter.divisible_k(x, packed, scales, block_k, BLOCK)
 
 

@@ -46,9 +46,8 @@ def test_dot_scaled_multiplies_in_bf16_everywhere_as_the_chapter_says(monkeypatc
     assert {r["arch"] for r in rows if r.get("skipped")} == {a for a in sass.GPUS if a < 80}
     for r in rows:
         if not r.get("skipped"):
-            assert r["mma"].split()[-1] in ("bf16", "f16"), sass.describe(
-                r
-            )  # tcgen05 kind::f16: 16-bit floats
+            # tcgen05's kind::f16 is its 16-bit float kind
+            assert r["mma"].split()[-1] in ("bf16", "f16"), sass.describe(r)
             monkeypatch.setattr(
                 torch.cuda, "get_device_capability", lambda *a, arch=r["arch"]: divmod(arch, 10)
             )

@@ -61,9 +61,8 @@ def w4_join(
             part = tl.dot(x, tl.trans(q.to(x.dtype)))
             x_sum = tl.sum(x.to(tl.float32), axis=1)
             acc += part * s[None, :] - x_sum[:, None] * (z.to(tl.float32) * s)[None, :]
-        elif (
-            MAGIC
-        ):  # the code in a 16-bit float's mantissa (bf16 128 + q, fp16 1024 + q), minus (magic + z): exact
+        elif MAGIC:
+            # the code in a 16-bit float's mantissa (bf16 128 + q, fp16 1024 + q), minus (magic + z): exact
             if x_ptr.dtype.element_ty == tl.bfloat16:
                 f = (q.to(tl.int16) | 0x4300).to(tl.bfloat16, bitcast=True)
                 w = f - (z.to(tl.float32) + 128.0).to(tl.bfloat16)[:, None]

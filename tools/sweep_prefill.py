@@ -452,13 +452,9 @@ FP8_ACC = {"imprecise": FP8_DOT_LINE, "promoted": FP8_DOT_LINE[:-1] + ", max_num
 
 def fp8acc_variants() -> dict:
     """{name: the FP8 solution module with that accumulation} (the interpreter runs them too: the sweep's test)."""
-    import json as _json
-
     from qmatmul import course
 
-    nb = _json.loads((course.repo_root() / "solutions" / "fp8" / "fp8.ipynb").read_text())
-    cell = next("".join(c["source"]) for c in nb["cells"]
-                if c["metadata"].get("nbgrader", {}).get("grade_id") == "ex3_matmul")  # fmt: skip
+    cell = course.solution_source("ex3_matmul")
     assert FP8_DOT_LINE in cell, "the FP8 solution's tl.dot line changed: update FP8_DOT_LINE"
     return {name: course.load_notebook_code("fp8", {"ex3_matmul": cell.replace(FP8_DOT_LINE, line)},
                                             name=f"sweep_fp8_{name}")
