@@ -314,6 +314,37 @@ def test_dropped_k_tail_is_named():
         checks.compare(wrong, fp8.reference(xq, sx, wq, sw), what="k", rtol=2**-9, mistakes=mistakes)
 
 
+def _reduced_precision_sum(products: torch.Tensor, bits: int = 14, step: int = 32) -> float:
+    """A running sum kept to `bits` significant bits, `step` products at a time (a model of Hopper's fp8 MMA)."""
+    acc = 0.0
+    for part in products.double().split(step):
+        acc += float(part.sum())
+        if acc:
+            e = math.floor(math.log2(abs(acc))) - (bits - 1)
+            acc = round(acc / 2.0**e) * 2.0**e
+    return acc
+
+
+def test_the_visible_check_catches_reduced_precision_accumulation_every_run():
+    """The deterministic accumulation case: a running sum of 24 bits (fp32) is exact; one of 21 bits or fewer
+    (Hopper's fp8 MMA keeps about 14) loses the small terms, and the visible check names it, on every run (the
+    timed recheck's random inputs show it on some seeds only)."""
+    xq, sx, wq, sw = fp8.accumulation_problem(32, 64, 1024, "cpu")
+    products = xq[0].float() * wq[0].float()
+    exact = (1024 - 512) / 2048
+    assert fp8.reference(xq, sx, wq, sw)[0, 0] == products.sum() == exact
+    assert _reduced_precision_sum(products, 24) == exact
+    for bits in (14, 21):
+        lossy = _reduced_precision_sum(products, bits)
+        assert abs(lossy - exact) > exact / 2
+
+        def lossy_kernel(xq, sx, wq, sw, out=None, lossy=lossy):
+            return out.fill_(lossy)
+
+        with pytest.raises(CheckFailed, match="fp8 partial sums accumulated in reduced precision"):
+            fp8._check_accumulation(lossy_kernel, "fp8_matmul", "cpu")
+
+
 @pytest.mark.parametrize(
     "args,match",
     [
