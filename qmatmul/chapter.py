@@ -84,6 +84,12 @@ def act_dtypes(device: str) -> list:
     return [torch.float16]  # the interpreter's bf16 tl.dot is wrong; T4 has no bf16 tensor cores
 
 
+def timing_activations(M: int, K: int, g: torch.Generator, n: int) -> tuple:
+    """n activations [M, K] for the timed calls, stacked, drawn straight in the timed dtype (the timed window
+    holds the draw: no float32 temporary)."""
+    return (torch.randn(n, M, K, device=g.device, generator=g, dtype=act_dtypes(g.device.type)[-1]),)
+
+
 def problem(x_shape, weights, dtype, device: str, g: torch.Generator, strided: bool) -> tuple:
     """A kernel check's call: random activations x [M, K] in `dtype` (a view of a wider buffer when `strided`),
     drawn after the weight, then the weight's tensors, all on `device`."""

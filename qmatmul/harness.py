@@ -23,6 +23,9 @@ Time per call = (go-to-answer - an empty round trip) / calls. What remains in th
 one input fill, one reduction over the outputs and the round trip's jitter. Measured on the H200 with 20 ms
 batches (tools/timing_protocol.py, docs/grading-h200.md): the protocol read 3-13 % more time per call than
 in-process graph replay of the same kernel; with the ~50 ms batches below, 3-9 % (always against the learner).
+At prefill the input fill is as big as the kernel's own input: drawn in float32 at once, it made FP8's prefill
+read 36 % of torch._scaled_mm through the protocol where the notebook read 58 % (2026-12-02). So inputs_for draws
+in chunks, straight in the timed dtype; the chapters' timing_inputs keep their draws to one or two passes.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from qmatmul.checks import CheckFailed
 
 BATCH_MS = 50.0  # aim for a timed batch about this long: the fixed cost of the protocol shrinks with it
 MAX_CALLS = 400
+GEN_CHUNK = 1 << 25  # inputs_for draws at most this many elements at once (one prefill call's [4096, 8192])
 
 
 @dataclass
@@ -88,8 +92,27 @@ def weight_copies(module: str, N: int, K: int, seed: int, copies: int, device: s
     return out
 
 
-def inputs_for(module: str, M: int, K: int, seed: int, n: int, device: str) -> tuple:
-    return tuple(_module(module).timing_inputs(M, K, checks.generator(seed, device), n))
+def inputs_for(
+    module: str, M: int, K: int, seed: int, n: int, device: str, out: tuple | None = None
+) -> tuple:
+    """The n timed inputs drawn from `seed`, written into `out` (the per-call buffers) when given.
+
+    Drawn GEN_CHUNK elements at a time, so the draw's temporaries stay small: at prefill (M = 4096) one call's
+    input alone is 2^25 elements, and a batch drawn at once in fp32 held tens of GB inside the timed window.
+    Both sides call this with the same arguments, so both see the same inputs."""
+    mod, g = _module(module), checks.generator(seed, device)
+    step = max(1, GEN_CHUNK // (M * K))
+    parts = []
+    for i in range(0, n, step):
+        got = mod.timing_inputs(M, K, g, min(step, n - i))
+        if out is None:
+            parts.append(got)
+        else:
+            for dst, src in zip(out, got, strict=True):
+                dst[i : i + len(src)].copy_(src)
+    if out is not None:
+        return out
+    return parts[0] if len(parts) == 1 else tuple(torch.cat(ts) for ts in zip(*parts, strict=True))
 
 
 def outputs_checksum(outs: torch.Tensor) -> int:
@@ -134,7 +157,7 @@ def _local(fn, mod, weights, N, K, M, calls, out_dtype, device, what):
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     outs = torch.empty((calls, M, N), dtype=out_dtype, device=device)
     go_seeds, results, times = {}, {}, {}
-    buffers = tuple(t.clone() for t in mod.timing_inputs(M, K, checks.generator(0, device), calls))
+    buffers = tuple(t.clone() for t in inputs_for(mod.__name__, M, K, 0, calls, device))
 
     def run(i):
         return fn(*(t[i] for t in buffers), *weights[i % copies], out=outs[i])
@@ -164,9 +187,7 @@ def _local(fn, mod, weights, N, K, M, calls, out_dtype, device, what):
     modes = ("graph", "eager") if graph is not None else ("eager",)
     for mode in [*modes, *modes]:  # the first round of each mode warms up, the second is timed
         go_seeds[mode] = secrets.randbits(31)
-        fresh = mod.timing_inputs(M, K, checks.generator(go_seeds[mode], device), calls)
-        for dst, src in zip(buffers, fresh, strict=True):
-            dst.copy_(src)
+        inputs_for(mod.__name__, M, K, go_seeds[mode], calls, device, out=buffers)
         outs.fill_(float("nan"))
         sync()
         t0 = time.perf_counter()

@@ -379,10 +379,7 @@ def timing_weights(N: int, K: int, gen: torch.Generator) -> tuple:
     return packed, scales, torch.full((1,), 1e-3, device=gen.device)
 
 
-def timing_inputs(M: int, K: int, gen: torch.Generator, n: int) -> tuple:
-    return (
-        torch.randn(n, M, K, device=gen.device, generator=gen).to(chapter.act_dtypes(gen.device.type)[-1]),
-    )
+timing_inputs = chapter.timing_activations  # the timed activations (qmatmul/harness.py)
 
 
 def blackwell_status() -> str:

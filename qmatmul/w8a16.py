@@ -347,9 +347,7 @@ def timing_weights(N: int, K: int, g: torch.Generator) -> tuple:
     return q, s
 
 
-def timing_inputs(M: int, K: int, g: torch.Generator, n: int) -> tuple:
-    """n activations [M, K] for the timed calls, stacked."""
-    return (torch.randn(n, M, K, device=g.device, generator=g).to(chapter.act_dtypes(g.device.type)[-1]),)
+timing_inputs = chapter.timing_activations  # the timed activations (qmatmul/harness.py)
 
 
 def traffic_feedback(fn, M: int = 16, N: int = 256, K: int = 512) -> None:

@@ -287,3 +287,30 @@ def test_the_timed_reference_stays_on_the_operands_device(chapter):
     inputs = [t[0].to("meta") for t in mod.timing_inputs(M, K, g, 1)]
     y = mod.reference(*inputs, *weights)
     assert y.device.type == "meta" and tuple(y.shape) == (M, N)
+
+
+@pytest.mark.parametrize("chapter", ["w8a16", "fp8"])
+def test_timed_inputs_are_drawn_in_bounded_chunks_and_the_same_on_both_sides(chapter, monkeypatch):
+    """harness.inputs_for: what the worker writes into its buffers inside the timed window equals what the trusted
+    side regenerates for the references, chunked or not; each draw holds at most GEN_CHUNK elements."""
+    import importlib
+
+    from qmatmul import harness
+
+    mod = importlib.import_module(f"qmatmul.{chapter}")
+    M, K, n = 3, 40, 7
+    whole = harness.inputs_for(mod.__name__, M, K, 11, n, "cpu")
+    draws = []
+    real = mod.timing_inputs
+    monkeypatch.setattr(mod, "timing_inputs", lambda *a: draws.append(a[-1]) or real(*a))
+    monkeypatch.setattr(harness, "GEN_CHUNK", 2 * M * K)
+    chunked = harness.inputs_for(mod.__name__, M, K, 11, n, "cpu")
+    buffers = tuple(torch.empty_like(t) for t in chunked)
+    harness.inputs_for(mod.__name__, M, K, 11, n, "cpu", out=buffers)
+    assert draws == [2, 2, 2, 1] * 2
+    for a, b in zip(chunked, buffers, strict=True):
+        assert a.shape == (n, *a.shape[1:]) and torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+    assert [t.shape for t in whole] == [t.shape for t in chunked]
+    if chapter == "fp8":
+        xq = whole[0]
+        assert xq.dtype == torch.float8_e4m3fn and not xq.float().isnan().any()
