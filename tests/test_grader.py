@@ -135,6 +135,22 @@ def test_a_reply_without_the_nonce_is_refused():
         w.close()
 
 
+def test_a_worker_that_dies_while_defining_says_its_last_error_line():
+    """A worker that exits while the notebook's definitions run (a package missing on the machine, say) costs the
+    cells and says why in words: the exit status and the exception's last line, as a message only."""
+    dying = [("setup", notebook.QUIET_START), ("learner", (
+        "import os, sys\n"
+        "print(\"ModuleNotFoundError: No module named 'IPython'\", file=sys.stderr, flush=True)\n"
+        "os._exit(3)\n"))]  # fmt: skip
+    w = Worker(dying, timeout=20)
+    try:
+        with pytest.raises(CheckFailed, match=r"died while defining them \(exit status 3; its last line: "
+                           r"ModuleNotFoundError: No module named 'IPython'\)"):  # fmt: skip
+            w.start()
+    finally:
+        w.close()
+
+
 def test_the_audit_sees_torch_arithmetic_in_the_worker(worker):
     w = Worker(
         [

@@ -152,7 +152,13 @@ class Worker:
             return f"a GPU fault: {fault.strip()[:200]}"
         if code is None:
             return "it stopped answering"
-        return signal.Signals(-code).name if code < 0 else f"exit status {code}"
+        why = signal.Signals(-code).name if code < 0 else f"exit status {code}"
+        # An uncaught exception's last line (a missing package, say: the GPU image without IPython). The student's
+        # process wrote the log, so this is a message, never a verdict.
+        last = next((ln.strip() for ln in reversed(self.log_tail().splitlines()) if ln.strip()), "")
+        if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b", last):
+            why += f"; its last line: {last[:200]}"
+        return why
 
     def _read(self, timeout: float, nonce: str | None) -> dict:
         deadline = time.monotonic() + timeout
