@@ -81,6 +81,26 @@ def run_local(jobs: list[Job], n: int, on_done: Callable[[Result], None]) -> lis
     return results
 
 
+def oversubscribed(slots: dict[str, float], gpus: dict[str, int]) -> list[str]:
+    """The Dask workers that offer more `grader` slots than they have GPUs (on a GPU host), one line each: the
+    local pool's rule (pool_size), for workers the grader does not start itself."""
+    return [f"{addr} offers {RESOURCE}={n:g} with {gpus[addr]} GPU(s)" for addr, n in sorted(slots.items())
+            if gpus.get(addr) and n > gpus[addr]]  # fmt: skip
+
+
+def _check_dask_workers(client) -> None:
+    """Refuse a cluster whose GPU workers would grade several notebooks on one GPU (docs/parallel-grading.md)."""
+    workers = client.scheduler_info().get("workers", {})
+    slots = {addr: w.get("resources", {}).get(RESOURCE, 0) for addr, w in workers.items()}
+    lines = oversubscribed(slots, {addr: len(g) for addr, g in client.run(visible_gpus).items()})
+    if lines:
+        raise SystemExit(
+            "These Dask workers would grade several notebooks side by side on one GPU, which distorts the timed "
+            "cells (docs/parallel-grading.md): " + "; ".join(lines) + f". Start each with `--resources "
+            f"{RESOURCE}=G`, G its number of GPUs."
+        )
+
+
 def run_dask(jobs: list[Job], scheduler, on_done: Callable[[Result], None]) -> list[Result]:
     """Each job a Dask task needing one `grader` resource; a worker lost mid-job is replaced and its job
     rescheduled by Dask (up to its allowed-failures), after which the job counts as failed."""
@@ -94,6 +114,7 @@ def run_dask(jobs: list[Job], scheduler, on_done: Callable[[Result], None]) -> l
     )  # workers need not have autograder/ on their path
     client = scheduler if isinstance(scheduler, Client) else Client(scheduler)
     try:
+        _check_dask_workers(client)
         futures = {}
         for job in jobs:
             fut = client.submit(grade_job, job, key=f"grade-{job.assignment}-{job.student}-{os.urandom(4).hex()}",

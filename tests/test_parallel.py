@@ -139,6 +139,14 @@ def test_parallel_with_sqlite_is_refused_with_a_reason(tmp_path):
         classroom.autograde_class([(CHAPTER, "ann"), (CHAPTER, "ben")], dirs, jobs=2)
 
 
+def test_a_dask_worker_with_more_grader_slots_than_gpus_is_named():
+    """run_dask's rule for workers it does not start: a GPU worker offers at most one `grader` a GPU; CPU workers
+    (no GPU: the interpreter) offer what they like."""
+    slots = {"tcp://a:1": 4, "tcp://b:1": 1, "tcp://c:1": 2, "tcp://d:1": 3}
+    gpus = {"tcp://a:1": 1, "tcp://b:1": 1, "tcp://c:1": 0, "tcp://d:1": 4}
+    assert parallel.oversubscribed(slots, gpus) == ["tcp://a:1 offers grader=4 with 1 GPU(s)"]
+
+
 def test_a_gpu_host_grades_one_notebook_a_gpu(capsys):
     """Notebooks graded side by side on one GPU distort each other's timings: four at once on one H200 read the FP8
     solution's decode at 15 % of copy (alone: above its 50 % bar). So a pool on a GPU host runs one job a GPU; without GPUs
