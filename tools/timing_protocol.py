@@ -2,7 +2,7 @@
 (CUDA-graph replay and eager, qmatmul/harness.py) and through the protocol (the trusted side's clock around a
 batch the worker runs), at the graded shapes. On a CUDA GPU:
 
-    python tools/timing_protocol.py [--json PATH]
+    python tools/timing_protocol.py [--json PATH] [--only fp8_matmul,w8a16_decode]
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ def main(argv=None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--json")
+    parser.add_argument("--only", help="comma-separated functions, e.g. fp8_matmul (default: every row)")
     args = parser.parse_args(argv)
     from qmatmul import environment
 
@@ -29,27 +30,34 @@ def main(argv=None) -> int:
     from qmatmul.grader import notebook, trusted
     from qmatmul.grader.remote import RemoteFunction, Worker
 
+    M, N, K = fp8.PREFILL_SHAPE
+    # chapter, function, module, output dtype, bytes(M, N, K), (N, K), the Ms, a call's estimated ms (None: from
+    # the bytes). The last row is the one timed prefill cell, FP8's, at its graded shape and batch (its check passes
+    # twice torch._scaled_mm's time, about 1 ms).
     problems = [
-        ("w8a16", "w8a16_decode", w8a16, env.act_dtype, lambda M, N, K: w8a16.bytes_moved(M, N, K, 2)),
-        ("w4a16", "w4a16_decode", w4a16, env.act_dtype, lambda M, N, K: w4a16.bytes_moved(M, N, K, w4a16.BANDWIDTH_GROUP)),
-        ("fp8", "fp8_decode", fp8, fp8.out_dtype("cuda"), lambda M, N, K: fp8.bytes_moved(M, N, K)),
+        ("w8a16", "w8a16_decode", w8a16, env.act_dtype, lambda M, N, K: w8a16.bytes_moved(M, N, K, 2),
+         w8a16.BANDWIDTH_SHAPE, w8a16.BANDWIDTH_MS, None),
+        ("w4a16", "w4a16_decode", w4a16, env.act_dtype, lambda M, N, K: w4a16.bytes_moved(M, N, K, w4a16.BANDWIDTH_GROUP),
+         w4a16.BANDWIDTH_SHAPE, w4a16.BANDWIDTH_MS, None),
+        ("fp8", "fp8_decode", fp8, fp8.out_dtype("cuda"), fp8.bytes_moved, fp8.BANDWIDTH_SHAPE, fp8.BANDWIDTH_MS, None),
+        ("fp8", "fp8_matmul", fp8, fp8.out_dtype("cuda"), fp8.bytes_moved, (N, K), (M,), 1.0),
     ]  # fmt: skip
+    if args.only:
+        problems = [p for p in problems if p[1] in args.only.split(",")]
     rows = []
-    for chapter, name, mod, out_dtype, nbytes in problems:
+    for chapter, name, mod, out_dtype, nbytes, (N, K), Ms, est_ms in problems:
         cells = [
             c for nb in sorted((ROOT / "solutions" / chapter).glob("*.ipynb")) for c in notebook.read(nb)
         ]
         worker = Worker(notebook.program(cells), source=trusted.learner_source(cells))
         local = getattr(course.load_notebook_code(chapter, name=f"timing_{chapter}"), name)
-        N, K = mod.BANDWIDTH_SHAPE
         try:
-            for M in mod.BANDWIDTH_MS:
-                kw = dict(
-                    what=name, module=mod.__name__, N=N, K=K, M=M, out_dtype=out_dtype, nbytes=nbytes(M, N, K)
-                )
+            for M in Ms:
+                kw = dict(what=name, module=mod.__name__, N=N, K=K, M=M, out_dtype=out_dtype, nbytes=nbytes(M, N, K),
+                          est_ms=est_ms)  # fmt: skip
                 a = harness.time_calls(local, **kw)
                 b = harness.time_calls(RemoteFunction(worker, name), **kw)
-                row = dict(chapter=chapter, M=M, N=N, K=K, local_graph_us=a.graph_ms * 1e3 if a.graph_ms else None,
+                row = dict(chapter=chapter, kernel=name, M=M, N=N, K=K, local_graph_us=a.graph_ms * 1e3 if a.graph_ms else None,
                            remote_graph_us=b.graph_ms * 1e3 if b.graph_ms else None, local_eager_us=a.eager_ms * 1e3,
                            remote_eager_us=b.eager_ms * 1e3, copy_tbs=a.copy_bw / 1e12,
                            local_graph_frac=a.fraction_of_copy, remote_frac=b.fraction_of_copy)  # fmt: skip
@@ -59,10 +67,10 @@ def main(argv=None) -> int:
             worker.close()
     print(f"\n{env.gpu_name}, torch {env.versions['torch']}, triton {env.versions['triton']}")
     print(
-        "chapter  M   in-process graph   protocol graph   in-process eager   protocol eager   (µs per call)"
+        "kernel          M   in-process graph   protocol graph   in-process eager   protocol eager   (µs per call)"
     )
     for r in rows:
-        print(f"{r['chapter']:7} {r['M']:3} {r['local_graph_us'] or 0:12.1f} {r['remote_graph_us'] or 0:16.1f} "
+        print(f"{r['kernel']:14} {r['M']:4} {r['local_graph_us'] or 0:12.1f} {r['remote_graph_us'] or 0:16.1f} "
               f"{r['local_eager_us']:16.1f} {r['remote_eager_us']:16.1f}")  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps(dict(env=env.describe(), rows=rows), indent=1))
