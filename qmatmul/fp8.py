@@ -9,6 +9,7 @@ qmatmul/formats/fp8.py; its names are re-exported here, where the notebook reach
 from __future__ import annotations
 
 import math
+import re
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -769,6 +770,15 @@ def _check_accumulation(fn, what: str, device: str) -> int:
     return n
 
 
+def _accumulation_hint(report: str, capability: tuple) -> str:
+    """A timed batch with a few wrong outputs in a million on Hopper: the report, and what that points at."""
+    wrong = re.search(r"(\d+) of (\d+) elements \([^)]*\) differ from the reference", report)
+    if wrong and int(wrong[1]) < 1e-4 * int(wrong[2]) and tuple(capability) == (9, 0):
+        return (f"{report}\nOn Hopper a few wrong outputs in a million at this K point at the fp8 accumulation: "
+                + ACCUMULATION_MISTAKE.removeprefix("This matches a known mistake: "))  # fmt: skip
+    return report
+
+
 def check_matmul(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 3: fp8_matmul on both paths, ragged shapes, strided views, poisoned output, fused."""
     seed, g, device = chapter.cell(seed)
@@ -863,8 +873,11 @@ def check_prefill_speed(fn, *, threshold: float = PREFILL_THRESHOLD, seed: int |
     nbytes, nflops = bytes_moved(M, N, K), flops(M, N, K)
     ref_problem = _timing_problem(M, N, K, checks.generator(seed, "cuda"))
     ref = bench.time_it("torch._scaled_mm (row-wise)", lambda: scaled_mm(*ref_problem), nbytes, nflops, False)
-    mine = harness.time_calls(fn, what="fp8_matmul", module=__name__, N=N, K=K, M=M, out_dtype=out_dtype("cuda"),
-                              nbytes=nbytes, seed=seed, est_ms=2 * ref.ms)  # fmt: skip
+    try:
+        mine = harness.time_calls(fn, what="fp8_matmul", module=__name__, N=N, K=K, M=M,
+                                  out_dtype=out_dtype("cuda"), nbytes=nbytes, seed=seed, est_ms=2 * ref.ms)  # fmt: skip
+    except CheckFailed as exc:
+        raise CheckFailed(_accumulation_hint(str(exc), torch.cuda.get_device_capability())) from None
     print(mine.describe().split(" (copy")[0] + f", {nflops / (mine.ms * 1e-3) / 1e12:.0f} TFLOP/s")
     print(ref.describe())
     frac = ref.ms / mine.ms

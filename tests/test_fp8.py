@@ -345,6 +345,17 @@ def test_the_visible_check_catches_reduced_precision_accumulation_every_run():
             fp8._check_accumulation(lossy_kernel, "fp8_matmul", "cpu")
 
 
+def test_a_timed_batch_with_a_few_wrong_outputs_on_hopper_points_at_the_accumulation():
+    few = "fp8_matmul (timed, graph): 35 of 33554432 elements (0.000104 %) differ from the reference (call 0)"
+    many = (
+        "fp8_matmul (timed, graph): 33554432 of 33554432 elements (100 %) differ from the reference (call 0)"
+    )
+    assert "max_num_imprecise_acc=BLOCK_K" in fp8._accumulation_hint(few, (9, 0)).splitlines()[1]
+    assert fp8._accumulation_hint(few, (8, 9)) == few  # triton sets its imprecise fp8 default for sm_90 alone
+    assert fp8._accumulation_hint(many, (9, 0)) == many
+    assert fp8._accumulation_hint("fp8_matmul raised TypeError", (9, 0)) == "fp8_matmul raised TypeError"
+
+
 @pytest.mark.parametrize(
     "args,match",
     [
