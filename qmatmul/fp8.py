@@ -138,6 +138,12 @@ def has_fp8_dot(device: str) -> bool:
     return device == "cuda" and torch.cuda.get_device_capability() >= (8, 9)
 
 
+def imprecise_fp8_accumulation(device: str) -> bool:
+    """Whether Triton's fp8 tl.dot accumulates in reduced precision here unless told otherwise: on sm_90 alone
+    (triton's CUDA backend sets max_num_imprecise_acc_default = 2**30 for capability 90)."""
+    return device == "cuda" and tuple(torch.cuda.get_device_capability()) == (9, 0)
+
+
 _FORCED_PATH: list = []  # the checks force one path or the other (see use_path)
 
 
@@ -210,7 +216,7 @@ def prefill_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
     # partial sums promoted every BLOCK_K, 256 x 128 x 128 with 8 warps, 3 stages 51 %; 128 x 128 x 128 with 8 warps
     # 46 %, with 4 warps 32 % (it spills). Without promotion (wrong on Hopper) 128 x 128 x 128 with 4 warps: 65 %.
     big = M > 64
-    if big and torch.cuda.get_device_capability() == (9, 0):
+    if big and imprecise_fp8_accumulation(device):  # the promoted partial sums want two warp groups
         return dict(BLOCK_M=256, BLOCK_N=128, BLOCK_K=128, FP8_DOT=True, num_warps=8, num_stages=3)
     return dict(BLOCK_M=128 if big else 64, BLOCK_N=128, BLOCK_K=128, FP8_DOT=True, num_warps=4, num_stages=4)
 
@@ -742,7 +748,7 @@ def accumulation_problem(M: int, N: int, K: int, device: str) -> tuple:
 
 
 ACCUMULATION_MISTAKE = (
-    "This matches a known mistake: fp8 partial sums accumulated in reduced precision. On Hopper (sm_90) the fp8 "
+    "fp8 partial sums accumulated in reduced precision. On Hopper (sm_90) the fp8 "
     "tensor cores keep only about 14 bits of a running sum, so a long K loop loses small terms next to large "
     "ones. Promote the partial sums to the fp32 accumulator every K step: tl.dot(..., acc, "
     "max_num_imprecise_acc=BLOCK_K), as DeepSeek-V3 does every 128 elements."
@@ -765,17 +771,20 @@ def _check_accumulation(fn, what: str, device: str) -> int:
                            f"small ones that sum to {(K - 512) / 2048:g})")  # fmt: skip
         except CheckFailed as exc:
             head, *rest = str(exc).splitlines()
-            raise CheckFailed("\n".join([head, ACCUMULATION_MISTAKE, *rest])) from None
+            raise CheckFailed(
+                "\n".join([head, f"This matches a known mistake: {ACCUMULATION_MISTAKE}", *rest])
+            ) from None
         n += 1
     return n
 
 
-def _accumulation_hint(report: str, capability: tuple) -> str:
-    """A timed batch with a few wrong outputs in a million on Hopper: the report, and what that points at."""
+def _accumulation_hint(report: str, imprecise: bool) -> str:
+    """A timed batch with a few wrong outputs in a million where fp8 accumulates imprecisely
+    (imprecise_fp8_accumulation): the report, and what that points at."""
     wrong = re.search(r"(\d+) of (\d+) elements \([^)]*\) differ from the reference", report)
-    if wrong and int(wrong[1]) < 1e-4 * int(wrong[2]) and tuple(capability) == (9, 0):
-        return (f"{report}\nOn Hopper a few wrong outputs in a million at this K point at the fp8 accumulation: "
-                + ACCUMULATION_MISTAKE.removeprefix("This matches a known mistake: "))  # fmt: skip
+    if imprecise and wrong and int(wrong[1]) < 1e-4 * int(wrong[2]):
+        lead = "On Hopper a few wrong outputs in a million at this K point at a known mistake"
+        return f"{report}\n{lead}: {ACCUMULATION_MISTAKE}"
     return report
 
 
@@ -877,7 +886,7 @@ def check_prefill_speed(fn, *, threshold: float = PREFILL_THRESHOLD, seed: int |
         mine = harness.time_calls(fn, what="fp8_matmul", module=__name__, N=N, K=K, M=M,
                                   out_dtype=out_dtype("cuda"), nbytes=nbytes, seed=seed, est_ms=2 * ref.ms)  # fmt: skip
     except CheckFailed as exc:
-        raise CheckFailed(_accumulation_hint(str(exc), torch.cuda.get_device_capability())) from None
+        raise CheckFailed(_accumulation_hint(str(exc), imprecise_fp8_accumulation("cuda"))) from None
     print(mine.describe().split(" (copy")[0] + f", {nflops / (mine.ms * 1e-3) / 1e12:.0f} TFLOP/s")
     print(ref.describe())
     frac = ref.ms / mine.ms
@@ -885,7 +894,7 @@ def check_prefill_speed(fn, *, threshold: float = PREFILL_THRESHOLD, seed: int |
         hopper = (
             " On Hopper keep the launch fp8.prefill_config gives (256 x 128 tiles, 8 warps): with one warp group "
             "(4 warps) the promoted partial sums spill, and the kernel reads about a third of torch._scaled_mm."
-            if torch.cuda.get_device_capability() == (9, 0)
+            if imprecise_fp8_accumulation("cuda")
             else ""
         )
         raise CheckFailed(

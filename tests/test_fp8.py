@@ -341,7 +341,10 @@ def test_the_visible_check_catches_reduced_precision_accumulation_every_run():
         def lossy_kernel(xq, sx, wq, sw, out=None, lossy=lossy):
             return out.fill_(lossy)
 
-        with pytest.raises(CheckFailed, match="fp8 partial sums accumulated in reduced precision"):
+        with pytest.raises(
+            CheckFailed,
+            match="This matches a known mistake: fp8 partial sums accumulated in reduced precision",
+        ):
             fp8._check_accumulation(lossy_kernel, "fp8_matmul", "cpu")
 
 
@@ -350,10 +353,17 @@ def test_a_timed_batch_with_a_few_wrong_outputs_on_hopper_points_at_the_accumula
     many = (
         "fp8_matmul (timed, graph): 33554432 of 33554432 elements (100 %) differ from the reference (call 0)"
     )
-    assert "max_num_imprecise_acc=BLOCK_K" in fp8._accumulation_hint(few, (9, 0)).splitlines()[1]
-    assert fp8._accumulation_hint(few, (8, 9)) == few  # triton sets its imprecise fp8 default for sm_90 alone
-    assert fp8._accumulation_hint(many, (9, 0)) == many
-    assert fp8._accumulation_hint("fp8_matmul raised TypeError", (9, 0)) == "fp8_matmul raised TypeError"
+    hint = fp8._accumulation_hint(few, imprecise=True).splitlines()[1]
+    assert "a known mistake: fp8 partial sums accumulated in reduced precision" in hint
+    assert "max_num_imprecise_acc=BLOCK_K" in hint
+    assert (
+        fp8._accumulation_hint(few, imprecise=False) == few
+    )  # triton sets its imprecise fp8 default for sm_90 alone
+    assert fp8._accumulation_hint(many, imprecise=True) == many
+    assert (
+        fp8._accumulation_hint("fp8_matmul raised TypeError", imprecise=True) == "fp8_matmul raised TypeError"
+    )
+    assert not fp8.imprecise_fp8_accumulation("cpu")
 
 
 @pytest.mark.parametrize(
