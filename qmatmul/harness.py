@@ -139,7 +139,7 @@ def time_calls(fn, *, what: str, module: str, N: int, K: int, M: int, out_dtype:
         )  # fmt: skip
     else:
         graph_ms, eager_ms, outs_by_mode, go_seeds = _local(
-            fn, mod, weights, N, K, M, calls, out_dtype, device, what
+            fn, module, weights, N, K, M, calls, out_dtype, device, what
         )
     for mode, outs in outs_by_mode.items():
         inputs = inputs_for(module, M, K, go_seeds[mode], calls, device)
@@ -150,14 +150,14 @@ def time_calls(fn, *, what: str, module: str, N: int, K: int, M: int, out_dtype:
     return Timed(label, M, nbytes, graph_ms, eager_ms, copy_bw)
 
 
-def _local(fn, mod, weights, N, K, M, calls, out_dtype, device, what):
+def _local(fn, module, weights, N, K, M, calls, out_dtype, device, what):
     """In-process timing for a learner's own notebook: graph replay and eager, both over fresh inputs."""
     copies = len(weights)
     cuda = device == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     outs = torch.empty((calls, M, N), dtype=out_dtype, device=device)
     go_seeds, results, times = {}, {}, {}
-    buffers = tuple(t.clone() for t in inputs_for(mod.__name__, M, K, 0, calls, device))
+    buffers = tuple(t.clone() for t in inputs_for(module, M, K, 0, calls, device))
 
     def run(i):
         return fn(*(t[i] for t in buffers), *weights[i % copies], out=outs[i])
@@ -187,7 +187,7 @@ def _local(fn, mod, weights, N, K, M, calls, out_dtype, device, what):
     modes = ("graph", "eager") if graph is not None else ("eager",)
     for mode in [*modes, *modes]:  # the first round of each mode warms up, the second is timed
         go_seeds[mode] = secrets.randbits(31)
-        inputs_for(mod.__name__, M, K, go_seeds[mode], calls, device, out=buffers)
+        inputs_for(module, M, K, go_seeds[mode], calls, device, out=buffers)
         outs.fill_(float("nan"))
         sync()
         t0 = time.perf_counter()
