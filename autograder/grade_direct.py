@@ -32,11 +32,17 @@ def solution_cells(assignment: str) -> list[notebook.Cell]:
 
 
 def grade(assignment: str, overrides: dict | None = None, cells_filter=None, timeout: float = 240.0) -> dict:
-    """grade_id -> (points, message, seconds), through the trusted grader."""
+    """grade_id -> (points, message, seconds, the cell's last printed line), through the trusted grader."""
     verdicts = trusted.grade(
         solution_cells(assignment), overrides=overrides, only=cells_filter, timeout=timeout
     )
-    return {v.grade_id: (v.points, v.message, v.seconds) for v in verdicts}
+    return {v.grade_id: (v.points, v.message, v.seconds, _last_line(v.output)) for v in verdicts}
+
+
+def _last_line(output: str) -> str:
+    """What a passing cell said last (a performance cell's measured figure), for the record of a GPU run."""
+    lines = [line for line in output.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
 
 
 def student_overrides(student: demo.DemoStudent) -> dict:
@@ -105,8 +111,8 @@ def main(argv=None) -> int:
         )
         for name, res in rows.items():
             for c in cells:
-                if res[c][1]:
-                    print(f"  {name} · {c}: {res[c][1][:240]}")
+                if res[c][1] or res[c][3]:
+                    print(f"  {name} · {c}: {(res[c][1] or res[c][3])[:240]}")
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1, default=str))
     for line in failed:

@@ -855,13 +855,22 @@ def timing_weights(N: int, K: int, g: torch.Generator) -> tuple:
 
 
 def timing_inputs(M: int, K: int, g: torch.Generator, n: int) -> tuple:
-    """n quantized activations [M, K] with their per-row scales, stacked. Every finite e4m3 code is equally
-    likely: drawn as bytes, one pass, since the timed window holds the draw (qmatmul/harness.py)."""
-    codes = torch.randint(0, 254, (n, M, K), device=g.device, generator=g, dtype=torch.uint8)
-    codes += codes >= 127  # 0x7F is NaN (0xFF, the other one, is never drawn)
-    xq = codes.view(E4M3)
+    """n quantized activations [M, K] with their per-row scales, stacked: random bytes with the lowest mantissa
+    bit cleared, so every exponent appears, ±448 and the subnormals too, and the NaN codes (0x7F, 0xFF) never do.
+    The timed window holds the draw (qmatmul/harness.py), so it is cheap: 64-bit words, one masking pass. Bytes
+    drawn one at a time (randint on uint8) took 0.24 ms of the window a prefill call on the H200, 30 % of the
+    kernel's time (2026-12-02)."""
+    size = n * M * K
+    words = torch.empty(-(-size // 8), dtype=torch.int64, device=g.device).random_(
+        -(2**63), None, generator=g
+    )
+    words &= _CLEAR_LOW_MANTISSA
+    xq = words.view(torch.uint8)[:size].view(n, M, K).view(E4M3)
     sx = torch.rand(n, M, device=g.device, generator=g) * 1e-2 + 1e-3
     return xq, sx
+
+
+_CLEAR_LOW_MANTISSA = int.from_bytes(b"\xfe" * 8, "little", signed=True)  # 0xFE in every byte of a word
 
 
 def check_prefill_speed(fn, *, threshold: float = PREFILL_THRESHOLD, seed: int | None = None):

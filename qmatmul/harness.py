@@ -25,7 +25,8 @@ batches (tools/timing_protocol.py, docs/grading-h200.md): the protocol read 3-13
 in-process graph replay of the same kernel; with the ~50 ms batches below, 3-9 % (always against the learner).
 At prefill the input fill is as big as the kernel's own input: drawn in float32 at once, it made FP8's prefill
 read 36 % of torch._scaled_mm through the protocol where the notebook read 58 % (2026-12-02). So inputs_for draws
-in chunks, straight in the timed dtype; the chapters' timing_inputs keep their draws to one or two passes.
+in chunks, straight in the timed dtype; the chapters' timing_inputs keep their draws to one or two passes, the
+checksum sums 64-bit words, and the outputs' NaN fill happens after each fetch, outside the window.
 """
 
 from __future__ import annotations
@@ -116,9 +117,12 @@ def inputs_for(
 
 
 def outputs_checksum(outs: torch.Tensor) -> int:
-    """The sum of the outputs' bit patterns: known only to whoever has the outputs."""
-    bits = outs.view(torch.int16) if outs.element_size() == 2 else outs.view(torch.int32)
-    return int(bits.sum(dtype=torch.int64))
+    """The sum of the outputs' bits, as 64-bit words where they divide into them, else bytes (a wrapping sum, the
+    same in any order): known only to whoever has the outputs. Summed as int16 into an int64, 50 prefill outputs took 8.6 ms
+    of the timed window on the H200, a fifth of the kernels' time (2026-12-02)."""
+    flat = outs.contiguous().view(-1).view(torch.uint8)
+    words = flat.view(torch.int64) if flat.numel() % 8 == 0 else flat
+    return int(words.sum(dtype=torch.int64))
 
 
 def time_calls(fn, *, what: str, module: str, N: int, K: int, M: int, out_dtype: torch.dtype, nbytes: int,

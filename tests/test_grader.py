@@ -311,7 +311,7 @@ def test_timed_inputs_are_drawn_in_bounded_chunks_and_the_same_on_both_sides(cha
     side regenerates for the references, chunked or not; each draw holds at most GEN_CHUNK elements."""
     import importlib
 
-    from qmatmul import harness
+    from qmatmul import checks, harness
 
     mod = importlib.import_module(f"qmatmul.{chapter}")
     M, K, n = 3, 40, 7
@@ -330,3 +330,6 @@ def test_timed_inputs_are_drawn_in_bounded_chunks_and_the_same_on_both_sides(cha
     if chapter == "fp8":
         xq = whole[0]
         assert xq.dtype == torch.float8_e4m3fn and not xq.float().isnan().any()
+        codes = mod.timing_inputs(64, 64, checks.generator(3, "cpu"), 4)[0].view(torch.uint8)
+        assert set((codes >> 3).unique().tolist()) == set(range(32))  # both signs, every exponent
+        assert not torch.isnan(codes.view(torch.float8_e4m3fn).float()).any()

@@ -3,6 +3,7 @@
 batch the worker runs), at the graded shapes. On a CUDA GPU:
 
     python tools/timing_protocol.py [--json PATH] [--only fp8_matmul,w8a16_decode]
+    python tools/timing_protocol.py --phases      # what the window holds besides the kernels, phase by phase
 """
 
 from __future__ import annotations
@@ -22,10 +23,13 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--json")
     parser.add_argument("--only", help="comma-separated functions, e.g. fp8_matmul (default: every row)")
+    parser.add_argument("--phases", action="store_true", help="time the window's own phases, no kernel")
     args = parser.parse_args(argv)
     from qmatmul import environment
 
     env = environment.start()
+    if args.phases:
+        return phases(args.json)
     from qmatmul import course, fp8, harness, w4a16, w8a16
     from qmatmul.grader import notebook, trusted
     from qmatmul.grader.remote import RemoteFunction, Worker
@@ -74,6 +78,48 @@ def main(argv=None) -> int:
               f"{r['local_eager_us']:16.1f} {r['remote_eager_us']:16.1f}")  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps(dict(env=env.describe(), rows=rows), indent=1))
+    return 0
+
+
+def phases(json_path: str | None) -> int:
+    """The work a timed go does besides the learner's calls (qmatmul/harness.py), each phase alone, at the graded
+    shapes and batch sizes: the input draw, the outputs' checksum. Best of three, milliseconds."""
+    import time
+
+    import torch
+
+    from qmatmul import fp8, harness, w8a16
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+    def best_ms(fn) -> float:
+        fn()
+        times = []
+        for _ in range(3):
+            sync()
+            t0 = time.perf_counter()
+            fn()
+            sync()
+            times.append((time.perf_counter() - t0) * 1e3)
+        return min(times)
+
+    rows = []
+    M, N, K = fp8.PREFILL_SHAPE
+    (N8, K8), calls8 = w8a16.BANDWIDTH_SHAPE, harness.MAX_CALLS
+    for what, mod, m, n, k, calls in [
+        ("fp8 prefill", fp8, M, N, K, 50),
+        ("w8a16 decode", w8a16, 16, N8, K8, calls8),
+    ]:
+        bufs = tuple(torch.empty_like(t) for t in harness.inputs_for(mod.__name__, m, k, 0, calls, device))
+        outs = torch.empty(calls, m, n, dtype=torch.bfloat16, device=device)
+        draw = best_ms(lambda: harness.inputs_for(mod.__name__, m, k, 1, calls, device, out=bufs))  # noqa: B023
+        checksum = best_ms(lambda: harness.outputs_checksum(outs))  # noqa: B023
+        rows.append(dict(what=what, M=m, N=n, K=k, calls=calls, draw_ms=draw, checksum_ms=checksum,
+                         per_call_us=(draw + checksum) / calls * 1e3))  # fmt: skip
+        print(json.dumps(rows[-1]), flush=True)
+    if json_path:
+        Path(json_path).write_text(json.dumps(dict(phases=rows), indent=1))
     return 0
 
 

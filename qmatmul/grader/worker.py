@@ -185,6 +185,7 @@ def _bench_prepare(shell, job: dict) -> dict:
         warm = _bench_go({"mode": mode, "seed": 1})
         if warm.get("status") != "ok":
             return warm
+    outs.fill_(float("nan"))
     return {"status": "ok", "graph": graph is not None}
 
 
@@ -196,7 +197,6 @@ def _bench_go(job: dict) -> dict:
     harness.inputs_for(
         prep["module"], prep["M"], prep["K"], job["seed"], prep["calls"], b["device"], out=b["inputs"]
     )
-    b["outs"].fill_(float("nan"))
     try:
         if job["mode"] == "graph":
             b["graph"].replay()
@@ -221,6 +221,7 @@ def _serve(shell, job: dict) -> dict:
         return _bench_go(job)
     if op == "bench_fetch":
         torch.save({"outs": _BENCH["outs"]}, job["result"])
+        _BENCH["outs"].fill_(float("nan"))  # an output the next batch leaves unwritten reads as one, untimed
         return {"status": "ok"}
     return _call(shell, job)
 
