@@ -7,7 +7,8 @@
     --jobs N             grade N submissions at once (one nbgrader process each; needs a PostgreSQL gradebook:
                          QMATMUL_DB_URL, or QMATMUL_DEMO_DB_URL for the demo, which empties that database)
     --scheduler ADDRESS  grade on a Dask cluster (tcp://host:8786) instead of this host's pool
-    --resume             skip the submissions already graded from the same files (the journal)
+    --resume             skip the submissions already graded from the same files (the journal); for the demo,
+                         go on with an interrupted one (one notebook at a time) instead of starting afresh
 
 Run from the repository root (nbgrader reads nbgrader_config.py there). Submitted notebooks are never
 modified: nbgrader copies them to the autograded folder and grades the copies.
@@ -395,11 +396,23 @@ def release_demo(assignment: str, dirs: CourseDirs) -> list | None:
     return students
 
 
-def run_demo(selected: list[str], sandbox: bool = False, jobs: int = 1, scheduler=None) -> int:
+def run_demo(
+    selected: list[str], sandbox: bool = False, jobs: int = 1, scheduler=None, resume: bool = False
+) -> int:
+    """Release the chapters into build/demo, grade the demo class, print each gradebook against the students'
+    expectations. `resume` goes on with an interrupted demo one notebook at a time (a call's time limit on a GPU
+    box, say): what build/demo holds stays, and only the notebooks not graded to the end are graded."""
     dirs = dataclasses.replace(DEMO_DIRS, sandbox=sandbox, db_url=os.environ.get("QMATMUL_DEMO_DB_URL", ""))
-    if DEMO_DIR.exists():
-        shutil.rmtree(DEMO_DIR)
-    DEMO_DIR.mkdir(parents=True)
+    if resume and (jobs > 1 or scheduler is not None):
+        raise SystemExit(
+            "--resume goes on with a demo graded one notebook at a time (--jobs 1): a parallel demo's scratch "
+            "gradebook is removed at its end"
+        )
+    resume = resume and DEMO_DIR.exists()
+    if not resume:
+        if DEMO_DIR.exists():
+            shutil.rmtree(DEMO_DIR)
+        DEMO_DIR.mkdir(parents=True)
     if jobs > 1 and scheduler is None and not dirs.db_url:
         import pgscratch  # autograder/pgscratch.py, beside this file
 
@@ -412,18 +425,24 @@ def run_demo(selected: list[str], sandbox: bool = False, jobs: int = 1, schedule
                 return _run_demo_parallel(selected, dataclasses.replace(dirs, db_url=url), jobs, scheduler)
     if jobs > 1 or scheduler is not None:
         return _run_demo_parallel(selected, dirs, jobs, scheduler)
-    if dirs.db_url:
+    if dirs.db_url and not resume:
         reset_database(dirs.db_url)
     status, notebooks, seconds = 0, 0, 0.0
     for assignment in selected:
-        students = release_demo(assignment, dirs)
+        kept = resume and (ROOT / dirs.release / assignment).is_dir()
+        students = demo.students(assignment) if kept else release_demo(assignment, dirs)
         if students is None:
             return 1
         if not students:
             continue
+        todo = [s.name for s in students]
+        if kept:
+            scored = scored_submissions(dirs)
+            todo = [name for name in todo if not graded_already(assignment, name, dirs, scored)]
+            print(f"resume: {len(todo)} of {len(students)} {assignment} notebooks to grade", flush=True)
         t0 = time.time()
-        failures = autograde(assignment, [s.name for s in students], dirs)
-        notebooks, seconds = notebooks + len(students), seconds + time.time() - t0
+        failures = autograde(assignment, todo, dirs)
+        notebooks, seconds = notebooks + len(todo), seconds + time.time() - t0
         rows = gradebook(assignment, dirs)
         print_gradebook(assignment, rows, failures)
         status |= 1 if failures or not expectations_met(students, rows) else 0
@@ -519,8 +538,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--jobs takes a number of at least 1")
     selected = selected_assignments(args.assignments, parser.error)
     if args.command == "demo":
-        jobs = args.jobs or (1 if args.scheduler else demo_jobs())
-        return run_demo(selected, args.sandbox, jobs, args.scheduler)
+        jobs = args.jobs or (1 if args.scheduler or args.resume else demo_jobs())
+        return run_demo(selected, args.sandbox, jobs, args.scheduler, resume=args.resume)
     args.jobs = args.jobs or 1
     import term  # autograder/term.py, beside this file
 

@@ -498,3 +498,53 @@ def test_a_killed_scratch_server_owner_still_stops_it():
     assert not folders[0].exists(), f"{folders[0]} is still there"
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=5).close()
+
+
+def test_an_interrupted_demo_resumes_with_the_notebooks_it_had_not_finished(tmp_path, monkeypatch):
+    """`classroom.py demo --resume` (a GPU call's time limit cut the demo): build/demo stays, and only the notebooks
+    without a journal entry are graded again; the gradebook is read for the whole class. The grading itself is
+    stubbed here (the journal, its digest and the selection are the real ones)."""
+    import dataclasses
+
+    import demo
+
+    demo_dir = tmp_path / "demo"
+    dirs = dataclasses.replace(classroom.DEMO_DIRS, **{f: str(demo_dir / f) for f in ("submitted", "autograded",
+                               "feedback", "release")}, db=str(demo_dir / "gradebook.db"))  # fmt: skip
+    monkeypatch.setattr(classroom, "DEMO_DIR", demo_dir)
+    monkeypatch.setattr(classroom, "DEMO_DIRS", dirs)
+    names = [st.name for st in demo.students(CHAPTER)]
+    graded, asked, cut_after = set(), [], 2
+
+    def release(assignment, d):
+        (demo_dir / "release" / assignment).mkdir(parents=True, exist_ok=True)
+        for st in demo.students(assignment):
+            folder = demo_dir / "submitted" / st.name / assignment
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "nb.ipynb").write_text(st.name)
+        return demo.students(assignment)
+
+    def autograde(assignment, students, d):
+        asked.append(list(students))
+        for i, name in enumerate(students):
+            if cut_after is not None and i == cut_after:
+                raise SystemExit("the call's time limit")
+            classroom._record(assignment, name, d)
+            graded.add((assignment, name))
+        return {}
+
+    monkeypatch.setattr(classroom, "release_demo", release)
+    monkeypatch.setattr(classroom, "autograde", autograde)
+    monkeypatch.setattr(classroom, "scored_submissions", lambda d: set(graded))
+    monkeypatch.setattr(classroom, "gradebook", lambda a, d: [])
+    monkeypatch.setattr(classroom, "print_gradebook", lambda *a: None)
+    monkeypatch.setattr(classroom, "expectations_met", lambda students, rows: len(graded) == len(students))
+    monkeypatch.setattr(classroom, "_feedback_and_export", lambda *a: None)
+    with pytest.raises(SystemExit):
+        classroom.run_demo([CHAPTER])
+    cut_after = None
+    assert classroom.run_demo([CHAPTER], resume=True) == 0
+    assert asked == [names, names[2:]] and len(graded) == len(names)
+    with pytest.raises(SystemExit, match="one notebook at a time"):
+        classroom.run_demo([CHAPTER], jobs=2, resume=True)
+    assert classroom.run_demo([CHAPTER]) == 0 and asked[-1] == names  # without --resume: afresh
