@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import os
 import secrets
 import time
 from dataclasses import dataclass
@@ -45,6 +46,9 @@ from qmatmul.checks import CheckFailed
 BATCH_MS = 50.0  # aim for a timed batch about this long: the fixed cost of the protocol shrinks with it
 MAX_CALLS = 400
 GEN_CHUNK = 1 << 25  # inputs_for draws at most this many elements at once (one prefill call's [4096, 8192])
+# QMATMUL_PROFILE=1: each timed problem also prints where its grading's seconds went (building the weights, the
+# worker's part, the recheck), for an instructor asking why a chapter grades slowly. Never a verdict.
+PROFILE_ENV = "QMATMUL_PROFILE"
 
 
 @dataclass
@@ -135,7 +139,9 @@ def time_calls(fn, *, what: str, module: str, N: int, K: int, M: int, out_dtype:
     calls -= calls % copies
     label = f"{what} M={M}, N={N}, K={K}"
     mod = _module(module)
+    t0 = time.perf_counter()
     weights = weight_copies(module, N, K, seed, copies, device)
+    t1 = time.perf_counter()
     if checks.is_remote(fn):
         graph_ms, eager_ms, outs_by_mode, go_seeds = fn.worker.bench(
             fn.__name__, module=module, N=N, K=K, M=M, calls=calls, copies=copies, seed=seed,
@@ -145,12 +151,17 @@ def time_calls(fn, *, what: str, module: str, N: int, K: int, M: int, out_dtype:
         graph_ms, eager_ms, outs_by_mode, go_seeds = _local(
             fn, module, weights, N, K, M, calls, out_dtype, device, what
         )
+    t2 = time.perf_counter()
     for mode, outs in outs_by_mode.items():
         inputs = inputs_for(module, M, K, go_seeds[mode], calls, device)
         for i in range(calls):
             expected = mod.reference(*(t[i] for t in inputs), *weights[i % copies])
             checks.compare(outs[i], expected, what=f"{what} (timed, {mode})", rtol=checks.tolerance_for(out_dtype),
                            poisoned=True, context=f" (call {i} of the timed batch, M={M}, N={N}, K={K})")  # fmt: skip
+    if os.environ.get(PROFILE_ENV) == "1":
+        print(f"profile {label}: {calls} calls x {len(outs_by_mode)} modes, {copies} weight copies built in "
+              f"{t1 - t0:.1f} s, timed (prepare, batches, hand-over) in {t2 - t1:.1f} s, rechecked in "
+              f"{time.perf_counter() - t2:.1f} s")  # fmt: skip
     return Timed(label, M, nbytes, graph_ms, eager_ms, copy_bw)
 
 

@@ -255,9 +255,12 @@ TIMED = [
 
 
 @pytest.mark.parametrize("remote", [False, True])
-def test_the_timing_protocol_checks_every_timed_output(remote):
-    """The protocol of qmatmul/harness.py on the CPU (no graphs there: the eager batch only)."""
+def test_the_timing_protocol_checks_every_timed_output(remote, monkeypatch, capsys):
+    """The protocol of qmatmul/harness.py on the CPU (no graphs there: the eager batch only). QMATMUL_PROFILE=1
+    says where the grading's seconds went."""
     from qmatmul import harness
+
+    monkeypatch.setenv(harness.PROFILE_ENV, "1")
 
     w = Worker(TIMED, timeout=60) if remote else None
     module = __import__("qmatmul.w8a16").w8a16
@@ -271,6 +274,8 @@ def test_the_timing_protocol_checks_every_timed_output(remote):
         )
         t = harness.time_calls(get("decode"), what="decode", **kw)
         assert t.graph_ms is None and t.eager_ms > 0
+        out = capsys.readouterr().out
+        assert "rechecked in" in out and ("the outputs' hand-over took" in out) == remote, out
         with pytest.raises(CheckFailed, match=r"decode \(timed, eager\).*differ from the reference"):
             harness.time_calls(get("off_by_one"), what="decode", **kw)
     finally:

@@ -272,7 +272,9 @@ class Worker:
         `window()` is entered around each timed go (harness.py: the GPU's exclusive lock)."""
         prep = {"op": "bench_prepare", "name": name, "module": module, "N": N, "K": K, "M": M, "calls": calls,
                 "copies": copies, "seed": seed, "out_dtype": out_dtype}  # fmt: skip
+        t_prepare = time.perf_counter()
         reply = self._exchange(prep, what)
+        t_prepare, t_fetch = time.perf_counter() - t_prepare, 0.0
         try:
             self._raise_for(reply, name)
         except LearnerError as exc:
@@ -295,6 +297,7 @@ class Worker:
                 raise CheckFailed(checks._learner_error_message(exc, what)) from None
             times[mode] = max(elapsed - min(rtt), 1e-7) * 1e3 / calls
             path = self.dir / f"outs-{secrets.token_hex(8)}.pt"
+            t_fetch -= time.perf_counter()
             self._exchange({"op": "bench_fetch", "result": str(path)}, what)
             try:
                 got = torch.load(path, weights_only=True)["outs"]
@@ -304,6 +307,7 @@ class Worker:
                 ) from None
             finally:
                 path.unlink(missing_ok=True)
+            t_fetch += time.perf_counter()
             if str(harness.outputs_checksum(got)) != done.get("checksum"):
                 raise CheckFailed(
                     f"{what}: the process running your code said the timed batch was done before its outputs were "
@@ -311,6 +315,9 @@ class Worker:
                     "instructor"
                 )
             outs[mode] = got
+        if os.environ.get(harness.PROFILE_ENV) == "1":
+            print(f"profile {what}: the worker prepared (weights, buffers, first call, graph, warm-up) in "
+                  f"{t_prepare:.1f} s; the outputs' hand-over took {t_fetch:.1f} s")  # fmt: skip
         return times.get("graph"), times.get("eager"), outs, seeds
 
 
