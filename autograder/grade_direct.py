@@ -16,6 +16,7 @@ import json
 import re
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -31,16 +32,23 @@ def solution_cells(assignment: str) -> list[notebook.Cell]:
     return [c for nb in sorted((ROOT / "solutions" / assignment).glob("*.ipynb")) for c in notebook.read(nb)]
 
 
+class Graded(NamedTuple):
+    points: float
+    message: str  # why points were lost ("" when none were)
+    seconds: float
+    said: str  # the cell's last printed line (a performance cell's measured figure)
+
+
 def grade(assignment: str, overrides: dict | None = None, cells_filter=None, timeout: float = 240.0) -> dict:
-    """grade_id -> (points, message, seconds, the cell's last printed line), through the trusted grader."""
+    """grade_id -> Graded, through the trusted grader."""
     verdicts = trusted.grade(
         solution_cells(assignment), overrides=overrides, only=cells_filter, timeout=timeout
     )
-    return {v.grade_id: (v.points, v.message, v.seconds, _last_line(v.output)) for v in verdicts}
+    return {v.grade_id: Graded(v.points, v.message, v.seconds, _last_line(v.output)) for v in verdicts}
 
 
 def _last_line(output: str) -> str:
-    """What a passing cell said last (a performance cell's measured figure), for the record of a GPU run."""
+    """What a cell said last, for the record of a GPU run."""
     lines = [line for line in output.splitlines() if line.strip()]
     return lines[-1] if lines else ""
 
@@ -92,27 +100,30 @@ def main(argv=None) -> int:
             runs = [grade(assignment, student_overrides(student), only) for _ in range(args.repeat)]
             rows[student.name] = runs[0]
             if args.repeat > 1:
-                passes = {gid: sum(1 for r in runs if r[gid][0] > 0) for gid in runs[0]}
+                passes = {gid: sum(1 for r in runs if r[gid].points > 0) for gid in runs[0]}
                 report.setdefault("repeats", {})[f"{assignment}/{student.name}"] = passes
                 print(f"{assignment} · {student.name}, passes in {args.repeat} gradings: {passes}")
-            points = {gid: r[0] for gid, r in rows[student.name].items()}
-            messages = {gid: r[1] for gid, r in rows[student.name].items()}
+            points = {gid: r.points for gid, r in rows[student.name].items()}
+            messages = {gid: r.message for gid, r in rows[student.name].items()}
             failed += demo.unmet([student], {student.name: (points, messages)}, where)[0]
         seeds = [grade(assignment, None, only) for _ in range(args.seeds)]
-        stable = {gid: sum(1 for s in seeds if s[gid][0] > 0) for gid in seeds[0]} if seeds else {}
+        stable = {gid: sum(1 for s in seeds if s[gid].points > 0) for gid in seeds[0]} if seeds else {}
         report["assignments"][assignment] = {"students": rows, "solution_passes": stable, "seeds": args.seeds}
         cells = list(next(iter(rows.values()), stable))
         print(f"\n{assignment}: points per graded cell ({where})")
         print("student".ljust(16) + "".join(c.removeprefix("test_").rjust(18) for c in cells))
         for name, res in rows.items():
-            print(name.ljust(16) + "".join(f"{res[c][0]:g} ({res[c][2]:.0f}s)".rjust(18) for c in cells))
+            print(
+                name.ljust(16)
+                + "".join(f"{res[c].points:g} ({res[c].seconds:.0f}s)".rjust(18) for c in cells)
+            )
         print(
             "solution, fresh seeds passed: " + ", ".join(f"{c}: {n}/{args.seeds}" for c, n in stable.items())
         )
         for name, res in rows.items():
             for c in cells:
-                if res[c][1] or res[c][3]:
-                    print(f"  {name} · {c}: {(res[c][1] or res[c][3])[:240]}")
+                if res[c].message or res[c].said:
+                    print(f"  {name} · {c}: {(res[c].message or res[c].said)[:240]}")
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1, default=str))
     for line in failed:

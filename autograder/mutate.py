@@ -120,8 +120,10 @@ def grade(job: dict, timeout: float) -> dict:
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             res = grade_direct.grade(job["assignment"], job.get("overrides"), timeout=timeout)
-        points = sum(p for p, _, _ in res.values())
-        why = "; ".join(m for _, m, _ in res.values() if m and not m.startswith("NotMeasured"))[:300]
+        points = sum(r.points for r in res.values())
+        why = "; ".join(
+            r.message for r in res.values() if r.message and not r.message.startswith("NotMeasured")
+        )[:300]
     except Exception as exc:  # noqa: BLE001 - a mutant the grader cannot even start loses everything
         points, why = 0.0, f"{type(exc).__name__}: {exc}"[:300]
     return dict(id=job["id"], points=points, why=why, seconds=time.time() - t0)
@@ -139,6 +141,8 @@ def run(assignments, sample, seed, timeout, target) -> int:
         print(
             f"{assignment}: solution scores {baseline['points']:g}; grading {len(chosen)} of {len(all_mutants)} mutants"
         )
+        if baseline["why"]:
+            print(f"    the solution lost points: {baseline['why']}")
         killed, survivors, eq = 0, [], 0
         for i, m in enumerate(chosen, 1):
             res = grade(dict(id=i, assignment=assignment, overrides={m["cell"]: m["source"]}), timeout)

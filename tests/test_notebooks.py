@@ -124,7 +124,10 @@ def test_every_demo_student_grades_as_its_file_expects(assignment):
     rows = {}
     for st in students:
         res = grade_direct.grade(assignment, grade_direct.student_overrides(st))
-        rows[st.name] = ({gid: (r[0], None) for gid, r in res.items()}, {gid: r[1] for gid, r in res.items()})
+        rows[st.name] = (
+            {gid: (r.points, None) for gid, r in res.items()},
+            {gid: r.message for gid, r in res.items()},
+        )
     assert _expectations_met(students, rows) >= 3 * len(students)
 
 

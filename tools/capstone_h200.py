@@ -63,8 +63,8 @@ def main(argv=None) -> int:
 
         print("\n# The solution through the trusted grader", flush=True)
         report["grading"] = grade_direct.grade("capstone", {})
-        for cell, (points, message, seconds) in report["grading"].items():
-            print(f"{cell}: {points:g} ({seconds:.1f} s) {message[:300]}")
+        for cell, r in report["grading"].items():
+            print(f"{cell}: {r.points:g} ({r.seconds:.1f} s) {(r.message or r.said)[:300]}")
         save("grade")
     if "quality" not in skip:
         print("\n# Quality through the kernels", flush=True)
