@@ -126,6 +126,7 @@ def grade(job: dict, timeout: float) -> dict:
         )[:300]
     except Exception as exc:  # noqa: BLE001 - a mutant the grader cannot even start loses everything
         points, why = 0.0, f"{type(exc).__name__}: {exc}"[:300]
+        return dict(id=job["id"], points=points, why=why, seconds=time.time() - t0, crashed=True)
     return dict(id=job["id"], points=points, why=why, seconds=time.time() - t0)
 
 
@@ -141,6 +142,9 @@ def run(assignments, sample, seed, timeout, target) -> int:
         print(
             f"{assignment}: solution scores {baseline['points']:g}; grading {len(chosen)} of {len(all_mutants)} mutants"
         )
+        if baseline.get("crashed"):  # the grader itself, not a mutant: no mutant's score would mean anything
+            print(f"{assignment}: grading the solution raised {baseline['why']}")
+            return 1
         if baseline["why"]:
             print(f"    the solution lost points: {baseline['why']}")
         killed, survivors, eq = 0, [], 0

@@ -30,3 +30,16 @@ def test_a_sample_of_mutants_loses_points(capsys):
     out = capsys.readouterr().out
     assert status == 0, out
     assert "killed 6 of 6" in out or "equivalent" in out, out
+
+
+def test_a_grader_that_cannot_grade_the_solution_stops_the_run(capsys, monkeypatch):
+    """A crash of the grading itself (an interface that changed under mutate.py, say) is no mutant result: it had
+    read as 'solution scores 0' with every mutant surviving."""
+    import grade_direct
+
+    def broken(*a, **k):
+        raise TypeError("cannot unpack")
+
+    monkeypatch.setattr(grade_direct, "grade", broken)
+    assert mutate.run(["w8a16"], sample=2, seed=1, timeout=10, target=1.0) == 1
+    assert "grading the solution raised TypeError: cannot unpack" in capsys.readouterr().out
