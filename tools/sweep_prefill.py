@@ -3,6 +3,7 @@ and without the masked K tail, and the FP8 128 x 128 block-scaled kernel's tiles
 
     python tools/sweep_prefill.py [--out DIR] [--parts prefill,decode,fp8block] [--formats w8a16,w4a16,mxfp4,nvfp4]
     python tools/sweep_prefill.py --parts fp8acc     FP8 prefill: Hopper's fp8 accumulation, imprecise or promoted
+    python tools/sweep_prefill.py --parts fp8tma     FP8 prefill: a persistent TMA candidate, promoted or not
 
 Prefill candidates, each with the weight read as it lies ([BLOCK_N, BLOCK_K(/2)] rows) and dequantized once per K
 step for a BLOCK_M of 128-256 rows:
@@ -517,12 +518,109 @@ def fp8acc_part(mods, scaled_mm_rowwise, results, seeds=(1, 2, 3)):
     fp8.prefill_config = original
 
 
+# A candidate for FP8 prefill on Hopper (docs/perf-notes.md, seventh session): a persistent grid, one program an SM
+# sweeping its tiles in the solution's grouped order, operands fed by TMA (host tensor descriptors, which zero-fill
+# past the edges, so the loop has no masks and no address arithmetic), partial sums promoted every BLOCK_K as in the
+# solution. Not timed yet; tests/test_sweep_candidates.py runs it in the interpreter.
+@triton.jit
+def fp8_tma_kernel(
+    x_desc, w_desc, sx_ptr, sw_ptr, y_ptr, M, N, K, stride_ym,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    NUM_SMS: tl.constexpr, PROMOTE: tl.constexpr,
+):  # fmt: skip
+    num_m, num_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
+    for tile in range(tl.program_id(0), num_m * num_n, NUM_SMS):
+        group = tile // (GROUP_M * num_n)
+        first_m = group * GROUP_M
+        rows = min(num_m - first_m, GROUP_M)
+        pid_m = first_m + (tile % (GROUP_M * num_n)) % rows
+        pid_n = (tile % (GROUP_M * num_n)) // rows
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            x = x_desc.load([pid_m * BLOCK_M, k0])
+            w = w_desc.load([pid_n * BLOCK_N, k0])
+            if PROMOTE:
+                acc = tl.dot(x, w.T, acc, max_num_imprecise_acc=BLOCK_K)
+            else:
+                acc = tl.dot(x, w.T, acc)
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        sx = tl.load(sx_ptr + offs_m, mask=offs_m < M, other=0.0)
+        sw = tl.load(sw_ptr + offs_n, mask=offs_n < N, other=0.0)
+        y = acc * sx[:, None] * sw[None, :]
+        tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :], y.to(y_ptr.dtype.element_ty),
+                 mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))  # fmt: skip
+
+
+def fp8_tma_matmul(xq, sx, wq, sw, out=None, *, cfg: dict):
+    """fp8_matmul's interface; cfg: BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages (PROMOTE: default True).
+    TMA needs rows of 16-byte multiples: K % 16 == 0."""
+    import torch
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from qmatmul import fp8
+
+    M, N, K, sx, sw, out = fp8.prepare(xq, sx, wq, sw, out)
+    if K % 16 or out.stride(1) != 1:
+        raise ValueError("the TMA candidate needs K % 16 == 0 and a row-major output")
+    cfg = dict(cfg)
+    bm, bn, bk = cfg.pop("BLOCK_M"), cfg.pop("BLOCK_N"), cfg.pop("BLOCK_K")
+    promote = cfg.pop("PROMOTE", True)
+    sms = torch.cuda.get_device_properties(xq.device).multi_processor_count if xq.is_cuda else 4
+    tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
+    x_desc = TensorDescriptor.from_tensor(xq, [bm, bk])
+    w_desc = TensorDescriptor.from_tensor(wq, [bn, bk])
+    fp8_tma_kernel[(min(sms, tiles),)](
+        x_desc, w_desc, sx, sw, out, M, N, K, out.stride(0),
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, NUM_SMS=min(sms, tiles), PROMOTE=promote, **cfg,
+    )  # fmt: skip
+    return out
+
+
+FP8_TMA_TILES = [(128, 128, 128, 8, 3), (128, 128, 128, 8, 4), (256, 128, 128, 8, 3), (128, 128, 256, 8, 3)]
+
+
+def fp8tma_part(mods, scaled_mm_rowwise, results, seeds=(1, 2, 3)):
+    """The TMA candidate at 4096 x 8192 x 8192, promoted and not: the accumulation case's wrong outputs, then each
+    tile graph-timed against torch._scaled_mm rowwise, with the wrong outputs on the graded inputs per seed."""
+    import torch
+
+    from qmatmul import bench, checks
+
+    fp8 = mods["fp8"]
+    M, N, K = fp8.PREFILL_SHAPE
+    ref = scaled_mm_rowwise(M, N, K)
+    tol = checks.tolerance_for(torch.bfloat16)
+    for promote in (True, False):
+        for bm, bn, bk, nw, ns in FP8_TMA_TILES:
+            cfg = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, PROMOTE=promote, num_warps=nw, num_stages=ns)
+
+            def fn(*p, out=None, cfg=cfg):
+                return fp8_tma_matmul(*p, out=out, cfg=cfg)
+
+            try:
+                case = fp8.accumulation_problem(128, 128, 8192, "cuda")
+                acc_bad = int(checks.mismatch(fn(*case), fp8.reference(*case), tol).sum())
+                problems = [fp8._timing_problem(M, N, K, checks.generator(s, "cuda")) for s in seeds]
+                out = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
+                ms = bench.graph_ms([lambda p=p: fn(*p, out=out) for p in problems[:2]])
+                bad = [int(checks.mismatch(fn(*p), fp8.reference(*p), tol).sum()) for p in problems]
+            except Exception as exc:  # noqa: BLE001
+                results.append(dict(part="fp8tma", cfg=cfg, error=str(exc)[:200]))
+                print(f"fp8 tma {cfg}: {type(exc).__name__}: {str(exc)[:120]}")
+                continue
+            results.append(dict(part="fp8tma", cfg=cfg, us=ms * 1e3, scaled_mm_frac=ref / ms, bad=bad,
+                                accumulation_case_bad=acc_bad))  # fmt: skip
+            print(f"fp8 tma {'promoted' if promote else 'imprecise':9} {bm}x{bn}x{bk} w{nw} s{ns}: {ms * 1e3:7.0f} us "
+                  f"{100 * ref / ms:4.0f} % of _scaled_mm rowwise, wrong per seed {bad}, accumulation case {acc_bad}")  # fmt: skip
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--out", default="build/bench")
-    parser.add_argument("--parts", default="prefill,decode,fp8block", help="also: crossover, fp8acc")
+    parser.add_argument("--parts", default="prefill,decode,fp8block", help="also: crossover, fp8acc, fp8tma")
     parser.add_argument("--formats", default="w8a16,w4a16,mxfp4,nvfp4")
     parser.add_argument("--quick", action="store_true", help="prefill at M = 2048 only")
     parser.add_argument(
@@ -589,6 +687,9 @@ def main(argv=None) -> int:
         save()
     if "fp8acc" in parts:
         fp8acc_part(mods, rowwise_ms, results)
+        save()
+    if "fp8tma" in parts:
+        fp8tma_part(mods, rowwise_ms, results)
         save()
     print(f"[{time.time() - t0:.0f} s] wrote {out}/sweep_prefill.json")
     return 0
