@@ -214,7 +214,7 @@ def prefill_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
         return dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, FP8_DOT=False, num_warps=8, num_stages=3)
     # Swept on the H200 at 4096 x 8192 x 8192 (docs/perf-notes.md, 2026-12-02), % of torch._scaled_mm: with the
     # partial sums promoted every BLOCK_K, 256 x 128 x 128 with 8 warps, 3 stages 51 %; 128 x 128 x 128 with 8 warps
-    # 46 %, with 4 warps 32 % (it spills). Without promotion (wrong on Hopper) 128 x 128 x 128 with 4 warps: 65 %.
+    # 47 %, with 4 warps 32 % (it spills). Without promotion (wrong on Hopper) 128 x 128 x 128 with 4 warps: 65 %.
     big = M > 64
     if big and imprecise_fp8_accumulation(device):  # the promoted partial sums want two warp groups
         return dict(BLOCK_M=256, BLOCK_N=128, BLOCK_K=128, FP8_DOT=True, num_warps=8, num_stages=3)
