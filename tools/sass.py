@@ -2,6 +2,7 @@
 
     python tools/sass.py [--arch 90] [--ops 12] [--set BLOCK_N=64,num_warps=2] [NAME ...]
     python tools/sass.py --fit [--write]      every graded launch on every GPU class (docs/gpu-fit.md)
+    python tools/sass.py --sweep w4a16,mxfp4,nvfp4   tools/sweep_decode.py's candidates, as candidates() lists them
 
 A 4-bit decode kernel at M <= 16 has nothing for the tensor cores to do and too little time per weight for its
 decoding: at the H200's copy bandwidth a weight arrives every 1 / 7.9e12 s, and 132 SMs x 128 lanes x 1.98 GHz
@@ -61,6 +62,23 @@ def _row(chapter: str, kernel: str, cfg: dict) -> dict:
     types = _GEMM if kernel == "matmul_kernel" else _types(chapter)
     return dict(chapter=chapter, kernel=kernel, types=types, cfg=cfg,
                 ones=tuple(n for n in _UNIT_STRIDES if n not in cfg))  # fmt: skip
+
+
+def sweep_rows(fmt: str) -> dict:
+    """NAME -> what to compile: tools/sweep_decode.py's candidates for fmt ("w4a16", "mxfp4", "nvfp4"), each
+    (name, config) once whatever its split-K (split-K changes the grid, not the loop), at K = 8192."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import sweep_decode
+
+    rows = {}
+    for name, _, cfg, _ in sweep_decode.candidates(fmt):
+        spec = sweep_decode.sass_spec(fmt, name, cfg)
+        if spec is None:  # "old": the notebook's kernel, a row of kernels()
+            continue
+        kernel, constants, types = spec
+        label = f"{fmt}-{name}-{cfg['BLOCK_N']}x{constants['BLOCK_K']}w{cfg['num_warps']}s{cfg['num_stages']}"
+        rows.setdefault(label, dict(_row("sweep", kernel, constants), types=types))
+    return rows
 
 
 def _expert(config: str, *args) -> dict:
@@ -213,6 +231,11 @@ def jit_functions(chapter: str) -> dict:
         from qmatmul import expert
 
         return expert
+    if chapter == "sweep":
+        sys.path.insert(0, str(ROOT / "tools"))
+        import sweep_decode
+
+        return sweep_decode
     tree = ast.parse(course.notebook_code(chapter))
     body = ast.parse("import triton\nimport triton.language as tl").body
     for node in tree.body:
@@ -292,7 +315,8 @@ def weights_per_thread(row: dict) -> float:
 
 
 def measure(name: str, row: dict, arch: int = 90) -> dict:
-    loop = main_loop(disassemble(compile_row(row, arch).asm["cubin"]))
+    code = disassemble(compile_row(row, arch).asm["cubin"])
+    loop = main_loop(code)
     per = weights_per_thread(row)
     ops = collections.Counter(opcode(i) for i in loop)
     return dict(
@@ -303,6 +327,7 @@ def measure(name: str, row: dict, arch: int = 90) -> dict:
         per_weight=len(loop) / per,
         ceiling=min(1.0, ISSUE_BUDGET / (len(loop) / per)),
         ops=ops,
+        spills=sum(opcode(i) in ("LDL", "STL") for _, i in code),
     )
 
 
@@ -324,24 +349,37 @@ def main(argv=None) -> int:
         help="instead: every graded launch on every GPU class, shared memory and spills",
     )
     parser.add_argument("--write", action="store_true", help="with --fit: record docs/gpu-fit.json and .md")
+    parser.add_argument(
+        "--sweep",
+        default="",
+        metavar="FMT,...",
+        help="instead of kernels(): tools/sweep_decode.py's candidates for these formats (w4a16, mxfp4, nvfp4)",
+    )
     parser.add_argument("names", nargs="*", help="rows of kernels() (default: all)")
     args = parser.parse_args(argv)
     os.environ.pop("TRITON_INTERPRET", None)  # compile for the GPU, whatever the shell says
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # the JIT's default, said aloud (no warning)
     if args.fit:
         return fit_report(args.write)
-    rows = kernels(args.arch)
+    if args.sweep:
+        rows = {k: v for fmt in args.sweep.split(",") for k, v in sweep_rows(fmt).items()}
+    else:
+        rows = kernels(args.arch)
     unknown = set(args.names) - set(rows)
     if unknown:
         parser.error(f"unknown: {', '.join(sorted(unknown))} (choose from {', '.join(rows)})")
     print(f"sm_{args.arch}: SASS in the main loop, per weight a thread decodes (issue budget {ISSUE_BUDGET})")
-    print(f"{'kernel':8} {'loop':>5} {'weights':>7} {'/weight':>7} {'ceiling':>7}  most issued")
+    width = max(8, *(len(n) for n in args.names or rows))
+    print(
+        f"{'kernel':{width}} {'loop':>5} {'weights':>7} {'/weight':>7} {'ceiling':>7} {'spills':>6}  most issued"
+    )
     overrides = {k: int(v) for k, v in (kv.split("=") for kv in args.set.split(",") if kv)}
     for name in args.names or rows:
         row = dict(rows[name], cfg=rows[name]["cfg"] | overrides)
         r = measure(name, row, args.arch)
         top = " ".join(f"{op} {n}" for op, n in r["ops"].most_common(args.ops))
-        print(f"{name:8} {r['loop']:5} {r['weights']:7.0f} {r['per_weight']:7.2f} {r['ceiling']:7.0%}  {top}")
+        print(f"{name:{width}} {r['loop']:5} {r['weights']:7.0f} {r['per_weight']:7.2f} {r['ceiling']:7.0%} "
+              f"{r['spills']:6}  {top}")  # fmt: skip
     return 0
 
 

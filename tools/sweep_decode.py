@@ -81,6 +81,62 @@ def w4_join(
         tl.atomic_add(y, acc, mask=y_mask, sem="relaxed")
 
 
+@triton.jit
+def _nibbles(words):
+    """int32 words [R, C] -> their nibbles [R, 8 C] in order: nibble i (bits 4i..4i+3) of word j is element 8j + i.
+    Joined in a tree, not reshaped from [R, C, 8], so the tile keeps the layout the dot's operand is built from."""
+    q0, q1, q2, q3 = words & 0xF, (words >> 4) & 0xF, (words >> 8) & 0xF, (words >> 12) & 0xF
+    q4, q5, q6, q7 = (words >> 16) & 0xF, (words >> 20) & 0xF, (words >> 24) & 0xF, (words >> 28) & 0xF
+    # join(a, b)[..., t] is a at t = 0, b at t = 1: index (c, b, a) of the last three axes holds nibble 4c + 2b + a.
+    even = tl.join(tl.join(q0, q4), tl.join(q2, q6))  # (c, b): nibble 4c + 2b
+    odd = tl.join(tl.join(q1, q5), tl.join(q3, q7))  # (c, b): nibble 4c + 2b + 1
+    return tl.reshape(tl.join(even, odd), (words.shape[0], 8 * words.shape[1]))
+
+
+@triton.jit
+def w4_words(
+    x_ptr, p_ptr, s_ptr, z_ptr, y_ptr, M, N, K,
+    stride_xm, stride_xk, stride_pn, stride_pj, stride_sn, stride_sg, stride_ym, stride_yn,
+    GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """w4_join with the packed weight read as int32 words (p_ptr: packed.view(torch.int32), [N, K / 8]) and the
+    16-bit float's magic number: element 8j + i of a row is nibble i (bits 4i..4i+3) of its word j."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_j = tl.arange(0, BLOCK_K // 8)  # word columns of one K block
+    offs_k = tl.arange(0, BLOCK_K)
+    k_len = tl.cdiv(K // BLOCK_K, tl.num_programs(1)) * BLOCK_K
+    n_ok = offs_n < N
+    # bf16 128 + q is 0x4300 | q, fp16 1024 + q is 0x6400 | q: the code lands in the mantissa, no conversion.
+    if x_ptr.dtype.element_ty == tl.bfloat16:
+        MAGIC: tl.constexpr = 0x4300
+        BASE: tl.constexpr = 128.0
+    else:
+        MAGIC: tl.constexpr = 0x6400
+        BASE: tl.constexpr = 1024.0
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(pid_k * k_len, tl.minimum(K, (pid_k + 1) * k_len), BLOCK_K):
+        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + (k0 + offs_k)[None, :] * stride_xk,
+                    mask=offs_m[:, None] < M, other=0.0)  # fmt: skip
+        words = tl.load(p_ptr + offs_n[:, None] * stride_pn + (k0 // 8 + offs_j)[None, :] * stride_pj,
+                        mask=n_ok[:, None], other=0)  # fmt: skip
+        grp = k0 // GROUP
+        s = tl.load(s_ptr + offs_n * stride_sn + grp * stride_sg, mask=n_ok, other=0.0)
+        z = tl.load(z_ptr + offs_n * stride_sn + grp * stride_sg, mask=n_ok, other=0)
+        q = _nibbles(words)
+        f = (q | MAGIC).to(tl.int16).to(x_ptr.dtype.element_ty, bitcast=True)  # BASE + q, exactly
+        w = f - (z.to(tl.float32) + BASE).to(x_ptr.dtype.element_ty)[:, None]  # q - z, exactly
+        acc += tl.dot(x, tl.trans(w)) * s[None, :]  # the group's scale on its partial sum
+    y = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
+    y_mask = (offs_m[:, None] < M) & n_ok[None, :]
+    if tl.num_programs(1) == 1:
+        tl.store(y, acc.to(y_ptr.dtype.element_ty), mask=y_mask)
+    else:
+        tl.atomic_add(y, acc, mask=y_mask, sem="relaxed")
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Candidate MXFP4 / NVFP4 kernels (the notebooks' signatures; NVFP4 adds g_ptr)
 
@@ -139,6 +195,71 @@ def fp4_join(
         tl.atomic_add(y, acc, mask=y_mask, sem="relaxed")
 
 
+@triton.jit
+def fp4_words(
+    x_ptr, p_ptr, s_ptr, g_ptr, y_ptr, M, N, K,
+    stride_xm, stride_xk, stride_pn, stride_pk, stride_sn, stride_sk, stride_ym, stride_yn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SB: tl.constexpr, NV: tl.constexpr,
+    HALF: tl.constexpr = True,
+):  # fmt: skip
+    """fp4_join with the packed weight read as int32 words (p_ptr: packed.view(torch.int32), [N, K / 8]; element
+    8j + i is nibble i of word j) and, with HALF, decoded in the activations' 16-bit type: e2m1's bits placed in a
+    bf16 (fp16) are its value times 2^-126 (2^-14), 0.5 a subnormal; one multiply restores it, one more scales it,
+    both exact (an e2m1 times an e8m0 or e4m3 scale has at most 6 significant bits). Without HALF, the notebook's
+    fp16-then-float32 decode."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_j = tl.arange(0, BLOCK_K // 8)
+    offs_s = tl.arange(0, BLOCK_K // SB)
+    offs_k = tl.arange(0, BLOCK_K)
+    n_ok = offs_n[:, None] < N
+    DT: tl.constexpr = x_ptr.dtype.element_ty
+    if DT == tl.bfloat16:
+        SHIFT: tl.constexpr = 6  # e2m1's exponent and mantissa at bf16's bits 8-7 and 6
+        UNDO: tl.constexpr = 2.0**126
+    else:
+        SHIFT: tl.constexpr = 9  # at fp16's bits 11-10 and 9
+        UNDO: tl.constexpr = 2.0**14
+    k_len = tl.cdiv(K // BLOCK_K, tl.num_programs(1)) * BLOCK_K
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(pid_k * k_len, tl.minimum(K, (pid_k + 1) * k_len), BLOCK_K):
+        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + (k0 + offs_k)[None, :] * stride_xk,
+                    mask=offs_m[:, None] < M, other=0.0)  # fmt: skip
+        words = tl.load(p_ptr + offs_n[:, None] * stride_pn + (k0 // 8 + offs_j)[None, :] * stride_pk,
+                        mask=n_ok, other=0)  # fmt: skip
+        e = tl.load(s_ptr + offs_n[:, None] * stride_sn + (k0 // SB + offs_s)[None, :] * stride_sk,
+                    mask=n_ok, other=0).to(tl.int32)  # fmt: skip
+        if NV:  # e4m3 through fp16 (exponent bits 13-10, mantissa 9-7), times 2^8 for the bias
+            bits = ((e & 0x7F) << 7) | ((e & 0x80) << 8)
+            scale = bits.to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32) * 256.0
+        else:  # e8m0: the exponent of a float32
+            scale = (e << 23).to(tl.float32, bitcast=True)
+        c = _nibbles(words)
+        if HALF:
+            v = (((c & 0x7) << SHIFT) | ((c & 0x8) << 12)).to(tl.int16).to(DT, bitcast=True)
+            v = v * tl.full((1, 1), UNDO, DT)  # the e2m1 value, exactly
+            w = tl.reshape(v, (BLOCK_N, BLOCK_K // SB, SB)) * scale.to(DT)[:, :, None]
+        else:
+            v = (
+                (((c & 0x7) << 9) | ((c & 0x8) << 12))
+                .to(tl.uint16)
+                .to(tl.float16, bitcast=True)
+                .to(tl.float32)
+            )
+            w = tl.reshape(v, (BLOCK_N, BLOCK_K // SB, SB)) * (scale * 16384.0)[:, :, None]
+        acc = tl.dot(x, tl.trans(tl.reshape(w, (BLOCK_N, BLOCK_K)).to(DT)), acc)
+    if NV:
+        acc = acc * tl.load(g_ptr)
+    y = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
+    y_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    if tl.num_programs(1) == 1:
+        tl.store(y, acc.to(y_ptr.dtype.element_ty), mask=y_mask)
+    else:
+        tl.atomic_add(y, acc, mask=y_mask, sem="relaxed")
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Launchers
 
@@ -158,17 +279,22 @@ def _split_launch(kernel, x, out, N, cfg, split, launch):
 
 
 def w4_launcher(kernel_kind, sol, w4a16, cfg, split, fold=True, magic=False):
+    import torch
+
     def fn(x, packed, scales, zeros, G, out=None):
         M, N, K, out = w4a16.prepare(x, packed, scales, zeros, G, out)
         c = dict(cfg, BLOCK_K=min(cfg.get("BLOCK_K", G), G))
+        p = packed
         if kernel_kind == "old":
             kern, extra = sol.w4a16_decode_kernel, {}
+        elif kernel_kind == "words":  # int32 words: K a multiple of 8, rows 4-byte aligned (K % 8 == 0)
+            kern, extra, p = w4_words, {}, packed.view(torch.int32)
         else:
             kern, extra = w4_join, dict(FOLD=fold, MAGIC=magic)
 
         def launch(grid, y):
-            kern[grid](x, packed, scales, zeros, y, M, N, K, x.stride(0), x.stride(1), packed.stride(0),
-                       packed.stride(1), scales.stride(0), scales.stride(1), y.stride(0), y.stride(1),
+            kern[grid](x, p, scales, zeros, y, M, N, K, x.stride(0), x.stride(1), p.stride(0),
+                       p.stride(1), scales.stride(0), scales.stride(1), y.stride(0), y.stride(1),
                        GROUP=G, **c, **extra)  # fmt: skip
 
         return _split_launch(kern, x, out, N, c, split if kernel_kind != "old" else 1, launch)
@@ -177,6 +303,8 @@ def w4_launcher(kernel_kind, sol, w4a16, cfg, split, fold=True, magic=False):
 
 
 def fp4_launcher(kernel_kind, sol, mod, cfg, split, nv):
+    import torch
+
     def fn(x, packed, scales, *rest, out=None):
         if nv:
             g = rest[0]
@@ -192,6 +320,11 @@ def fp4_launcher(kernel_kind, sol, mod, cfg, split, nv):
             if kernel_kind == "old":
                 kern = sol.nvfp4_decode_kernel if nv else sol.mxfp4_decode_kernel
                 kern[grid](*args, **cfg)
+            elif kernel_kind.startswith("words"):  # int32 words [N, K / 8]
+                p = packed.view(torch.int32)
+                full = (x, p, scales, g, y, M, N, K, x.stride(0), x.stride(1), p.stride(0), p.stride(1),
+                        scales.stride(0), scales.stride(1), y.stride(0), y.stride(1))  # fmt: skip
+                fp4_words[grid](*full, **cfg, SB=16 if nv else 32, NV=nv, HALF=kernel_kind == "words")
             else:
                 full = (x, packed, scales, g, y) + args[4 + nv :]
                 fp4_join[grid](*full, **cfg, SB=16 if nv else 32, NV=nv)
@@ -204,10 +337,21 @@ def fp4_launcher(kernel_kind, sol, mod, cfg, split, nv):
 # ---------------------------------------------------------------------------------------------------------
 
 
+FP4_WORDS = [(32, 512, 4, 3), (64, 256, 4, 3)]
+
+
 def candidates(fmt):
     """(name, kind, cfg, split) to time."""
     out = []
     if fmt == "w4a16":
+        # Fourth round, first: int32 words and the bf16 magic number (w4_words), tools/sass.py --sweep w4a16:
+        # 5.97 SASS a weight at 64 columns / 2 warps, 5.93 at 128 / 4 (the shipped kernel 8.72); split-K 2 and 4
+        # for the 8192-column shapes, where 64 columns give 128 programs.
+        for bn, nw, ns in [(64, 2, 4), (128, 4, 3), (64, 2, 6), (32, 4, 4)]:
+            for split in (1, 2, 4):
+                out.append(
+                    ("words", "words", dict(BLOCK_M=16, BLOCK_N=bn, num_warps=nw, num_stages=ns), split)
+                )
         # First, in one run: the shipped kernel ("sub", 32 columns, 4 warps, 4 stages) beside the changes that
         # cut the loop's SASS per weight (tools/sass.py, docs/perf-notes.md third round): the bf16 magic number
         # (8.72 -> 7.72), 64 columns with 2 warps (6.97), 128 columns with 4 warps (6.88); split-K for the short-N
@@ -233,6 +377,11 @@ def candidates(fmt):
             for split in (1, 2):
                 out.append(("sub", "sub", dict(BLOCK_M=16, BLOCK_N=bn, num_warps=nw, num_stages=ns), split))
     else:
+        # Fourth round, first: int32 words decoded in bf16 (fp4_words), tools/sass.py --sweep mxfp4,nvfp4.
+        for bn, bk, nw, ns in FP4_WORDS:
+            for split in (1, 2):
+                out.append(("words", "words", dict(BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, num_warps=nw, num_stages=ns),
+                            split))  # fmt: skip
         for bn, bk, nw, ns in [(128, 256, 4, 3), (64, 256, 4, 3), (32, 256, 4, 4), (16, 256, 4, 4)]:
             out.append(
                 ("old", "old", dict(BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, num_warps=nw, num_stages=ns), 1)
@@ -253,6 +402,26 @@ def candidates(fmt):
     return out
 
 
+def sass_spec(fmt, name, cfg):
+    """(kernel name, constexprs, pointer types) of candidate `name` at cfg as its launcher calls it with bf16
+    activations at 28672 x 8192 (BLOCK_K as the launcher picks it): for tools/sass.py --sweep. None for "old"
+    (the notebook's kernel: tools/sass.py's own rows)."""
+    if name == "old":
+        return None
+    c = dict(cfg)
+    if fmt == "w4a16":
+        types = {"x_ptr": "*bf16", "p_ptr": "*u8", "s_ptr": "*fp32", "z_ptr": "*u8", "y_ptr": "*bf16"}
+        c |= dict(GROUP=128, BLOCK_K=min(c.get("BLOCK_K", 128), 128))
+        if name == "words":
+            return "w4_words", c, types | {"p_ptr": "*i32"}
+        return "w4_join", c | dict(FOLD=name == "fold", MAGIC=name == "magic"), types
+    types = {"x_ptr": "*bf16", "p_ptr": "*u8", "s_ptr": "*u8", "g_ptr": "*fp32", "y_ptr": "*bf16"}
+    c |= dict(SB=16 if fmt == "nvfp4" else 32, NV=fmt == "nvfp4")
+    if name.startswith("words"):
+        return "fp4_words", c | dict(HALF=name == "words"), types | {"p_ptr": "*i32"}
+    return "fp4_join", c, types
+
+
 def problem(fmt, mods, N, K, g, device="cuda"):
     import torch
 
@@ -265,11 +434,11 @@ def problem(fmt, mods, N, K, g, device="cuda"):
 
 
 def make_fn(fmt, mods, sols, name, cfg, split):
+    kind = name if name in ("old", "words", "words32") else "join"
     if fmt == "w4a16":
-        f = w4_launcher("old" if name == "old" else "join", sols[fmt], mods[fmt], cfg, split,
-                        fold=name == "fold", magic=name == "magic")  # fmt: skip
+        f = w4_launcher(kind, sols[fmt], mods[fmt], cfg, split, fold=name == "fold", magic=name == "magic")
         return lambda x, w, out=None: f(x, *w, 128, out=out)
-    f = fp4_launcher("old" if name == "old" else "join", sols[fmt], mods[fmt], cfg, split, fmt == "nvfp4")
+    f = fp4_launcher(kind, sols[fmt], mods[fmt], cfg, split, fmt == "nvfp4")
     return lambda x, w, out=None: f(x, *w, out=out)
 
 
