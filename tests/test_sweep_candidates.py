@@ -29,7 +29,7 @@ def test_w4a16_candidates_pass_the_sweeps_check(name):
 
 
 @pytest.mark.parametrize("fmt", ["mxfp4", "nvfp4"])
-@pytest.mark.parametrize("name", ["words", "words32"])
+@pytest.mark.parametrize("name", ["lanes", "words", "words32"])
 @pytest.mark.parametrize("M, split", [(16, 2), (1, 1)])
 def test_fp4_word_candidates_pass_the_sweeps_check(fmt, name, M, split):
     """fp4_words in fp16 (the interpreter has no bf16 bit casts): the same decode with fp16's shift and 2^14."""
