@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 
 
-@pytest.mark.parametrize("name", ["sub", "magic", "fold", "words"])
+@pytest.mark.parametrize("name", ["sub", "magic", "fold", "words", "lanes"])
 def test_w4a16_candidates_pass_the_sweeps_check(name):
     import sweep_decode
 
@@ -23,7 +23,7 @@ def test_w4a16_candidates_pass_the_sweeps_check(name):
     cfg = dict(BLOCK_M=16, BLOCK_N=32, num_warps=4, num_stages=1)
     fn = sweep_decode.make_fn("w4a16", mods, {"w4a16": None}, name, cfg, 2)  # split-K: the atomic path too
     sweep_decode.check("w4a16", mods, fn, 16, torch.float16, 5, device="cpu", N=80, K=512)
-    if name == "words":  # ragged N against 32 columns, one row, one K slice
+    if name in ("words", "lanes"):  # ragged N against 32 columns, one row, one K slice
         fn = sweep_decode.make_fn("w4a16", mods, {"w4a16": None}, name, cfg, 1)
         sweep_decode.check("w4a16", mods, fn, 1, torch.float16, 6, device="cpu", N=80, K=512)
 

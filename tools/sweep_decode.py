@@ -82,15 +82,30 @@ def w4_join(
 
 
 @triton.jit
+def _in_order(f0, f1, f2, f3, f4, f5, f6, f7):
+    """Eight [R, C] planes, plane i holding nibble i of each word -> [R, 8 C] in K order (element 8j + i is plane
+    i's column j). Joined in a tree, not reshaped from [R, C, 8], so the tile keeps the layout the dot's operand is
+    built from: join(a, b)[..., t] is a at t = 0, b at t = 1, so index (c, b, a) of the last three axes holds
+    plane 4c + 2b + a."""
+    even = tl.join(tl.join(f0, f4), tl.join(f2, f6))  # (c, b): plane 4c + 2b
+    odd = tl.join(tl.join(f1, f5), tl.join(f3, f7))  # (c, b): plane 4c + 2b + 1
+    return tl.reshape(tl.join(even, odd), (f0.shape[0], 8 * f0.shape[1]))
+
+
+@triton.jit
 def _nibbles(words):
-    """int32 words [R, C] -> their nibbles [R, 8 C] in order: nibble i (bits 4i..4i+3) of word j is element 8j + i.
-    Joined in a tree, not reshaped from [R, C, 8], so the tile keeps the layout the dot's operand is built from."""
+    """int32 words [R, C] -> their nibbles [R, 8 C] in order: nibble i (bits 4i..4i+3) of word j is element 8j + i."""
     q0, q1, q2, q3 = words & 0xF, (words >> 4) & 0xF, (words >> 8) & 0xF, (words >> 12) & 0xF
     q4, q5, q6, q7 = (words >> 16) & 0xF, (words >> 20) & 0xF, (words >> 24) & 0xF, (words >> 28) & 0xF
-    # join(a, b)[..., t] is a at t = 0, b at t = 1: index (c, b, a) of the last three axes holds nibble 4c + 2b + a.
-    even = tl.join(tl.join(q0, q4), tl.join(q2, q6))  # (c, b): nibble 4c + 2b
-    odd = tl.join(tl.join(q1, q5), tl.join(q3, q7))  # (c, b): nibble 4c + 2b + 1
-    return tl.reshape(tl.join(even, odd), (words.shape[0], 8 * words.shape[1]))
+    return _in_order(q0, q1, q2, q3, q4, q5, q6, q7)
+
+
+@triton.jit
+def _magic_pair(words, NIB: tl.constexpr, MAGIC: tl.constexpr, DT: tl.constexpr):
+    """Nibbles NIB and NIB + 4 of int32 words as 16-bit floats BASE + q (MAGIC the bits of BASE): both at once,
+    one in each 16-bit half (nibble NIB + 4 lies 16 bits above nibble NIB)."""
+    t = ((words >> (4 * NIB)) & 0x000F000F) | (MAGIC * 0x10001)
+    return t.to(tl.int16).to(DT, bitcast=True), (t >> 16).to(tl.int16).to(DT, bitcast=True)
 
 
 @triton.jit
@@ -98,9 +113,11 @@ def w4_words(
     x_ptr, p_ptr, s_ptr, z_ptr, y_ptr, M, N, K,
     stride_xm, stride_xk, stride_pn, stride_pj, stride_sn, stride_sg, stride_ym, stride_yn,
     GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    LANES: tl.constexpr = False,
 ):  # fmt: skip
     """w4_join with the packed weight read as int32 words (p_ptr: packed.view(torch.int32), [N, K / 8]) and the
-    16-bit float's magic number: element 8j + i of a row is nibble i (bits 4i..4i+3) of its word j."""
+    16-bit float's magic number: element 8j + i of a row is nibble i (bits 4i..4i+3) of its word j. With LANES,
+    two nibbles an integer operation (one in each 16-bit half of a word)."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     offs_m = tl.arange(0, BLOCK_M)
@@ -125,8 +142,15 @@ def w4_words(
         grp = k0 // GROUP
         s = tl.load(s_ptr + offs_n * stride_sn + grp * stride_sg, mask=n_ok, other=0.0)
         z = tl.load(z_ptr + offs_n * stride_sn + grp * stride_sg, mask=n_ok, other=0)
-        q = _nibbles(words)
-        f = (q | MAGIC).to(tl.int16).to(x_ptr.dtype.element_ty, bitcast=True)  # BASE + q, exactly
+        if LANES:
+            f0, f4 = _magic_pair(words, 0, MAGIC, x_ptr.dtype.element_ty)
+            f1, f5 = _magic_pair(words, 1, MAGIC, x_ptr.dtype.element_ty)
+            f2, f6 = _magic_pair(words, 2, MAGIC, x_ptr.dtype.element_ty)
+            f3, f7 = _magic_pair(words, 3, MAGIC, x_ptr.dtype.element_ty)
+            f = _in_order(f0, f1, f2, f3, f4, f5, f6, f7)  # BASE + q, exactly
+        else:
+            q = _nibbles(words)
+            f = (q | MAGIC).to(tl.int16).to(x_ptr.dtype.element_ty, bitcast=True)  # BASE + q, exactly
         w = f - (z.to(tl.float32) + BASE).to(x_ptr.dtype.element_ty)[:, None]  # q - z, exactly
         acc += tl.dot(x, tl.trans(w)) * s[None, :]  # the group's scale on its partial sum
     y = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
@@ -251,14 +275,12 @@ def fp4_words(
             scale = bits.to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32) * 256.0
         else:  # e8m0: the exponent of a float32
             scale = (e << 23).to(tl.float32, bitcast=True)
-        if LANES:  # nibbles i and i + 4 decoded together, then joined into K order as _nibbles does
+        if LANES:  # nibbles i and i + 4 decoded together, then joined into K order
             f0, f4 = _e2m1_pair(words, 0, SHIFT, DT)
             f1, f5 = _e2m1_pair(words, 1, SHIFT, DT)
             f2, f6 = _e2m1_pair(words, 2, SHIFT, DT)
             f3, f7 = _e2m1_pair(words, 3, SHIFT, DT)
-            even = tl.join(tl.join(f0, f4), tl.join(f2, f6))
-            odd = tl.join(tl.join(f1, f5), tl.join(f3, f7))
-            v = tl.reshape(tl.join(even, odd), (BLOCK_N, BLOCK_K)) * tl.full((1, 1), UNDO, DT)
+            v = _in_order(f0, f1, f2, f3, f4, f5, f6, f7) * tl.full((1, 1), UNDO, DT)
             w = tl.reshape(v, (BLOCK_N, BLOCK_K // SB, SB)) * scale.to(DT)[:, :, None]
         elif HALF:
             c = _nibbles(words)
@@ -312,8 +334,8 @@ def w4_launcher(kernel_kind, sol, w4a16, cfg, split, fold=True, magic=False):
         p = packed
         if kernel_kind == "old":
             kern, extra = sol.w4a16_decode_kernel, {}
-        elif kernel_kind == "words":  # int32 words: K a multiple of 8, rows 4-byte aligned (K % 8 == 0)
-            kern, extra, p = w4_words, {}, packed.view(torch.int32)
+        elif kernel_kind in ("words", "lanes"):  # int32 words: K a multiple of 8 (rows 4-byte aligned)
+            kern, extra, p = w4_words, dict(LANES=kernel_kind == "lanes"), packed.view(torch.int32)
         else:
             kern, extra = w4_join, dict(FOLD=fold, MAGIC=magic)
 
@@ -363,6 +385,14 @@ def fp4_launcher(kernel_kind, sol, mod, cfg, split, nv):
 # ---------------------------------------------------------------------------------------------------------
 
 
+W4_WORDS = [
+    ("lanes", 64, 2, 4),
+    ("lanes", 128, 4, 3),
+    ("lanes", 32, 2, 4),
+    ("lanes", 64, 2, 6),
+    ("words", 64, 2, 4),
+    ("words", 128, 4, 3),
+]  # (name, BLOCK_N, num_warps, num_stages); BLOCK_K = G
 FP4_LANES = [(128, 128, 4, 4), (64, 256, 4, 3), (64, 128, 2, 4)]  # (BLOCK_N, BLOCK_K, num_warps, num_stages)
 FP4_WORDS = [(64, 256, 4, 3), (32, 512, 4, 3)]
 
@@ -371,14 +401,13 @@ def candidates(fmt):
     """(name, kind, cfg, split) to time."""
     out = []
     if fmt == "w4a16":
-        # Fourth round, first: int32 words and the bf16 magic number (w4_words), tools/sass.py --sweep w4a16:
-        # 5.97 SASS a weight at 64 columns / 2 warps, 5.93 at 128 / 4 (the shipped kernel 8.72); split-K 2 and 4
-        # for the 8192-column shapes, where 64 columns give 128 programs.
-        for bn, nw, ns in [(64, 2, 4), (128, 4, 3), (64, 2, 6), (32, 4, 4)]:
+        # Fourth round, first: int32 words and the bf16 magic number (w4_words), two nibbles an integer operation
+        # (LANES), then one; tools/sass.py --sweep w4a16: 4.26-4.30 SASS a weight at 128 columns / 4 warps and
+        # 64 / 2 (LANES), 5.93-5.97 without (the shipped kernel 8.72); split-K 2 and 4 for the 8192-column shapes,
+        # where 64 columns give 128 programs.
+        for name, bn, nw, ns in W4_WORDS:
             for split in (1, 2, 4):
-                out.append(
-                    ("words", "words", dict(BLOCK_M=16, BLOCK_N=bn, num_warps=nw, num_stages=ns), split)
-                )
+                out.append((name, name, dict(BLOCK_M=16, BLOCK_N=bn, num_warps=nw, num_stages=ns), split))
         # First, in one run: the shipped kernel ("sub", 32 columns, 4 warps, 4 stages) beside the changes that
         # cut the loop's SASS per weight (tools/sass.py, docs/perf-notes.md third round): the bf16 magic number
         # (8.72 -> 7.72), 64 columns with 2 warps (6.97), 128 columns with 4 warps (6.88); split-K for the short-N
@@ -445,8 +474,8 @@ def sass_spec(fmt, name, cfg):
     if fmt == "w4a16":
         types = {"x_ptr": "*bf16", "p_ptr": "*u8", "s_ptr": "*fp32", "z_ptr": "*u8", "y_ptr": "*bf16"}
         c |= dict(GROUP=128, BLOCK_K=min(c.get("BLOCK_K", 128), 128))
-        if name == "words":
-            return "w4_words", c, types | {"p_ptr": "*i32"}
+        if name in ("words", "lanes"):
+            return "w4_words", c | dict(LANES=name == "lanes"), types | {"p_ptr": "*i32"}
         return "w4_join", c | dict(FOLD=name == "fold", MAGIC=name == "magic"), types
     types = {"x_ptr": "*bf16", "p_ptr": "*u8", "s_ptr": "*u8", "g_ptr": "*fp32", "y_ptr": "*bf16"}
     c |= dict(SB=16 if fmt == "nvfp4" else 32, NV=fmt == "nvfp4")
