@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 
 
-@pytest.mark.parametrize("name", ["sub", "magic", "fold", "words", "lanes"])
+@pytest.mark.parametrize("name", ["sub", "magic", "fold", "words", "lanes", "lanes-swap"])
 def test_w4a16_candidates_pass_the_sweeps_check(name):
     import sweep_decode
 
@@ -23,13 +23,13 @@ def test_w4a16_candidates_pass_the_sweeps_check(name):
     cfg = dict(BLOCK_M=16, BLOCK_N=32, num_warps=4, num_stages=1)
     fn = sweep_decode.make_fn("w4a16", mods, {"w4a16": None}, name, cfg, 2)  # split-K: the atomic path too
     sweep_decode.check("w4a16", mods, fn, 16, torch.float16, 5, device="cpu", N=80, K=512)
-    if name in ("words", "lanes"):  # ragged N against 32 columns, one row, one K slice
+    if name in sweep_decode.WORD_KERNELS:  # ragged N against 32 columns, one row, one K slice
         fn = sweep_decode.make_fn("w4a16", mods, {"w4a16": None}, name, cfg, 1)
         sweep_decode.check("w4a16", mods, fn, 1, torch.float16, 6, device="cpu", N=80, K=512)
 
 
 @pytest.mark.parametrize("fmt", ["mxfp4", "nvfp4"])
-@pytest.mark.parametrize("name", ["lanes", "words", "words32"])
+@pytest.mark.parametrize("name", ["lanes", "lanes-swap", "words", "words32"])
 @pytest.mark.parametrize("M, split", [(16, 2), (1, 1)])
 def test_fp4_word_candidates_pass_the_sweeps_check(fmt, name, M, split):
     """fp4_words in fp16 (the interpreter has no bf16 bit casts): the same decode with fp16's shift and 2^14."""

@@ -264,9 +264,11 @@ def compile_row(row: dict, arch: int = 90):
         cfg |= {k: v for k, v in _FP16_MAGIC.items() if k in cfg}
     options = {k: cfg.pop(k) for k in ("num_warps", "num_stages") if k in cfg}
     signature, constants, attrs = {}, {}, {}
-    for i, name in enumerate(fn.arg_names):
+    for i, (name, param) in enumerate(zip(fn.arg_names, fn.params, strict=True)):
         if name in cfg or name in row["ones"]:  # constexprs, and the strides the JIT specializes to 1
             signature[name], constants[name] = "constexpr", cfg.get(name, 1)
+        elif param.is_constexpr and param.has_default:  # a constexpr the launch leaves at its default
+            signature[name], constants[name] = "constexpr", param.default
         else:
             signature[name] = types.get(name, "i32")
             if signature[name].startswith("*") or name in ("N", "K") or name.startswith("stride_"):

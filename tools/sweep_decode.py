@@ -113,7 +113,7 @@ def w4_words(
     x_ptr, p_ptr, s_ptr, z_ptr, y_ptr, M, N, K,
     stride_xm, stride_xk, stride_pn, stride_pj, stride_sn, stride_sg, stride_ym, stride_yn,
     GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    LANES: tl.constexpr = False,
+    LANES: tl.constexpr = False, SWAP: tl.constexpr = False,
 ):  # fmt: skip
     """w4_join with the packed weight read as int32 words (p_ptr: packed.view(torch.int32), [N, K / 8]) and the
     16-bit float's magic number: element 8j + i of a row is nibble i (bits 4i..4i+3) of its word j. With LANES,
@@ -133,7 +133,10 @@ def w4_words(
     else:
         MAGIC: tl.constexpr = 0x6400
         BASE: tl.constexpr = 1024.0
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if SWAP:  # y^T = w x^T: the weights as the MMA's first operand
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(pid_k * k_len, tl.minimum(K, (pid_k + 1) * k_len), BLOCK_K):
         x = tl.load(x_ptr + offs_m[:, None] * stride_xm + (k0 + offs_k)[None, :] * stride_xk,
                     mask=offs_m[:, None] < M, other=0.0)  # fmt: skip
@@ -152,7 +155,12 @@ def w4_words(
             q = _nibbles(words)
             f = (q | MAGIC).to(tl.int16).to(x_ptr.dtype.element_ty, bitcast=True)  # BASE + q, exactly
         w = f - (z.to(tl.float32) + BASE).to(x_ptr.dtype.element_ty)[:, None]  # q - z, exactly
-        acc += tl.dot(x, tl.trans(w)) * s[None, :]  # the group's scale on its partial sum
+        if SWAP:
+            acc += tl.dot(w, tl.trans(x)) * s[:, None]
+        else:
+            acc += tl.dot(x, tl.trans(w)) * s[None, :]  # the group's scale on its partial sum
+    if SWAP:
+        acc = tl.trans(acc)
     y = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
     y_mask = (offs_m[:, None] < M) & n_ok[None, :]
     if tl.num_programs(1) == 1:
@@ -239,7 +247,7 @@ def fp4_words(
     x_ptr, p_ptr, s_ptr, g_ptr, y_ptr, M, N, K,
     stride_xm, stride_xk, stride_pn, stride_pk, stride_sn, stride_sk, stride_ym, stride_yn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SB: tl.constexpr, NV: tl.constexpr,
-    HALF: tl.constexpr = True, LANES: tl.constexpr = False,
+    HALF: tl.constexpr = True, LANES: tl.constexpr = False, SWAP: tl.constexpr = False,
 ):  # fmt: skip
     """fp4_join with the packed weight read as int32 words (p_ptr: packed.view(torch.int32), [N, K / 8]; element
     8j + i is nibble i of word j) and, with HALF, decoded in the activations' 16-bit type: e2m1's bits placed in a
@@ -262,7 +270,10 @@ def fp4_words(
         SHIFT: tl.constexpr = 9  # at fp16's bits 11-10 and 9
         UNDO: tl.constexpr = 2.0**14
     k_len = tl.cdiv(K // BLOCK_K, tl.num_programs(1)) * BLOCK_K
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if SWAP:  # y^T = w x^T: the weights as the MMA's first operand
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(pid_k * k_len, tl.minimum(K, (pid_k + 1) * k_len), BLOCK_K):
         x = tl.load(x_ptr + offs_m[:, None] * stride_xm + (k0 + offs_k)[None, :] * stride_xk,
                     mask=offs_m[:, None] < M, other=0.0)  # fmt: skip
@@ -296,7 +307,13 @@ def fp4_words(
                 .to(tl.float32)
             )
             w = tl.reshape(v, (BLOCK_N, BLOCK_K // SB, SB)) * (scale * 16384.0)[:, :, None]
-        acc = tl.dot(x, tl.trans(tl.reshape(w, (BLOCK_N, BLOCK_K)).to(DT)), acc)
+        w = tl.reshape(w, (BLOCK_N, BLOCK_K)).to(DT)
+        if SWAP:
+            acc = tl.dot(w, tl.trans(x), acc)
+        else:
+            acc = tl.dot(x, tl.trans(w), acc)
+    if SWAP:
+        acc = tl.trans(acc)
     if NV:
         acc = acc * tl.load(g_ptr)
     y = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
@@ -334,8 +351,8 @@ def w4_launcher(kernel_kind, sol, w4a16, cfg, split, fold=True, magic=False):
         p = packed
         if kernel_kind == "old":
             kern, extra = sol.w4a16_decode_kernel, {}
-        elif kernel_kind in ("words", "lanes"):  # int32 words: K a multiple of 8 (rows 4-byte aligned)
-            kern, extra, p = w4_words, dict(LANES=kernel_kind == "lanes"), packed.view(torch.int32)
+        elif kernel_kind in WORD_KERNELS:  # int32 words: K a multiple of 8 (rows 4-byte aligned)
+            kern, extra, p = w4_words, word_flags(kernel_kind, "w4a16"), packed.view(torch.int32)
         else:
             kern, extra = w4_join, dict(FOLD=fold, MAGIC=magic)
 
@@ -367,12 +384,12 @@ def fp4_launcher(kernel_kind, sol, mod, cfg, split, nv):
             if kernel_kind == "old":
                 kern = sol.nvfp4_decode_kernel if nv else sol.mxfp4_decode_kernel
                 kern[grid](*args, **cfg)
-            elif kernel_kind in ("words", "words32", "lanes"):  # int32 words [N, K / 8]
+            elif kernel_kind in WORD_KERNELS:  # int32 words [N, K / 8]
                 p = packed.view(torch.int32)
                 full = (x, p, scales, g, y, M, N, K, x.stride(0), x.stride(1), p.stride(0), p.stride(1),
                         scales.stride(0), scales.stride(1), y.stride(0), y.stride(1))  # fmt: skip
-                fp4_words[grid](*full, **cfg, SB=16 if nv else 32, NV=nv, HALF=kernel_kind != "words32",
-                                LANES=kernel_kind == "lanes")  # fmt: skip
+                flags = word_flags(kernel_kind, "nvfp4" if nv else "mxfp4")
+                fp4_words[grid](*full, **cfg, SB=16 if nv else 32, NV=nv, **flags)
             else:
                 full = (x, packed, scales, g, y) + args[4 + nv :]
                 fp4_join[grid](*full, **cfg, SB=16 if nv else 32, NV=nv)
@@ -385,16 +402,34 @@ def fp4_launcher(kernel_kind, sol, mod, cfg, split, nv):
 # ---------------------------------------------------------------------------------------------------------
 
 
+# The int32-word candidates, fewest SASS a weight first (tools/sass.py --sweep), as (name, BLOCK_N, BLOCK_K,
+# num_warps, num_stages, split-K factors); W4A16's BLOCK_K is the group (128).
 W4_WORDS = [
-    ("lanes", 64, 2, 4),
-    ("lanes", 128, 4, 3),
-    ("lanes", 32, 2, 4),
-    ("lanes", 64, 2, 6),
-    ("words", 64, 2, 4),
-    ("words", 128, 4, 3),
-]  # (name, BLOCK_N, num_warps, num_stages); BLOCK_K = G
-FP4_LANES = [(128, 128, 4, 4), (64, 256, 4, 3), (64, 128, 2, 4)]  # (BLOCK_N, BLOCK_K, num_warps, num_stages)
-FP4_WORDS = [(64, 256, 4, 3), (32, 512, 4, 3)]
+    ("lanes", 128, 128, 2, 3, (1, 2, 4)),
+    ("lanes-swap", 128, 128, 4, 3, (1, 2, 4)),
+    ("lanes-swap", 64, 128, 2, 4, (1, 2)),
+    ("lanes", 64, 128, 2, 4, (1, 2)),
+    ("lanes", 128, 128, 4, 3, (1, 2, 4)),
+    ("lanes", 256, 128, 4, 3, (2, 4)),
+    ("words", 64, 128, 2, 4, (1, 2)),
+]
+FP4_WORDS = [
+    ("lanes", 128, 128, 2, 4, (1, 2)),
+    ("lanes", 128, 128, 4, 4, (1, 2)),
+    ("lanes-swap", 64, 128, 2, 4, (1, 2)),
+    ("lanes-swap", 128, 128, 4, 4, (1, 2)),
+    ("lanes", 64, 128, 2, 4, (1, 2)),
+    ("lanes", 64, 256, 4, 3, (1, 2)),
+    ("words", 64, 256, 4, 3, (1, 2)),
+]
+WORD_KERNELS = ("words", "words32", "lanes", "lanes-swap")
+
+
+def word_flags(name, fmt):
+    """The constexprs of an int32-word candidate: LANES (two nibbles an integer operation), SWAP (the weights as
+    the MMA's first operand) and, for MXFP4 / NVFP4, HALF (decoded in the 16-bit type, not through float32)."""
+    flags = dict(LANES=name.startswith("lanes"), SWAP=name.endswith("-swap"))
+    return flags if fmt == "w4a16" else flags | dict(HALF=name != "words32")
 
 
 def candidates(fmt):
@@ -402,12 +437,11 @@ def candidates(fmt):
     out = []
     if fmt == "w4a16":
         # Fourth round, first: int32 words and the bf16 magic number (w4_words), two nibbles an integer operation
-        # (LANES), then one; tools/sass.py --sweep w4a16: 4.26-4.30 SASS a weight at 128 columns / 4 warps and
-        # 64 / 2 (LANES), 5.93-5.97 without (the shipped kernel 8.72); split-K 2 and 4 for the 8192-column shapes,
-        # where 64 columns give 128 programs.
-        for name, bn, nw, ns in W4_WORDS:
-            for split in (1, 2, 4):
-                out.append((name, name, dict(BLOCK_M=16, BLOCK_N=bn, num_warps=nw, num_stages=ns), split))
+        # (lanes) or one (words): 3.8-4.3 SASS a weight against the shipped kernel's 8.72 (tools/sass.py --sweep).
+        for name, bn, bk, nw, ns, splits in W4_WORDS:
+            for split in splits:
+                cfg = dict(BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, num_warps=nw, num_stages=ns)
+                out.append((name, name, cfg, split))
         # First, in one run: the shipped kernel ("sub", 32 columns, 4 warps, 4 stages) beside the changes that
         # cut the loop's SASS per weight (tools/sass.py, docs/perf-notes.md third round): the bf16 magic number
         # (8.72 -> 7.72), 64 columns with 2 warps (6.97), 128 columns with 4 warps (6.88); split-K for the short-N
@@ -433,17 +467,12 @@ def candidates(fmt):
             for split in (1, 2):
                 out.append(("sub", "sub", dict(BLOCK_M=16, BLOCK_N=bn, num_warps=nw, num_stages=ns), split))
     else:
-        # Fourth round, first: int32 words decoded in bf16 two nibbles an operation (fp4_words, LANES), then one
-        # nibble an operation; tools/sass.py --sweep mxfp4,nvfp4 counts 5.4-5.5 (MXFP4) and 5.7-6.0 (NVFP4) SASS a
-        # weight for the first, 8.0-8.7 for the second (the shipped kernels 11.32 and 12.94).
-        for bn, bk, nw, ns in FP4_LANES:
-            for split in (1, 2):
-                out.append(("lanes", "lanes", dict(BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, num_warps=nw, num_stages=ns),
-                            split))  # fmt: skip
-        for bn, bk, nw, ns in FP4_WORDS:
-            for split in (1, 2):
-                out.append(("words", "words", dict(BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, num_warps=nw, num_stages=ns),
-                            split))  # fmt: skip
+        # Fourth round, first: int32 words decoded in bf16 (fp4_words), two nibbles an integer operation (lanes)
+        # or one (words): 4.8-6.0 SASS a weight against the shipped kernels' 11.32 (MXFP4) and 12.94 (NVFP4).
+        for name, bn, bk, nw, ns, splits in FP4_WORDS:
+            for split in splits:
+                cfg = dict(BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, num_warps=nw, num_stages=ns)
+                out.append((name, name, cfg, split))
         for bn, bk, nw, ns in [(128, 256, 4, 3), (64, 256, 4, 3), (32, 256, 4, 4), (16, 256, 4, 4)]:
             out.append(
                 ("old", "old", dict(BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, num_warps=nw, num_stages=ns), 1)
@@ -474,15 +503,13 @@ def sass_spec(fmt, name, cfg):
     if fmt == "w4a16":
         types = {"x_ptr": "*bf16", "p_ptr": "*u8", "s_ptr": "*fp32", "z_ptr": "*u8", "y_ptr": "*bf16"}
         c |= dict(GROUP=128, BLOCK_K=min(c.get("BLOCK_K", 128), 128))
-        if name in ("words", "lanes"):
-            return "w4_words", c | dict(LANES=name == "lanes"), types | {"p_ptr": "*i32"}
+        if name in WORD_KERNELS:
+            return "w4_words", c | word_flags(name, fmt), types | {"p_ptr": "*i32"}
         return "w4_join", c | dict(FOLD=name == "fold", MAGIC=name == "magic"), types
     types = {"x_ptr": "*bf16", "p_ptr": "*u8", "s_ptr": "*u8", "g_ptr": "*fp32", "y_ptr": "*bf16"}
     c |= dict(SB=16 if fmt == "nvfp4" else 32, NV=fmt == "nvfp4")
-    if name.startswith("words"):
-        return "fp4_words", c | dict(HALF=name == "words"), types | {"p_ptr": "*i32"}
-    if name == "lanes":
-        return "fp4_words", c | dict(LANES=True), types | {"p_ptr": "*i32"}
+    if name in WORD_KERNELS:
+        return "fp4_words", c | word_flags(name, fmt), types | {"p_ptr": "*i32"}
     return "fp4_join", c, types
 
 
@@ -498,7 +525,7 @@ def problem(fmt, mods, N, K, g, device="cuda"):
 
 
 def make_fn(fmt, mods, sols, name, cfg, split):
-    kind = name if name in ("old", "words", "words32", "lanes") else "join"
+    kind = name if name == "old" or name in WORD_KERNELS else "join"
     if fmt == "w4a16":
         f = w4_launcher(kind, sols[fmt], mods[fmt], cfg, split, fold=name == "fold", magic=name == "magic")
         return lambda x, w, out=None: f(x, *w, 128, out=out)
