@@ -862,7 +862,7 @@ def main(argv=None) -> int:
                 continue
             key = (r["name"], json.dumps(r["cfg"]), r["split"])
             by.setdefault(key, []).append(r["copy_frac"])
-        for name in ("old", "fold", "sub", "join"):
+        for name in dict.fromkeys(k[0] for k in by):  # every kernel timed, in candidates() order
             keys = [k for k in by if k[0] == name and len(by[k]) == 2 * len(SHAPES)]
             if keys:
                 best = max(keys, key=lambda k: min(by[k]))
