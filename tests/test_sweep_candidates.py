@@ -75,3 +75,22 @@ def test_the_fp8_tma_candidate_computes_the_product_and_promotes():
         checks.compare(y, fp8.reference(*p), what="fp8 tma", rtol=checks.tolerance_for(y.dtype))
     with pytest.raises(ValueError, match="K % 16"):
         sweep_prefill.fp8_tma_matmul(xq[:, :90], sx, wq[:, :90].contiguous(), sw, cfg=cfg)
+
+
+def test_the_bf16_e2m1_decode_bit_arithmetic():
+    """fp4_words' bf16 decode (the interpreter has no bf16 bit casts, so the GPU alone runs it), emulated with the
+    kernel's constants: nibbles NIB and NIB + 4 of a word, each moved to bits 8-6 of a 16-bit half with its sign at
+    bit 15, are e2m1 times 2^-126 in bf16 (0.5 a subnormal), and one bf16 multiply by 2^126 gives the value."""
+    from qmatmul.formats import fp4
+
+    g = torch.Generator().manual_seed(0)
+    words = torch.randint(0, 2**32, (64, 16), generator=g, dtype=torch.int64)  # uint32 values
+    for nib in range(4):
+        shift = 6 - 4 * nib
+        t = (words << shift) if shift >= 0 else (words >> -shift)
+        t = (t & ((7 << 6) * 0x10001)) | ((words << (12 - 4 * nib)) & 0x80008000)
+        for half, k in ((0, nib), (16, nib + 4)):
+            bits = ((t >> half) & 0xFFFF).to(torch.int32).to(torch.int16)  # wraps like the kernel's uint16
+            v = bits.view(torch.bfloat16) * torch.tensor(2.0**126, dtype=torch.bfloat16)
+            codes = (words >> (4 * k)) & 0xF
+            assert torch.equal(v.float(), fp4.e2m1_decode(codes.to(torch.uint8)).float())
