@@ -283,6 +283,33 @@ def test_the_timing_protocol_checks_every_timed_output(remote, monkeypatch, caps
             w.close()
 
 
+STATEFUL = [
+    *TIMED[:2],
+    ("learner", (
+        "from qmatmul import fp8\n\n"
+        "def decode(x, q, s, out=None):  # right only under the path the check forced\n"
+        "    out.copy_(w8a16.reference(x, q, s) + (0 if fp8._FORCED_PATH == [False] else 1))\n"
+        "    return out\n")),
+]  # fmt: skip
+
+
+def test_a_timed_batch_runs_under_the_state_the_checks_set():
+    """The worker applies checks.WORKER_STATE before every op, timed batches included. It applied it to calls
+    alone, so on the H200 FP8's timed batches ran the portable path that test_matmul had forced last (5-6x
+    slower), and the correct student lost both speed cells through nbgrader (2026-12-02)."""
+    from qmatmul import fp8, harness
+
+    w = Worker(STATEFUL, timeout=60)
+    kw = dict(module="qmatmul.w8a16", N=48, K=64, M=2, out_dtype=torch.float16, nbytes=1 << 20, device="cpu")
+    try:
+        with fp8.use_path(False):
+            assert harness.time_calls(RemoteFunction(w, "decode"), what="decode", **kw).eager_ms > 0
+        with pytest.raises(CheckFailed, match=r"decode \(timed, eager\).*differ from the reference"):
+            harness.time_calls(RemoteFunction(w, "decode"), what="decode", **kw)  # the state is gone again
+    finally:
+        w.close()
+
+
 def test_a_later_definition_replaces_an_earlier_one():
     """A learner who fixed a cell and ran it again is read as the kernel now runs."""
     first = ("In[1]", "import torch\ndef f(x, out):\n    return out.copy_(torch.matmul(x, x))\n", False)
