@@ -138,10 +138,10 @@ def check_kernel(fn, what: str, cases, *, g: torch.Generator, hidden: bool, seed
     """A kernel check cell: the learner's matmul kernel on every case, dtype and layout, then one line of success.
 
     cases: (M, N, K) or (M, N, K, group_size), drawn from the cell's generator g (chapter.cell; seed is named in the
-    success line). problem(case, dtype, device, g, strided) returns the call's tensors in order (named by `names`,
-    x first); the case's entries after K are passed after them. Each call writes into
-    a NaN-poisoned `out` and must pass checks.verify_kernel_result against reference(*args), naming the known
-    mistakes(*args) it matches. dtypes: the activation dtypes (default: every one this device checks).
+    success line). problem(*case, dtype, device, g, strided=strided), the chapter's random_problem, returns the
+    call's tensors in order (named by `names`, x first); the case's entries after K are passed after them. Each call
+    writes into a NaN-poisoned `out` and must pass checks.verify_kernel_result against reference(*args), naming the
+    known mistakes(*args) it matches. dtypes: the activation dtypes (default: every one this device checks).
     """
     dev = device()
     n = 0
@@ -149,7 +149,7 @@ def check_kernel(fn, what: str, cases, *, g: torch.Generator, hidden: bool, seed
         M, N, K, *extra = case
         for dtype in act_dtypes(dev) if dtypes is None else dtypes:
             for strided in strided_cases:
-                tensors = problem(case, dtype, dev, g, strided)
+                tensors = problem(*case, dtype, dev, g, strided=strided)
                 inputs = dict(zip(names, tensors, strict=True))
                 full, out = poisoned_out(M, N, dtype, dev, strided)
                 before = checks.snapshot(inputs)

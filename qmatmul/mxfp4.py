@@ -9,6 +9,7 @@ them as `mxfp4.<name>`.
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -497,13 +498,11 @@ def kernel_mistakes(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor)
     return out
 
 
-def _check_kernel(fn, what: str, shapes, **kw) -> None:
-    """chapter.check_kernel on this chapter's problems (random_problem), reference and known mistakes."""
-    chapter.check_kernel(
-        fn, what, shapes, names=("x", "packed", "scales"), reference=reference, mistakes=kernel_mistakes,
-        problem=lambda case, dtype, device, g, strided: random_problem(*case, dtype, device, g, strided=strided),
-        **kw,
-    )  # fmt: skip
+# chapter.check_kernel(fn, what, cases, **kw) on this chapter's problems, reference and known mistakes
+_check_kernel = functools.partial(
+    chapter.check_kernel, names=("x", "packed", "scales"), problem=random_problem,
+    reference=reference, mistakes=kernel_mistakes,
+)  # fmt: skip
 
 
 def prefill_shapes(g, device: str, hidden: bool, *, block: int, k_blocks, tail) -> list:

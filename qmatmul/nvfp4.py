@@ -9,6 +9,8 @@ and `gen` a torch.Generator.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from qmatmul import chapter, checks, floor, mxfp4, plots
@@ -338,13 +340,11 @@ def kernel_mistakes(x, packed, scales, g) -> list[Mistake]:
     return out
 
 
-def _check_kernel(fn, what: str, shapes, **kw) -> None:
-    """chapter.check_kernel on this chapter's problems (random_problem), reference and known mistakes."""
-    chapter.check_kernel(
-        fn, what, shapes, names=("x", "packed", "scales", "g"), reference=reference, mistakes=kernel_mistakes,
-        problem=lambda case, dtype, device, g, strided: random_problem(*case, dtype, device, g, strided=strided),
-        **kw,
-    )  # fmt: skip
+# chapter.check_kernel(fn, what, cases, **kw) on this chapter's problems, reference and known mistakes
+_check_kernel = functools.partial(
+    chapter.check_kernel, names=("x", "packed", "scales", "g"), problem=random_problem,
+    reference=reference, mistakes=kernel_mistakes,
+)  # fmt: skip
 
 
 def check_prefill(fn, *, hidden: bool = False, seed: int | None = None) -> None:
