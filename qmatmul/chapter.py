@@ -231,6 +231,33 @@ def require_contiguous(activation: str = "x", **tensors) -> None:
         raise ValueError(f"{_listed(tensors)} must be contiguous ({activation} and out may be strided)")
 
 
+def require_block_scaled(x, packed, scales, *, block: int, block_name: str, codes: str, **per_tensor):
+    """The inputs of a block-scaled 4-bit matmul (MXFP4, NVFP4): x [M, K] with K a multiple of `block`, packed
+    uint8 [N, K/2], scales uint8 `codes` [N, K/block]; `per_tensor` (NVFP4's g) need only be tensors here.
+    Returns M, N, K."""
+    require_tensors(x=x, packed=packed, scales=scales, **per_tensor)
+    M, K = require_activations(x)
+    require_codes("packed", packed, torch.uint8, "[N, K/2]")
+    N = packed.shape[0]
+    if K % block:
+        raise ValueError(f"K must be a multiple of {block} (one {block_name} block), got K = {K}")
+    require_same_k("x", x, "packed", packed, "[N, K/2]", 2 * packed.shape[1])
+    if scales.dtype != torch.uint8 or tuple(scales.shape) != (N, K // block):
+        raise ValueError(
+            f"scales must be uint8 {codes} of shape [N, K/{block}] = [{N}, {K // block}], got {scales.dtype} "
+            f"of shape {list(scales.shape)}"
+        )
+    return M, N, K
+
+
+def placed(x: torch.Tensor, out, M: int, N: int, weight: dict, **per_tensor) -> torch.Tensor:
+    """The end of a chapter's `prepare`: x, the weight's tensors and its per-tensor scales (NVFP4's g) on one
+    device, the weight's tensors contiguous; then the output (output)."""
+    require_one_device(x=x, **weight, **per_tensor)
+    require_contiguous(**weight)
+    return output(out, M, N, x.dtype, x.device)
+
+
 def output(out, M: int, N: int, dtype: torch.dtype, device) -> torch.Tensor:
     """The [M, N] output: allocated when out is None, else checked."""
     if out is None:

@@ -48,21 +48,10 @@ BANDWIDTH_THRESHOLD = 0.12
 
 def prepare(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, out: torch.Tensor | None = None):
     """Validate the inputs of an MXFP4 matmul with clear messages; allocate out if needed. Returns M, N, K, out."""
-    chapter.require_tensors(x=x, packed=packed, scales=scales)
-    M, K = chapter.require_activations(x)
-    chapter.require_codes("packed", packed, torch.uint8, "[N, K/2]")
-    N = packed.shape[0]
-    if K % BLOCK:
-        raise ValueError(f"K must be a multiple of {BLOCK} (one MX block), got K = {K}")
-    chapter.require_same_k("x", x, "packed", packed, "[N, K/2]", 2 * packed.shape[1])
-    if scales.dtype != torch.uint8 or tuple(scales.shape) != (N, K // BLOCK):
-        raise ValueError(
-            f"scales must be uint8 E8M0 codes of shape [N, K/32] = [{N}, {K // BLOCK}], got {scales.dtype} "
-            f"of shape {list(scales.shape)}"
-        )
-    chapter.require_one_device(x=x, packed=packed, scales=scales)
-    chapter.require_contiguous(packed=packed, scales=scales)
-    return M, N, K, chapter.output(out, M, N, x.dtype, x.device)
+    M, N, K = chapter.require_block_scaled(
+        x, packed, scales, block=BLOCK, block_name="MX", codes="E8M0 codes"
+    )
+    return M, N, K, chapter.placed(x, out, M, N, dict(packed=packed, scales=scales))
 
 
 def prefill_config(M: int, N: int, K: int, device: str = "cuda") -> dict:

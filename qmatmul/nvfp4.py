@@ -44,23 +44,12 @@ BANDWIDTH_THRESHOLD = 0.13
 
 def prepare(x, packed, scales, g, out=None):
     """Validate the inputs of an NVFP4 matmul with clear messages; allocate out if needed. Returns M, N, K, out."""
-    chapter.require_tensors(x=x, packed=packed, scales=scales, g=g)
-    M, K = chapter.require_activations(x)
-    chapter.require_codes("packed", packed, torch.uint8, "[N, K/2]")
-    N = packed.shape[0]
-    if K % BLOCK:
-        raise ValueError(f"K must be a multiple of {BLOCK} (one NVFP4 block), got K = {K}")
-    chapter.require_same_k("x", x, "packed", packed, "[N, K/2]", 2 * packed.shape[1])
-    if scales.dtype != torch.uint8 or tuple(scales.shape) != (N, K // BLOCK):
-        raise ValueError(
-            f"scales must be uint8 e4m3 bits of shape [N, K/16] = [{N}, {K // BLOCK}], got {scales.dtype} "
-            f"of shape {list(scales.shape)}"
-        )
+    M, N, K = chapter.require_block_scaled(
+        x, packed, scales, block=BLOCK, block_name="NVFP4", codes="e4m3 bits", g=g
+    )
     if g.dtype != torch.float32 or g.numel() != 1:
         raise ValueError(f"g must be a float32 tensor of one element, got {g.dtype} of shape {list(g.shape)}")
-    chapter.require_one_device(x=x, packed=packed, scales=scales, g=g)
-    chapter.require_contiguous(packed=packed, scales=scales)
-    return M, N, K, chapter.output(out, M, N, x.dtype, x.device)
+    return M, N, K, chapter.placed(x, out, M, N, dict(packed=packed, scales=scales), g=g)
 
 
 def prefill_config(M: int, N: int, K: int, device: str = "cuda") -> dict:

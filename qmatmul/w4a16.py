@@ -78,9 +78,7 @@ def prepare(x, packed, scales, zeros, group_size, out=None):
             f"zeros must be uint8 of shape [N, K/G] = [{N}, {groups}], got {zeros.dtype} of shape "
             f"{list(zeros.shape)}"
         )
-    chapter.require_one_device(x=x, packed=packed, scales=scales, zeros=zeros)
-    chapter.require_contiguous(packed=packed, scales=scales, zeros=zeros)
-    return M, N, K, chapter.output(out, M, N, x.dtype, x.device)
+    return M, N, K, chapter.placed(x, out, M, N, dict(packed=packed, scales=scales, zeros=zeros))
 
 
 def prefill_config(M: int, N: int, K: int, group_size: int, device: str = "cuda") -> dict:

@@ -48,9 +48,7 @@ def prepare(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, out: torch.Tensor
     chapter.require_same_k("x", x, "q", q, "[N, K]", q.shape[1])
     if s.dtype != torch.float32 or tuple(s.shape) != (N,):
         raise ValueError(f"s must be float32 of shape [N] = [{N}], got {s.dtype} of shape {list(s.shape)}")
-    chapter.require_one_device(x=x, q=q, s=s)
-    chapter.require_contiguous(q=q, s=s)
-    return M, N, K, chapter.output(out, M, N, x.dtype, x.device)
+    return M, N, K, chapter.placed(x, out, M, N, dict(q=q, s=s))
 
 
 def prefill_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
