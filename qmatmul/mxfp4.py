@@ -295,15 +295,22 @@ def random_problem(M: int, N: int, K: int, dtype, device: str, g: torch.Generato
 def _quantizer_inputs(g: torch.Generator, hidden: bool):
     if not hidden:
         return [random_weight(4, 64, g), adversarial_weight(8, 256, g), log2_weight()]
+    cases = hidden_weights(g, random_weight, adversarial_weight, block=BLOCK, k_blocks=(8, 12))
+    # A long row: more than 31 blocks, where a block count computed with a wrong divisor stops coinciding.
+    cases.append(random_weight(3, BLOCK * int(torch.randint(32, 48, (1,), generator=g)), g))
+    return cases
+
+
+def hidden_weights(g: torch.Generator, random_weight, adversarial_weight, *, block: int, k_blocks) -> list:
+    """The hidden quantizer inputs of a block-scaled format (MXFP4 and NVFP4): an adversarial weight in float32,
+    random ones in float16 and bfloat16, each N x K with N in 5..39 and K / block in range(*k_blocks)."""
     cases = []
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
         N = int(torch.randint(5, 40, (1,), generator=g))
-        K = BLOCK * int(torch.randint(8, 12, (1,), generator=g))
+        K = block * int(torch.randint(*k_blocks, (1,), generator=g))
         cases.append(
             adversarial_weight(N, K, g).to(dtype) if dtype == torch.float32 else random_weight(N, K, g, dtype)
         )
-    # A long row: more than 31 blocks, where a block count computed with a wrong divisor stops coinciding.
-    cases.append(random_weight(3, BLOCK * int(torch.randint(32, 48, (1,), generator=g)), g))
     return cases
 
 

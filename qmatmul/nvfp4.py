@@ -205,16 +205,7 @@ def random_problem(M, N, K, dtype, device, gen, strided=False):
 def _quantizer_inputs(gen, hidden):
     if not hidden:
         return [random_weight(4, 64, gen), adversarial_weight(8, 128, gen), tie_weight()]
-    cases = []
-    for dtype in (torch.float32, torch.float16, torch.bfloat16):
-        N = int(torch.randint(5, 40, (1,), generator=gen))
-        K = BLOCK * int(torch.randint(4, 20, (1,), generator=gen))
-        cases.append(
-            adversarial_weight(N, K, gen).to(dtype)
-            if dtype == torch.float32
-            else random_weight(N, K, gen, dtype)
-        )
-    return cases
+    return mxfp4.hidden_weights(gen, random_weight, adversarial_weight, block=BLOCK, k_blocks=(4, 20))
 
 
 def _quantizer_mistakes(w):
