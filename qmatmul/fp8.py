@@ -14,7 +14,7 @@ import re
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from qmatmul import bench, chapter, checks, floor, harness, recorded
+from qmatmul import bench, chapter, checks, floor, harness, recorded, widgets
 from qmatmul.checks import CheckFailed, Mistake
 from qmatmul.floor import bytes_moved_dense, flops  # noqa: F401 - the notebook's names
 from qmatmul.formats.fp8 import (  # noqa: F401 - the notebook's names
@@ -98,9 +98,7 @@ def bits_explorer():
     """Type a number: see its e4m3fn and e5m2 codes, fields, decoded values and rounding error."""
     import ipywidgets as W
 
-    out = W.HTML()
-
-    def show(v: float, saturating: bool) -> None:
+    def text(v: float, saturating: bool) -> str:
         rows = []
         for fmt, sat in (("e4m3fn", saturating), ("e5m2", False)):
             c = describe_bits(v, fmt, saturating=sat)
@@ -115,13 +113,11 @@ def bits_explorer():
             if saturating
             else "\n(e4m3fn without saturation: |v| > 464 becomes NaN; torch ≤ 2.11 does this)"
         )
-        out.value = "<pre>" + "\n".join(rows) + note + "</pre>"
+        return "\n".join(rows) + note
 
     v = W.FloatText(value=0.3, description="v")
     sat = W.Checkbox(value=True, description="saturate e4m3fn at ±448")
-    W.interactive_output(show, {"v": v, "saturating": sat})
-    show(v.value, sat.value)
-    return W.VBox([W.HBox([v, sat]), out])
+    return W.VBox([W.HBox([v, sat]), widgets.text_view(text, v=v, saturating=sat)])
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import os
 
 import torch
 
-from qmatmul import chapter, checks, floor, plots, recorded
+from qmatmul import chapter, checks, floor, plots, recorded, widgets
 from qmatmul.chapter import ACT_DTYPES, gemm_config  # noqa: F401 - the notebook's names
 from qmatmul.checks import CheckFailed, Mistake
 from qmatmul.floor import bytes_moved_dense, flops  # noqa: F401 - the notebook's names
@@ -181,20 +181,18 @@ def block_explorer():
     """Sliders: a block of 32 Gaussian weights (seed), one outlier's size, and the scale rule."""
     import ipywidgets as W
 
-    out = W.HTML()
-
-    def show(seed: int, outlier: float, rule: str) -> None:
+    def text(seed: int, outlier: float, rule: str) -> str:
         g = checks.generator(seed)
         v = torch.randn(BLOCK, generator=g) * 0.02
         v[5] = outlier * 0.02
-        out.value = "<pre>" + block_text(v, rule) + "</pre>"
+        return block_text(v, rule)
 
     seed = W.IntSlider(value=0, min=0, max=50, description="block")
     outlier = W.FloatSlider(value=3.5, min=-8, max=8, step=0.05, description="w[5] / 0.02")
     rule = W.ToggleButtons(options=["floor", "ceil"], description="scale rule")
-    W.interactive_output(show, {"seed": seed, "outlier": outlier, "rule": rule})
-    show(seed.value, outlier.value, rule.value)
-    return W.VBox([W.HBox([seed, outlier]), rule, out])
+    return W.VBox(
+        [W.HBox([seed, outlier]), rule, widgets.text_view(text, seed=seed, outlier=outlier, rule=rule)]
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import functools
 
 import torch
 
-from qmatmul import chapter, checks, floor, mxfp4, plots
+from qmatmul import chapter, checks, floor, mxfp4, plots, widgets
 from qmatmul.chapter import ACT_DTYPES, gemm_config  # noqa: F401 - the notebook's names
 from qmatmul.checks import CheckFailed, Mistake
 from qmatmul.formats import fp4
@@ -121,18 +121,15 @@ def block_text(block_values, tensor_amax: float) -> str:
 def block_explorer():
     import ipywidgets as W
 
-    out = W.HTML()
-
-    def show(seed: int, block_scale: float, tensor_amax: float) -> None:
+    def text(seed: int, block_scale: float, tensor_amax: float) -> str:
         gen = checks.generator(seed)
         v = torch.randn(BLOCK, generator=gen) * 10**block_scale
-        out.value = "<pre>" + block_text(v, 10**tensor_amax) + "</pre>"
+        return block_text(v, 10**tensor_amax)
 
     seed = W.IntSlider(value=0, min=0, max=50, description="block")
     bs = W.FloatSlider(value=-2, min=-6, max=1, step=0.1, description="log10 block σ")
     ta = W.FloatSlider(value=-1, min=-4, max=3, step=0.1, description="log10 max|W|")
-    W.interactive_output(show, {"seed": seed, "block_scale": bs, "tensor_amax": ta})
-    show(seed.value, bs.value, ta.value)
+    out = widgets.text_view(text, seed=seed, block_scale=bs, tensor_amax=ta)
     return W.VBox([W.HBox([seed, bs, ta]), out])
 
 

@@ -12,7 +12,7 @@ import inspect
 
 import torch
 
-from qmatmul import bench, chapter, checks, floor, plots, recorded
+from qmatmul import bench, chapter, checks, floor, plots, recorded, widgets
 from qmatmul.chapter import ACT_DTYPES, gemm_config  # noqa: F401 - the notebook's names
 from qmatmul.checks import CheckFailed, Mistake
 from qmatmul.floor import bytes_moved_dense, flops  # noqa: F401 - the notebook's names
@@ -161,19 +161,15 @@ def nibble_explorer():
     """Sliders for the codes of elements 2i and 2i+1 (and a zero point): the byte they share, bit by bit."""
     import ipywidgets as W
 
-    out = W.HTML()
-
-    def show(even: int, odd: int, zero: int, scale: float) -> None:
+    def text(even: int, odd: int, zero: int, scale: float) -> str:
         c = nibble_code(even, odd)
-        out.value = (
-            "<pre>"
+        return (
             f"element 2i   code {even:>2} = {c['even (2i)']}        → low nibble  (bits 3..0)\n"
             f"element 2i+1 code {odd:>2} = {c['odd (2i+1)']}        → high nibble (bits 7..4)\n"
             f"byte = even | (odd << 4) = <b>{c['byte'][:4]}</b> {c['byte'][4:]}  = {c['byte value']}\n"
             f"unpack: byte & 0xF = {c['byte & 0xF']:>2}    byte >> 4 = {c['byte >> 4']:>2}\n"
             f"dequantized: (q - zero) · scale = {(even - zero) * scale:+.4f} and {(odd - zero) * scale:+.4f}\n"
             f"swapped nibbles would store {c['swapped (wrong) byte']}: element 2i would read back {odd}"
-            "</pre>"
         )
 
     even = W.IntSlider(value=3, min=0, max=15, description="code 2i")
@@ -182,9 +178,9 @@ def nibble_explorer():
     scale = W.FloatSlider(
         value=0.01, min=0.001, max=0.05, step=0.001, readout_format=".3f", description="scale"
     )
-    W.interactive_output(show, {"even": even, "odd": odd, "zero": zero, "scale": scale})
-    show(even.value, odd.value, zero.value, scale.value)
-    return W.VBox([even, odd, zero, scale, out])
+    return W.VBox(
+        [even, odd, zero, scale, widgets.text_view(text, even=even, odd=odd, zero=zero, scale=scale)]
+    )
 
 
 def error_against_group_size(w: torch.Tensor, quantize_fn, sizes=(32, 64, 128)):
