@@ -28,6 +28,9 @@ def device() -> str:
 # step (MXFP4, NVFP4, FP8).
 FMA_DECODE = dict(BLOCK_M=16, BLOCK_N=128, BLOCK_K=32, num_warps=4, num_stages=1)
 FMA_TILED = dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=32, num_warps=4, num_stages=1)
+# Triton's interpreter on the CPU (every chapter's config functions off a GPU): it prefers few, large programs.
+INTERPRETER_DECODE = dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=1)
+INTERPRETER_TILED = dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=64, num_warps=4, num_stages=1)
 
 
 def gemm_config(device) -> dict:

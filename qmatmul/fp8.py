@@ -203,7 +203,7 @@ def prefill_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
     """Tile sizes and path of the tiled kernel. FP8_DOT: the native fp8 tl.dot (sm_89+)."""
     fp8_dot = _fp8_dot(device)
     if device != "cuda":
-        return dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=64, FP8_DOT=fp8_dot, num_warps=4, num_stages=1)
+        return dict(chapter.INTERPRETER_TILED, FP8_DOT=fp8_dot)
     if chapter.fma_dot(device):  # a T4: FMA tiles (qmatmul/chapter.py)
         return dict(chapter.FMA_TILED, FP8_DOT=False)
     if not fp8_dot:  # decode e4m3 to fp16 in registers: 16-bit tiles, as in W8A16
@@ -221,7 +221,7 @@ def decode_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
     """The decode kernel: all M rows (padded to 16) in one program, a strip of BLOCK_N columns."""
     fp8_dot = _fp8_dot(device)
     if device != "cuda":
-        return dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, FP8_DOT=fp8_dot, num_warps=4, num_stages=1)
+        return dict(chapter.INTERPRETER_DECODE, FP8_DOT=fp8_dot)
     # Graph-timed on the H200 (docs/perf-notes.md, 2026-12-01), fraction of copy at M = 1 / 16: 28672 x 8192 with
     # 128 x 256: 93 / 97; 8192 x 28672 with 64 x 1024, 8 warps: 97 / 97 (64 x 512: 90 / 99); 8192 x 8192 with
     # 64 x 512: 81 / 80 (64 x 256: 65 / 64). The fp16 path (no fp8 tensor cores) keeps its earlier tiles.
@@ -953,7 +953,7 @@ def block_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
     """BLOCK_K is the scale block (128) so each K step has one activation and one weight scale."""
     fp8_dot = _fp8_dot(device)
     if device != "cuda":
-        return dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=SCALE_BLOCK, FP8_DOT=fp8_dot, num_warps=4, num_stages=1)
+        return dict(chapter.INTERPRETER_TILED, BLOCK_K=SCALE_BLOCK, FP8_DOT=fp8_dot)
     if chapter.fma_dot(device):  # a T4: BLOCK_K stays the scale block, so a narrower tile (16 KB, not 64 KB)
         return dict(chapter.FMA_TILED, BLOCK_N=32, BLOCK_K=SCALE_BLOCK, FP8_DOT=False)
     if not fp8_dot:

@@ -57,7 +57,7 @@ def prepare(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, out: to
 def prefill_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
     """Tile sizes for the tiled kernel (BLOCK_K is a multiple of 32: whole MX blocks per step)."""
     if device != "cuda":
-        return dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=64, num_warps=4, num_stages=1)
+        return dict(chapter.INTERPRETER_TILED)
     if chapter.fma_dot(device):  # a T4: FMA tiles (qmatmul/chapter.py)
         return dict(chapter.FMA_TILED)
     big = M > 64
@@ -82,7 +82,7 @@ def _prefill_tiles(M: int) -> dict:
 def decode_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
     """Tile sizes for the decode kernel: all M rows (padded to 16) in one program, a strip of N."""
     if device != "cuda":
-        return dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=1)
+        return dict(chapter.INTERPRETER_DECODE)
     if chapter.fma_dot(device):
         # A T4: FMA tiles (qmatmul/chapter.py) with two scale blocks a step (divisible_k); 32 columns keep 64 of K
         # free of spills on sm_75 (128 columns spilled 196 registers, tools/sass.py).

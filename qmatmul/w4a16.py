@@ -84,7 +84,7 @@ def prepare(x, packed, scales, zeros, group_size, out=None):
 def prefill_config(M: int, N: int, K: int, group_size: int, device: str = "cuda") -> dict:
     """Tile sizes for the tiled kernel. BLOCK_K divides the group size: one scale and zero per K block."""
     if device != "cuda":
-        return dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=min(64, group_size), num_warps=4, num_stages=1)
+        return dict(chapter.INTERPRETER_TILED, BLOCK_K=min(64, group_size))
     if chapter.fma_dot(device):  # a T4: FMA tiles (qmatmul/chapter.py); BLOCK_K still divides the group size
         return dict(chapter.FMA_TILED, BLOCK_K=min(chapter.FMA_TILED["BLOCK_K"], group_size))
     big = M > 64
@@ -102,7 +102,7 @@ def decode_config(M: int, N: int, K: int, group_size: int, device: str = "cuda")
     """Tile sizes for the decode kernel: all M rows (padded to 16) in one program, a strip of N, one group
     of K per step."""
     if device != "cuda":
-        return dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=group_size, num_warps=4, num_stages=1)
+        return dict(chapter.INTERPRETER_DECODE, BLOCK_K=group_size)
     # Graph-timed on the H200 (docs/perf-notes.md, 2026-12-01), the tile read as it lies ([BLOCK_N, BLOCK_K/2]):
     # 32 columns, 4 warps, 4 stages reached 29 % of the copy bandwidth at 28672 x 8192 for M = 1 and 16 (16 columns:
     # 15 %; 128 columns with 8 warps: 22 %). The earlier [BLOCK_K/2, BLOCK_N] kernel's best was 25 / 16 %.

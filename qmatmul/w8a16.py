@@ -52,9 +52,9 @@ def prepare(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, out: torch.Tensor
 
 
 def prefill_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
-    """Tile sizes for the tiled kernel. The interpreter prefers few, large programs."""
+    """Tile sizes for the tiled kernel."""
     if device != "cuda":
-        return dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=64, num_warps=4, num_stages=1)
+        return dict(chapter.INTERPRETER_TILED)
     if chapter.fma_dot(device):  # a T4: FMA tiles (qmatmul/chapter.py)
         return dict(chapter.FMA_TILED)
     big = M > 64
@@ -75,7 +75,7 @@ def prefill_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
 def decode_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
     """Tile sizes for the decode kernel: all M rows (padded to 16) in one program, a strip of N."""
     if device != "cuda":
-        return dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=1)
+        return dict(chapter.INTERPRETER_DECODE)
     if chapter.fma_dot(device):  # a T4: FMA tiles (qmatmul/chapter.py)
         return dict(chapter.FMA_DECODE)
     # Graph-timed on the H200 (docs/perf-notes.md, 2026-12-01), fraction of copy at M = 1 / 16: 28672 x 8192 with
