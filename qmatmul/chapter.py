@@ -28,6 +28,9 @@ def device() -> str:
 # step (MXFP4, NVFP4, FP8).
 FMA_DECODE = dict(BLOCK_M=16, BLOCK_N=128, BLOCK_K=32, num_warps=4, num_stages=1)
 FMA_TILED = dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=32, num_warps=4, num_stages=1)
+# Triton's interpreter on the CPU (every chapter's config functions off a GPU): it prefers few, large programs.
+INTERPRETER_DECODE = dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=1)
+INTERPRETER_TILED = dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=64, num_warps=4, num_stages=1)
 
 
 def gemm_config(device) -> dict:
@@ -138,10 +141,10 @@ def check_kernel(fn, what: str, cases, *, g: torch.Generator, hidden: bool, seed
     """A kernel check cell: the learner's matmul kernel on every case, dtype and layout, then one line of success.
 
     cases: (M, N, K) or (M, N, K, group_size), drawn from the cell's generator g (chapter.cell; seed is named in the
-    success line). problem(case, dtype, device, g, strided) returns the call's tensors in order (named by `names`,
-    x first); the case's entries after K are passed after them. Each call writes into
-    a NaN-poisoned `out` and must pass checks.verify_kernel_result against reference(*args), naming the known
-    mistakes(*args) it matches. dtypes: the activation dtypes (default: every one this device checks).
+    success line). problem(*case, dtype, device, g, strided=strided), the chapter's random_problem, returns the
+    call's tensors in order (named by `names`, x first); the case's entries after K are passed after them. Each call
+    writes into a NaN-poisoned `out` and must pass checks.verify_kernel_result against reference(*args), naming the
+    known mistakes(*args) it matches. dtypes: the activation dtypes (default: every one this device checks).
     """
     dev = device()
     n = 0
@@ -149,7 +152,7 @@ def check_kernel(fn, what: str, cases, *, g: torch.Generator, hidden: bool, seed
         M, N, K, *extra = case
         for dtype in act_dtypes(dev) if dtypes is None else dtypes:
             for strided in strided_cases:
-                tensors = problem(case, dtype, dev, g, strided)
+                tensors = problem(*case, dtype, dev, g, strided=strided)
                 inputs = dict(zip(names, tensors, strict=True))
                 full, out = poisoned_out(M, N, dtype, dev, strided)
                 before = checks.snapshot(inputs)
@@ -229,6 +232,33 @@ def require_contiguous(activation: str = "x", **tensors) -> None:
     """The weight-side tensors must be contiguous; the activations and the output may be strided views."""
     if not all(t.is_contiguous() for t in tensors.values()):
         raise ValueError(f"{_listed(tensors)} must be contiguous ({activation} and out may be strided)")
+
+
+def require_block_scaled(x, packed, scales, *, block: int, block_name: str, codes: str, **per_tensor):
+    """The inputs of a block-scaled 4-bit matmul (MXFP4, NVFP4): x [M, K] with K a multiple of `block`, packed
+    uint8 [N, K/2], scales uint8 `codes` [N, K/block]; `per_tensor` (NVFP4's g) need only be tensors here.
+    Returns M, N, K."""
+    require_tensors(x=x, packed=packed, scales=scales, **per_tensor)
+    M, K = require_activations(x)
+    require_codes("packed", packed, torch.uint8, "[N, K/2]")
+    N = packed.shape[0]
+    if K % block:
+        raise ValueError(f"K must be a multiple of {block} (one {block_name} block), got K = {K}")
+    require_same_k("x", x, "packed", packed, "[N, K/2]", 2 * packed.shape[1])
+    if scales.dtype != torch.uint8 or tuple(scales.shape) != (N, K // block):
+        raise ValueError(
+            f"scales must be uint8 {codes} of shape [N, K/{block}] = [{N}, {K // block}], got {scales.dtype} "
+            f"of shape {list(scales.shape)}"
+        )
+    return M, N, K
+
+
+def placed(x: torch.Tensor, out, M: int, N: int, weight: dict, **per_tensor) -> torch.Tensor:
+    """The end of a chapter's `prepare`: x, the weight's tensors and its per-tensor scales (NVFP4's g) on one
+    device, the weight's tensors contiguous; then the output (output)."""
+    require_one_device(x=x, **weight, **per_tensor)
+    require_contiguous(**weight)
+    return output(out, M, N, x.dtype, x.device)
 
 
 def output(out, M: int, N: int, dtype: torch.dtype, device) -> torch.Tensor:

@@ -14,7 +14,7 @@ import re
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from qmatmul import bench, chapter, checks, floor, harness, recorded
+from qmatmul import bench, chapter, checks, floor, harness, recorded, widgets
 from qmatmul.checks import CheckFailed, Mistake
 from qmatmul.floor import bytes_moved_dense, flops  # noqa: F401 - the notebook's names
 from qmatmul.formats.fp8 import (  # noqa: F401 - the notebook's names
@@ -98,9 +98,7 @@ def bits_explorer():
     """Type a number: see its e4m3fn and e5m2 codes, fields, decoded values and rounding error."""
     import ipywidgets as W
 
-    out = W.HTML()
-
-    def show(v: float, saturating: bool) -> None:
+    def text(v: float, saturating: bool) -> str:
         rows = []
         for fmt, sat in (("e4m3fn", saturating), ("e5m2", False)):
             c = describe_bits(v, fmt, saturating=sat)
@@ -115,13 +113,11 @@ def bits_explorer():
             if saturating
             else "\n(e4m3fn without saturation: |v| > 464 becomes NaN; torch ≤ 2.11 does this)"
         )
-        out.value = "<pre>" + "\n".join(rows) + note + "</pre>"
+        return "\n".join(rows) + note
 
     v = W.FloatText(value=0.3, description="v")
     sat = W.Checkbox(value=True, description="saturate e4m3fn at ±448")
-    W.interactive_output(show, {"v": v, "saturating": sat})
-    show(v.value, sat.value)
-    return W.VBox([W.HBox([v, sat]), out])
+    return W.VBox([W.HBox([v, sat]), widgets.text_view(text, v=v, saturating=sat)])
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -207,7 +203,7 @@ def prefill_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
     """Tile sizes and path of the tiled kernel. FP8_DOT: the native fp8 tl.dot (sm_89+)."""
     fp8_dot = _fp8_dot(device)
     if device != "cuda":
-        return dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=64, FP8_DOT=fp8_dot, num_warps=4, num_stages=1)
+        return dict(chapter.INTERPRETER_TILED, FP8_DOT=fp8_dot)
     if chapter.fma_dot(device):  # a T4: FMA tiles (qmatmul/chapter.py)
         return dict(chapter.FMA_TILED, FP8_DOT=False)
     if not fp8_dot:  # decode e4m3 to fp16 in registers: 16-bit tiles, as in W8A16
@@ -225,7 +221,7 @@ def decode_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
     """The decode kernel: all M rows (padded to 16) in one program, a strip of BLOCK_N columns."""
     fp8_dot = _fp8_dot(device)
     if device != "cuda":
-        return dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, FP8_DOT=fp8_dot, num_warps=4, num_stages=1)
+        return dict(chapter.INTERPRETER_DECODE, FP8_DOT=fp8_dot)
     # Graph-timed on the H200 (docs/perf-notes.md, 2026-12-01), fraction of copy at M = 1 / 16: 28672 x 8192 with
     # 128 x 256: 93 / 97; 8192 x 28672 with 64 x 1024, 8 warps: 97 / 97 (64 x 512: 90 / 99); 8192 x 8192 with
     # 64 x 512: 81 / 80 (64 x 256: 65 / 64). The fp16 path (no fp8 tensor cores) keeps its earlier tiles.
@@ -957,7 +953,7 @@ def block_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
     """BLOCK_K is the scale block (128) so each K step has one activation and one weight scale."""
     fp8_dot = _fp8_dot(device)
     if device != "cuda":
-        return dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=SCALE_BLOCK, FP8_DOT=fp8_dot, num_warps=4, num_stages=1)
+        return dict(chapter.INTERPRETER_TILED, BLOCK_K=SCALE_BLOCK, FP8_DOT=fp8_dot)
     if chapter.fma_dot(device):  # a T4: BLOCK_K stays the scale block, so a narrower tile (16 KB, not 64 KB)
         return dict(chapter.FMA_TILED, BLOCK_N=32, BLOCK_K=SCALE_BLOCK, FP8_DOT=False)
     if not fp8_dot:

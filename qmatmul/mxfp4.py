@@ -9,11 +9,12 @@ them as `mxfp4.<name>`.
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
 
-from qmatmul import chapter, checks, floor, plots, recorded
+from qmatmul import chapter, checks, floor, plots, recorded, widgets
 from qmatmul.chapter import ACT_DTYPES, gemm_config  # noqa: F401 - the notebook's names
 from qmatmul.checks import CheckFailed, Mistake
 from qmatmul.floor import bytes_moved_dense, flops  # noqa: F401 - the notebook's names
@@ -47,27 +48,16 @@ BANDWIDTH_THRESHOLD = 0.12
 
 def prepare(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, out: torch.Tensor | None = None):
     """Validate the inputs of an MXFP4 matmul with clear messages; allocate out if needed. Returns M, N, K, out."""
-    chapter.require_tensors(x=x, packed=packed, scales=scales)
-    M, K = chapter.require_activations(x)
-    chapter.require_codes("packed", packed, torch.uint8, "[N, K/2]")
-    N = packed.shape[0]
-    if K % BLOCK:
-        raise ValueError(f"K must be a multiple of {BLOCK} (one MX block), got K = {K}")
-    chapter.require_same_k("x", x, "packed", packed, "[N, K/2]", 2 * packed.shape[1])
-    if scales.dtype != torch.uint8 or tuple(scales.shape) != (N, K // BLOCK):
-        raise ValueError(
-            f"scales must be uint8 E8M0 codes of shape [N, K/32] = [{N}, {K // BLOCK}], got {scales.dtype} "
-            f"of shape {list(scales.shape)}"
-        )
-    chapter.require_one_device(x=x, packed=packed, scales=scales)
-    chapter.require_contiguous(packed=packed, scales=scales)
-    return M, N, K, chapter.output(out, M, N, x.dtype, x.device)
+    M, N, K = chapter.require_block_scaled(
+        x, packed, scales, block=BLOCK, block_name="MX", codes="E8M0 codes"
+    )
+    return M, N, K, chapter.placed(x, out, M, N, dict(packed=packed, scales=scales))
 
 
 def prefill_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
     """Tile sizes for the tiled kernel (BLOCK_K is a multiple of 32: whole MX blocks per step)."""
     if device != "cuda":
-        return dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=64, num_warps=4, num_stages=1)
+        return dict(chapter.INTERPRETER_TILED)
     if chapter.fma_dot(device):  # a T4: FMA tiles (qmatmul/chapter.py)
         return dict(chapter.FMA_TILED)
     big = M > 64
@@ -92,7 +82,7 @@ def _prefill_tiles(M: int) -> dict:
 def decode_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
     """Tile sizes for the decode kernel: all M rows (padded to 16) in one program, a strip of N."""
     if device != "cuda":
-        return dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=1)
+        return dict(chapter.INTERPRETER_DECODE)
     if chapter.fma_dot(device):
         # A T4: FMA tiles (qmatmul/chapter.py) with two scale blocks a step (divisible_k); 32 columns keep 64 of K
         # free of spills on sm_75 (128 columns spilled 196 registers, tools/sass.py).
@@ -191,20 +181,18 @@ def block_explorer():
     """Sliders: a block of 32 Gaussian weights (seed), one outlier's size, and the scale rule."""
     import ipywidgets as W
 
-    out = W.HTML()
-
-    def show(seed: int, outlier: float, rule: str) -> None:
+    def text(seed: int, outlier: float, rule: str) -> str:
         g = checks.generator(seed)
         v = torch.randn(BLOCK, generator=g) * 0.02
         v[5] = outlier * 0.02
-        out.value = "<pre>" + block_text(v, rule) + "</pre>"
+        return block_text(v, rule)
 
     seed = W.IntSlider(value=0, min=0, max=50, description="block")
     outlier = W.FloatSlider(value=3.5, min=-8, max=8, step=0.05, description="w[5] / 0.02")
     rule = W.ToggleButtons(options=["floor", "ceil"], description="scale rule")
-    W.interactive_output(show, {"seed": seed, "outlier": outlier, "rule": rule})
-    show(seed.value, outlier.value, rule.value)
-    return W.VBox([W.HBox([seed, outlier]), rule, out])
+    return W.VBox(
+        [W.HBox([seed, outlier]), rule, widgets.text_view(text, seed=seed, outlier=outlier, rule=rule)]
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -305,15 +293,22 @@ def random_problem(M: int, N: int, K: int, dtype, device: str, g: torch.Generato
 def _quantizer_inputs(g: torch.Generator, hidden: bool):
     if not hidden:
         return [random_weight(4, 64, g), adversarial_weight(8, 256, g), log2_weight()]
+    cases = hidden_weights(g, random_weight, adversarial_weight, block=BLOCK, k_blocks=(8, 12))
+    # A long row: more than 31 blocks, where a block count computed with a wrong divisor stops coinciding.
+    cases.append(random_weight(3, BLOCK * int(torch.randint(32, 48, (1,), generator=g)), g))
+    return cases
+
+
+def hidden_weights(g: torch.Generator, random_weight, adversarial_weight, *, block: int, k_blocks) -> list:
+    """The hidden quantizer inputs of a block-scaled format (MXFP4 and NVFP4): an adversarial weight in float32,
+    random ones in float16 and bfloat16, each N x K with N in 5..39 and K / block in range(*k_blocks)."""
     cases = []
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
         N = int(torch.randint(5, 40, (1,), generator=g))
-        K = BLOCK * int(torch.randint(8, 12, (1,), generator=g))
+        K = block * int(torch.randint(*k_blocks, (1,), generator=g))
         cases.append(
             adversarial_weight(N, K, g).to(dtype) if dtype == torch.float32 else random_weight(N, K, g, dtype)
         )
-    # A long row: more than 31 blocks, where a block count computed with a wrong divisor stops coinciding.
-    cases.append(random_weight(3, BLOCK * int(torch.randint(32, 48, (1,), generator=g)), g))
     return cases
 
 
@@ -497,13 +492,11 @@ def kernel_mistakes(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor)
     return out
 
 
-def _check_kernel(fn, what: str, shapes, **kw) -> None:
-    """chapter.check_kernel on this chapter's problems (random_problem), reference and known mistakes."""
-    chapter.check_kernel(
-        fn, what, shapes, names=("x", "packed", "scales"), reference=reference, mistakes=kernel_mistakes,
-        problem=lambda case, dtype, device, g, strided: random_problem(*case, dtype, device, g, strided=strided),
-        **kw,
-    )  # fmt: skip
+# chapter.check_kernel(fn, what, cases, **kw) on this chapter's problems, reference and known mistakes
+_check_kernel = functools.partial(
+    chapter.check_kernel, names=("x", "packed", "scales"), problem=random_problem,
+    reference=reference, mistakes=kernel_mistakes,
+)  # fmt: skip
 
 
 def prefill_shapes(g, device: str, hidden: bool, *, block: int, k_blocks, tail) -> list:

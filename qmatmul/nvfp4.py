@@ -9,9 +9,11 @@ and `gen` a torch.Generator.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
-from qmatmul import chapter, checks, floor, mxfp4, plots
+from qmatmul import chapter, checks, floor, mxfp4, plots, widgets
 from qmatmul.chapter import ACT_DTYPES, gemm_config  # noqa: F401 - the notebook's names
 from qmatmul.checks import CheckFailed, Mistake
 from qmatmul.formats import fp4
@@ -42,23 +44,12 @@ BANDWIDTH_THRESHOLD = 0.13
 
 def prepare(x, packed, scales, g, out=None):
     """Validate the inputs of an NVFP4 matmul with clear messages; allocate out if needed. Returns M, N, K, out."""
-    chapter.require_tensors(x=x, packed=packed, scales=scales, g=g)
-    M, K = chapter.require_activations(x)
-    chapter.require_codes("packed", packed, torch.uint8, "[N, K/2]")
-    N = packed.shape[0]
-    if K % BLOCK:
-        raise ValueError(f"K must be a multiple of {BLOCK} (one NVFP4 block), got K = {K}")
-    chapter.require_same_k("x", x, "packed", packed, "[N, K/2]", 2 * packed.shape[1])
-    if scales.dtype != torch.uint8 or tuple(scales.shape) != (N, K // BLOCK):
-        raise ValueError(
-            f"scales must be uint8 e4m3 bits of shape [N, K/16] = [{N}, {K // BLOCK}], got {scales.dtype} "
-            f"of shape {list(scales.shape)}"
-        )
+    M, N, K = chapter.require_block_scaled(
+        x, packed, scales, block=BLOCK, block_name="NVFP4", codes="e4m3 bits", g=g
+    )
     if g.dtype != torch.float32 or g.numel() != 1:
         raise ValueError(f"g must be a float32 tensor of one element, got {g.dtype} of shape {list(g.shape)}")
-    chapter.require_one_device(x=x, packed=packed, scales=scales, g=g)
-    chapter.require_contiguous(packed=packed, scales=scales)
-    return M, N, K, chapter.output(out, M, N, x.dtype, x.device)
+    return M, N, K, chapter.placed(x, out, M, N, dict(packed=packed, scales=scales), g=g)
 
 
 def prefill_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
@@ -130,18 +121,15 @@ def block_text(block_values, tensor_amax: float) -> str:
 def block_explorer():
     import ipywidgets as W
 
-    out = W.HTML()
-
-    def show(seed: int, block_scale: float, tensor_amax: float) -> None:
+    def text(seed: int, block_scale: float, tensor_amax: float) -> str:
         gen = checks.generator(seed)
         v = torch.randn(BLOCK, generator=gen) * 10**block_scale
-        out.value = "<pre>" + block_text(v, 10**tensor_amax) + "</pre>"
+        return block_text(v, 10**tensor_amax)
 
     seed = W.IntSlider(value=0, min=0, max=50, description="block")
     bs = W.FloatSlider(value=-2, min=-6, max=1, step=0.1, description="log10 block σ")
     ta = W.FloatSlider(value=-1, min=-4, max=3, step=0.1, description="log10 max|W|")
-    W.interactive_output(show, {"seed": seed, "block_scale": bs, "tensor_amax": ta})
-    show(seed.value, bs.value, ta.value)
+    out = widgets.text_view(text, seed=seed, block_scale=bs, tensor_amax=ta)
     return W.VBox([W.HBox([seed, bs, ta]), out])
 
 
@@ -214,16 +202,7 @@ def random_problem(M, N, K, dtype, device, gen, strided=False):
 def _quantizer_inputs(gen, hidden):
     if not hidden:
         return [random_weight(4, 64, gen), adversarial_weight(8, 128, gen), tie_weight()]
-    cases = []
-    for dtype in (torch.float32, torch.float16, torch.bfloat16):
-        N = int(torch.randint(5, 40, (1,), generator=gen))
-        K = BLOCK * int(torch.randint(4, 20, (1,), generator=gen))
-        cases.append(
-            adversarial_weight(N, K, gen).to(dtype)
-            if dtype == torch.float32
-            else random_weight(N, K, gen, dtype)
-        )
-    return cases
+    return mxfp4.hidden_weights(gen, random_weight, adversarial_weight, block=BLOCK, k_blocks=(4, 20))
 
 
 def _quantizer_mistakes(w):
@@ -338,13 +317,11 @@ def kernel_mistakes(x, packed, scales, g) -> list[Mistake]:
     return out
 
 
-def _check_kernel(fn, what: str, shapes, **kw) -> None:
-    """chapter.check_kernel on this chapter's problems (random_problem), reference and known mistakes."""
-    chapter.check_kernel(
-        fn, what, shapes, names=("x", "packed", "scales", "g"), reference=reference, mistakes=kernel_mistakes,
-        problem=lambda case, dtype, device, g, strided: random_problem(*case, dtype, device, g, strided=strided),
-        **kw,
-    )  # fmt: skip
+# chapter.check_kernel(fn, what, cases, **kw) on this chapter's problems, reference and known mistakes
+_check_kernel = functools.partial(
+    chapter.check_kernel, names=("x", "packed", "scales", "g"), problem=random_problem,
+    reference=reference, mistakes=kernel_mistakes,
+)  # fmt: skip
 
 
 def check_prefill(fn, *, hidden: bool = False, seed: int | None = None) -> None:

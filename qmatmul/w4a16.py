@@ -7,11 +7,12 @@ qmatmul/formats/w4a16.py; its names are re-exported here, where the notebook rea
 
 from __future__ import annotations
 
+import functools
 import inspect
 
 import torch
 
-from qmatmul import bench, chapter, checks, floor, plots, recorded
+from qmatmul import bench, chapter, checks, floor, plots, recorded, widgets
 from qmatmul.chapter import ACT_DTYPES, gemm_config  # noqa: F401 - the notebook's names
 from qmatmul.checks import CheckFailed, Mistake
 from qmatmul.floor import bytes_moved_dense, flops  # noqa: F401 - the notebook's names
@@ -77,15 +78,13 @@ def prepare(x, packed, scales, zeros, group_size, out=None):
             f"zeros must be uint8 of shape [N, K/G] = [{N}, {groups}], got {zeros.dtype} of shape "
             f"{list(zeros.shape)}"
         )
-    chapter.require_one_device(x=x, packed=packed, scales=scales, zeros=zeros)
-    chapter.require_contiguous(packed=packed, scales=scales, zeros=zeros)
-    return M, N, K, chapter.output(out, M, N, x.dtype, x.device)
+    return M, N, K, chapter.placed(x, out, M, N, dict(packed=packed, scales=scales, zeros=zeros))
 
 
 def prefill_config(M: int, N: int, K: int, group_size: int, device: str = "cuda") -> dict:
     """Tile sizes for the tiled kernel. BLOCK_K divides the group size: one scale and zero per K block."""
     if device != "cuda":
-        return dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=min(64, group_size), num_warps=4, num_stages=1)
+        return dict(chapter.INTERPRETER_TILED, BLOCK_K=min(64, group_size))
     if chapter.fma_dot(device):  # a T4: FMA tiles (qmatmul/chapter.py); BLOCK_K still divides the group size
         return dict(chapter.FMA_TILED, BLOCK_K=min(chapter.FMA_TILED["BLOCK_K"], group_size))
     big = M > 64
@@ -103,7 +102,7 @@ def decode_config(M: int, N: int, K: int, group_size: int, device: str = "cuda")
     """Tile sizes for the decode kernel: all M rows (padded to 16) in one program, a strip of N, one group
     of K per step."""
     if device != "cuda":
-        return dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=group_size, num_warps=4, num_stages=1)
+        return dict(chapter.INTERPRETER_DECODE, BLOCK_K=group_size)
     # Graph-timed on the H200 (docs/perf-notes.md, 2026-12-01), the tile read as it lies ([BLOCK_N, BLOCK_K/2]):
     # 32 columns, 4 warps, 4 stages reached 29 % of the copy bandwidth at 28672 x 8192 for M = 1 and 16 (16 columns:
     # 15 %; 128 columns with 8 warps: 22 %). The earlier [BLOCK_K/2, BLOCK_N] kernel's best was 25 / 16 %.
@@ -162,19 +161,15 @@ def nibble_explorer():
     """Sliders for the codes of elements 2i and 2i+1 (and a zero point): the byte they share, bit by bit."""
     import ipywidgets as W
 
-    out = W.HTML()
-
-    def show(even: int, odd: int, zero: int, scale: float) -> None:
+    def text(even: int, odd: int, zero: int, scale: float) -> str:
         c = nibble_code(even, odd)
-        out.value = (
-            "<pre>"
+        return (
             f"element 2i   code {even:>2} = {c['even (2i)']}        → low nibble  (bits 3..0)\n"
             f"element 2i+1 code {odd:>2} = {c['odd (2i+1)']}        → high nibble (bits 7..4)\n"
             f"byte = even | (odd << 4) = <b>{c['byte'][:4]}</b> {c['byte'][4:]}  = {c['byte value']}\n"
             f"unpack: byte & 0xF = {c['byte & 0xF']:>2}    byte >> 4 = {c['byte >> 4']:>2}\n"
             f"dequantized: (q - zero) · scale = {(even - zero) * scale:+.4f} and {(odd - zero) * scale:+.4f}\n"
             f"swapped nibbles would store {c['swapped (wrong) byte']}: element 2i would read back {odd}"
-            "</pre>"
         )
 
     even = W.IntSlider(value=3, min=0, max=15, description="code 2i")
@@ -183,9 +178,9 @@ def nibble_explorer():
     scale = W.FloatSlider(
         value=0.01, min=0.001, max=0.05, step=0.001, readout_format=".3f", description="scale"
     )
-    W.interactive_output(show, {"even": even, "odd": odd, "zero": zero, "scale": scale})
-    show(even.value, odd.value, zero.value, scale.value)
-    return W.VBox([even, odd, zero, scale, out])
+    return W.VBox(
+        [even, odd, zero, scale, widgets.text_view(text, even=even, odd=odd, zero=zero, scale=scale)]
+    )
 
 
 def error_against_group_size(w: torch.Tensor, quantize_fn, sizes=(32, 64, 128)):
@@ -469,13 +464,11 @@ def kernel_mistakes(x, packed, scales, zeros, G) -> list[Mistake]:
     return out
 
 
-def _check_kernel(fn, what: str, shapes, **kw) -> None:
-    """chapter.check_kernel on this chapter's problems (random_problem), reference and known mistakes."""
-    chapter.check_kernel(
-        fn, what, shapes, names=("x", "packed", "scales", "zeros"), reference=reference, mistakes=kernel_mistakes,
-        problem=lambda case, dtype, device, g, strided: random_problem(*case, dtype, device, g, strided=strided),
-        **kw,
-    )  # fmt: skip
+# chapter.check_kernel(fn, what, cases, **kw) on this chapter's problems, reference and known mistakes
+_check_kernel = functools.partial(
+    chapter.check_kernel, names=("x", "packed", "scales", "zeros"), problem=random_problem,
+    reference=reference, mistakes=kernel_mistakes,
+)  # fmt: skip
 
 
 def check_prefill(fn, *, hidden: bool = False, seed: int | None = None) -> None:

@@ -7,6 +7,8 @@ re-exported here, where the notebook reaches them as `w8a16.<name>`.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from qmatmul import chapter, checks, floor, recorded, traffic
@@ -46,15 +48,13 @@ def prepare(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, out: torch.Tensor
     chapter.require_same_k("x", x, "q", q, "[N, K]", q.shape[1])
     if s.dtype != torch.float32 or tuple(s.shape) != (N,):
         raise ValueError(f"s must be float32 of shape [N] = [{N}], got {s.dtype} of shape {list(s.shape)}")
-    chapter.require_one_device(x=x, q=q, s=s)
-    chapter.require_contiguous(q=q, s=s)
-    return M, N, K, chapter.output(out, M, N, x.dtype, x.device)
+    return M, N, K, chapter.placed(x, out, M, N, dict(q=q, s=s))
 
 
 def prefill_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
-    """Tile sizes for the tiled kernel. The interpreter prefers few, large programs."""
+    """Tile sizes for the tiled kernel."""
     if device != "cuda":
-        return dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=64, num_warps=4, num_stages=1)
+        return dict(chapter.INTERPRETER_TILED)
     if chapter.fma_dot(device):  # a T4: FMA tiles (qmatmul/chapter.py)
         return dict(chapter.FMA_TILED)
     big = M > 64
@@ -75,7 +75,7 @@ def prefill_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
 def decode_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
     """Tile sizes for the decode kernel: all M rows (padded to 16) in one program, a strip of N."""
     if device != "cuda":
-        return dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=1)
+        return dict(chapter.INTERPRETER_DECODE)
     if chapter.fma_dot(device):  # a T4: FMA tiles (qmatmul/chapter.py)
         return dict(chapter.FMA_DECODE)
     # Graph-timed on the H200 (docs/perf-notes.md, 2026-12-01), fraction of copy at M = 1 / 16: 28672 x 8192 with
@@ -283,13 +283,11 @@ def kernel_mistakes(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> list[M
     return out
 
 
-def _check_kernel(fn, what: str, shapes, **kw) -> None:
-    """chapter.check_kernel on this chapter's problems (random_problem), reference and known mistakes."""
-    chapter.check_kernel(
-        fn, what, shapes, names=("x", "q", "s"), reference=reference, mistakes=kernel_mistakes,
-        problem=lambda case, dtype, device, g, strided: random_problem(*case, dtype, device, g, strided=strided),
-        **kw,
-    )  # fmt: skip
+# chapter.check_kernel(fn, what, cases, **kw) on this chapter's problems, reference and known mistakes
+_check_kernel = functools.partial(
+    chapter.check_kernel, names=("x", "q", "s"), problem=random_problem,
+    reference=reference, mistakes=kernel_mistakes,
+)  # fmt: skip
 
 
 def check_prefill(fn, *, hidden: bool = False, seed: int | None = None) -> None:

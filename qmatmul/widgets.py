@@ -5,6 +5,21 @@ from __future__ import annotations
 from qmatmul import floor
 
 
+def text_view(text, **controls):
+    """An HTML view of text(**values) as preformatted text, drawn now and again whenever one of the controls (an
+    ipywidgets control per keyword of text) changes: what each explorer of the course shows under its controls."""
+    import ipywidgets as W
+
+    out = W.HTML()
+
+    def show(**values) -> None:
+        out.value = "<pre>" + text(**values) + "</pre>"
+
+    W.interactive_output(show, controls)
+    show(**{name: control.value for name, control in controls.items()})
+    return out
+
+
 def int8_code(w: float, amax: float) -> dict:
     """Everything the W8A16 explorer shows, for one weight w in a row whose largest magnitude is amax."""
     import torch
@@ -28,28 +43,22 @@ def int8_explorer():
     """Sliders for a weight and its row's max |w|: see the scale, the int8 code, its bits and the error."""
     import ipywidgets as W
 
-    out = W.HTML()
-
-    def show(w: float, amax: float) -> None:
+    def text(w: float, amax: float) -> str:
         c = int8_code(w, amax)
         clipped = " (clipped: |w| > max|w| cannot happen with the right scale)" if abs(w) > amax else ""
-        out.value = (
-            "<pre>"
+        return (
             f"scale s = max|w| / 127 = {c['scale']:.6g}\n"
             f"w / s               = {c['w / s']:.4f}\n"
             f"q = round(w / s)    = {c['q']:>4d}   bits {c['bits']} (two's complement){clipped}\n"
             f"q * s               = {c['dequantized']:.6g}\n"
             f"error               = {c['error']:+.3g}  ({c['error in steps']:+.3f} steps of s)"
-            "</pre>"
         )
 
     w = W.FloatSlider(value=0.0123, min=-0.1, max=0.1, step=0.0001, readout_format=".4f", description="w")
     amax = W.FloatSlider(
         value=0.05, min=0.001, max=0.1, step=0.0005, readout_format=".4f", description="max |w|"
     )
-    W.interactive_output(show, {"w": w, "amax": amax})
-    show(w.value, amax.value)
-    return W.VBox([w, amax, out])
+    return W.VBox([w, amax, text_view(text, w=w, amax=amax)])
 
 
 def layer_text(fmt: str, M: int, ceil, group_size: int = 128) -> str:
@@ -75,14 +84,10 @@ def roofline_explorer(ceil=None):
     import ipywidgets as W
 
     ceil = ceil or floor.recorded_ceilings()
-    out = W.HTML()
-
-    def show(fmt: str, M: int, group_size: int) -> None:
-        out.value = "<pre>" + layer_text(fmt, M, ceil, group_size) + "</pre>"
-
     fmt = W.Dropdown(options=list(floor.FORMATS), value="w8a16", description="format")
     m = W.SelectionSlider(options=[2**i for i in range(14)], value=1, description="M (tokens)")
     group = W.Dropdown(options=[32, 64, 128], value=128, description="W4A16 group")
-    W.interactive_output(show, {"fmt": fmt, "M": m, "group_size": group})
-    show(fmt.value, m.value, group.value)
+    out = text_view(
+        lambda fmt, M, group_size: layer_text(fmt, M, ceil, group_size), fmt=fmt, M=m, group_size=group
+    )
     return W.VBox([W.HBox([fmt, group]), m, out])
