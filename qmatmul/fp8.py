@@ -49,6 +49,17 @@ PREFILL_SHAPE = (4096, 8192, 8192)  # M, N, K
 # the solution and the naive dequantize-then-matmul path reach on the H200 (docs/bench-h200.json, quoted in course.md):
 # 57 % and 35 % graph-timed on 2026-12-02, after the solution began promoting its partial sums on Hopper (66 % before).
 PREFILL_THRESHOLD = 0.42
+# The names of the course package the learner's graded code may use (grader/static.py, course_problems).
+GIVEN = {
+    "qmatmul.fp8": {
+        "prepare",
+        "prepare_block",
+        "prefill_config",
+        "decode_config",
+        "block_config",
+        "SCALE_BLOCK",
+    }
+}
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -40,6 +40,18 @@ BANDWIDTH_MS = (1, 16)
 # solution reaches there, rounded down, and far above the naive path (the recorded figures: docs/bench-h200.json,
 # quoted in course.md; docs/perf-notes.md says why half).
 BANDWIDTH_THRESHOLD = 0.12
+# The names of the course package the learner's graded code may use (grader/static.py, course_problems).
+GIVEN = {
+    "qmatmul.mxfp4": {
+        "prepare",
+        "prefill_config",
+        "gemm_config",
+        "decode_config",
+        "divisible_k",
+        "dot_scaled_config",
+        "BLOCK",
+    }
+}
 
 
 # ----------------------------------------------------------------------------------------------------------

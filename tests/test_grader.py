@@ -1,8 +1,12 @@
 """The trusted grader's pieces: the worker runs the learner's code and only ever returns data; the trusted
 side mirrors what a call did, survives crashes and hangs, and reads the learner's source for escapes."""
 
+import ast
+
+import nbformat
 import pytest
 import torch
+from conftest import ROOT
 
 from qmatmul import checks
 from qmatmul.checks import CheckFailed
@@ -365,3 +369,55 @@ def test_timed_inputs_are_drawn_in_bounded_chunks_and_the_same_on_both_sides(cha
         codes = mod.timing_inputs(64, 64, checks.generator(3, "cpu"), 4)[0].view(torch.uint8)
         assert set((codes >> 3).unique().tolist()) == set(range(32))  # both signs, every exponent
         assert not torch.isnan(codes.view(torch.float8_e4m3fn).float()).any()
+
+
+_COURSE = "from qmatmul import checks, w8a16\nimport torch\n"
+_GIVEN = {"qmatmul.w8a16": {"prepare", "prefill_config", "decode_config", "QMAX"}}
+HANDED_OVER = {  # every way found to hand an exercise to the course's own answer or to an oracle library
+    "called": "def f(w):\n    return w8a16.quantize(w)\n",
+    "imported": "from qmatmul.formats.w8a16 import quantize as q\ndef f(w):\n    return q(w)\n",
+    "bound in a try": "try:\n    _q = w8a16.quantize\nexcept Exception:\n    pass\ndef f(w):\n    return _q(w)\n",
+    "bound by a for": "for _q in [w8a16.quantize]:\n    pass\ndef f(w):\n    return _q(w)\n",
+    "the module as a value": "m = w8a16\ndef f(w):\n    return m.quantize(w)\n",
+    "getattr": "def f(w):\n    return getattr(w8a16, 'quantize')(w)\n",
+    "qualified": "import qmatmul\ndef f(w):\n    return qmatmul.w8a16.quantize(w)\n",
+    "a default argument": "def f(w, _q=w8a16.quantize):\n    return _q(w)\n",
+    "torchao": "def f(w):\n    from torchao.prototype.mx_formats.mx_tensor import to_mx\n    return to_mx(w)\n",
+    "exec": "exec('R = 1')\ndef f(w):\n    return R(w)\n",
+}
+OWN_WORK = {  # what the chapter gives, and names of the course a graded function never reaches
+    "given": "def f(x, q, s, out=None):\n    M, N, K, out = w8a16.prepare(x, q, s, out)\n    return w8a16.decode_config(M, N, K)\n",
+    "given, imported": "from qmatmul.w8a16 import prepare\nimport qmatmul\ndef f(x, q, s, out=None):\n    qmatmul.w8a16.prepare(x, q, s, out)\n    return prepare(x, q, s, out)[3]\n",
+    "the reference, unreached": "ref = w8a16.quantize\ndef f(w):\n    return w.abs()\n",
+    "setattr by a computed name": "def f(m, n):\n    setattr(m, n, 1)\n",
+}
+
+
+@pytest.mark.parametrize("how", HANDED_OVER)
+def test_a_graded_function_may_not_hand_its_work_to_the_course(how):
+    """The course package is installed beside the learner's code, references and all: static.course_problems
+    reads, from the submitted source, whether a graded function reaches any of it beyond the chapter's GIVEN."""
+    src = static.parse([("imports", _COURSE, False), ("ex1", HANDED_OVER[how], True)])
+    problems = static.course_problems(src, "f", _GIVEN)
+    assert problems and "ex1" in problems[0], problems
+
+
+@pytest.mark.parametrize("how", OWN_WORK)
+def test_what_the_chapter_gives_costs_nothing(how):
+    src = static.parse([("imports", _COURSE, False), ("ex1", OWN_WORK[how], True)])
+    assert static.course_problems(src, "f", _GIVEN) == []
+
+
+def test_every_chapter_gives_what_its_solution_uses():
+    """The solutions themselves reach nothing of the course beyond their chapter's GIVEN."""
+    for chapter in ("roofline", "w8a16", "w4a16", "fp8", "mxfp4", "nvfp4", "capstone"):
+        cells = notebook.cells_of(
+            nbformat.read(ROOT / "solutions" / chapter / f"{chapter}.ipynb", as_version=4)
+        )
+        given = trusted.given(trusted.trusted_namespace(cells))
+        src = trusted.learner_source(cells)
+        for cell in notebook.tests(cells):
+            for name in {n.id for n in ast.walk(ast.parse(cell.source)) if isinstance(n, ast.Name)} & set(
+                src.defs
+            ):
+                assert static.course_problems(src, name, given) == [], (chapter, name)

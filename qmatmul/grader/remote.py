@@ -60,9 +60,11 @@ def _unsupported(type_name: str) -> RemoteObject:
 class Worker:
     """One untrusted process per notebook: it runs `program` (label, source pairs) and then serves calls."""
 
-    def __init__(self, program, *, source=None, cwd=None, wrap=(), env=None, timeout: float = 240.0,
+    def __init__(self, program, *, source=None, given=None, cwd=None, wrap=(), env=None, timeout: float = 240.0,
                  start_timeout: float = 300.0):  # fmt: skip
         self.program, self.source, self.cwd = list(program), source, cwd
+        self.given = given or {}  # module -> names the chapter hands the learner (static.course_problems)
+        self._own_work: dict[str, list[str]] = {}
         self.wrap, self.env = list(wrap), env
         self.timeout, self.start_timeout = timeout, start_timeout
         self.proc = None
@@ -234,11 +236,22 @@ class Worker:
                                unfilled=bool(reply.get("unfilled")), where=reply.get("where", ""),
                                compile_summary=reply.get("compile_summary", ""))  # fmt: skip
 
+    def require_own_work(self, name: str, what: str) -> None:
+        """Fail the cell when the learner's `name`, read from the submitted source, hands its work to the course's
+        own answers or to a library that computes them (static.course_problems)."""
+        if self.source is None:
+            return
+        if name not in self._own_work:
+            self._own_work[name] = static.course_problems(self.source, name, self.given)
+        if self._own_work[name]:
+            raise CheckFailed(f"{what} earns nothing: " + "; ".join(self._own_work[name][:3]))
+
     def call(self, name: str, args, kwargs, *, grid=None, audit: bool = False, what: str | None = None,
              driver: str | None = None):  # fmt: skip
         """Run name(*args, **kwargs) (or name[grid](...), or driver(name, *args, **kwargs) with driver a course
         function "qmatmul.module:function") in the worker. Returns (result, ops, outside)."""
         what = what or name
+        self.require_own_work(name, what)
         token = secrets.token_hex(8)
         args_path, result_path = self.dir / f"args-{token}.pt", self.dir / f"result-{token}.pt"
         torch.save((list(args), dict(kwargs)), args_path)

@@ -50,6 +50,8 @@ COURSE_PATHS = {
     "naive": "the naive dequantize-then-matmul path", "reference": "the grading reference",
     "dequantize": "a full dequantization of the weights", "scaled_mm": "torch._scaled_mm",
 }  # fmt: skip
+# Libraries that compute a course format's answer in one call (the tests' own oracles): no exercise uses them.
+ANSWER_LIBRARIES = {"torchao", "ml_dtypes"}
 READS_VALUES = {"tolist", "item", "numpy", "from_numpy", "frombuffer"}
 HOST_MODULES = {"numpy", "np", "math_np", "scipy"}
 
@@ -60,6 +62,9 @@ class Finding:
     line: int
     code: str
     what: str
+    reads: bool = (
+        True  # False for setattr/delattr/hasattr by a computed name: they cannot fetch a hidden answer
+    )
 
     def describe(self) -> str:
         return f"cell {self.cell}, line {self.line}: `{self.code}` ({self.what})"
@@ -75,6 +80,7 @@ class Source:
     modules: dict = field(default_factory=dict)  # alias -> module name, from the cells' imports
     escapes: list = field(default_factory=list)  # Findings in the learner's own cells
     unparsable: list = field(default_factory=list)  # labels of cells that are not Python
+    learners: set = field(default_factory=set)  # labels of the learner's own cells
 
 
 def _python(src: str) -> str:
@@ -115,6 +121,8 @@ def parse(cells: list[tuple[str, str, bool]]) -> Source:
                 out.unparsable.append(label)
             continue
         out.cells.append((label, py, tree))
+        if learners:
+            out.learners.add(label)
         for node in tree.body:
             names = []
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -124,6 +132,8 @@ def parse(cells: list[tuple[str, str, bool]]) -> Source:
             elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 names = [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+            elif not isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = sorted(_bound(node))  # for, while, if, try, with: whatever they bind, as they run
             for n in names:
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                     out.defs[n] = [(label, node)]  # a later def replaces an earlier one, as when it runs
@@ -143,6 +153,25 @@ def parse(cells: list[tuple[str, str, bool]]) -> Source:
     return out
 
 
+def _bound(node: ast.AST) -> set[str]:
+    """Names a compound top-level statement binds anywhere inside it (loop targets, `as` names, assignments,
+    definitions, imports), but not inside the functions and classes it defines."""
+    names, todo = set(), [node]
+    while todo:
+        n = todo.pop()
+        if n is not node and isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(n.name)
+            continue
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            names.add(n.id)
+        elif isinstance(n, ast.ExceptHandler) and n.name:
+            names.add(n.name)
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in n.names)
+        todo.extend(ast.iter_child_nodes(n))
+    return names
+
+
 def _root(node: ast.AST) -> str | None:
     while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
         node = node.value if not isinstance(node, ast.Call) else node.func
@@ -160,14 +189,17 @@ def _escapes(label: str, src: str, tree: ast.Module, known: dict) -> list[Findin
             for a in node.names:
                 module_aliases[a.asname or a.name] = f"{node.module}.{a.name}"
 
-    def add(node, what):
-        found.append(Finding(label, getattr(node, "lineno", 0), _line(src, node), what))
+    def add(node, what, reads=True):
+        found.append(Finding(label, getattr(node, "lineno", 0), _line(src, node), what, reads))
 
     for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
             if isinstance(node, ast.ImportFrom):
                 mods += [f"{node.module}.{a.name}" for a in node.names]
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "qmatmul":
+                if any(a.name == "*" for a in node.names):
+                    add(node, f"imports every name of {node.module}")
             for m in mods:
                 parts = set(m.split("."))
                 if parts & ESCAPE_MODULES or parts & {"_C", "cpp_extension", "_python_dispatch", "library"}:
@@ -179,7 +211,11 @@ def _escapes(label: str, src: str, tree: ast.Module, known: dict) -> list[Findin
             elif node.func.id in NAME_CALLS and (
                 len(node.args) < 2 or not isinstance(node.args[1], ast.Constant)
             ):
-                add(node, f"{node.func.id}() with an attribute name that is not written out")
+                add(
+                    node,
+                    f"{node.func.id}() with an attribute name that is not written out",
+                    node.func.id == "getattr",
+                )
         elif isinstance(node, ast.Attribute):
             base = _root(node)
             mod = module_aliases.get(base, base)
@@ -255,4 +291,63 @@ def own_kernel_problems(src: Source, name: str) -> list[str]:
                 problems.append(f"it computes with numpy: {line}")
     if not launches:
         problems.insert(0, f"{name} launches no @triton.jit kernel defined in the notebook")
+    return sorted(set(problems), key=problems.index)
+
+
+def _chain(node: ast.AST, parents: dict) -> tuple[ast.AST, list[str]]:
+    """The outermost attribute access a name starts (`w8a16.prepare` for the name `w8a16`) and its attributes."""
+    attrs = []
+    while isinstance(parents.get(node), ast.Attribute) and parents[node].value is node:
+        node = parents[node]
+        attrs.append(node.attr)
+    return node, attrs
+
+
+def _given(path: list[str], given: dict) -> bool:
+    """Does the dotted path pass through a name the chapter gives (a prefix module and its next part)?"""
+    return any(path[i] in given.get(".".join(path[:i]), ()) for i in range(1, len(path)))
+
+
+def course_problems(src: Source, name: str, given: dict) -> list[str]:
+    """Why `name` does not do the exercise's work itself ([] when it does): the learner's code it reaches uses the
+    course package beyond what the chapter gives, or a library that computes a format's answer in one call.
+
+    given: module -> the names of it that the chapter hands the learner (`prepare`, the launch configurations;
+    each chapter module's GIVEN). Everything else of `qmatmul` (the quantizers, the references, the byte models)
+    is what the exercises ask for. A course module used as a value (passed, stored, given to getattr) counts too:
+    what it reaches cannot be read. So does any construct that could fetch such a name unseen (exec, sys.modules,
+    __globals__, getattr by a computed name: the escapes that read)."""
+    if name not in src.defs:
+        return []
+    nodes, _ = _reached(src, name)
+    text = dict((label, s) for label, s, _ in src.cells)
+    problems = []
+    hiding = [f for f in src.escapes if f.reads]
+    if hiding:  # exec, sys.modules, __globals__, ...: any of them reaches what this reading cannot see
+        shown = "; ".join(f.describe() for f in hiding[:3])
+        more = f" and {len(hiding) - 3} more" if len(hiding) > 3 else ""
+        problems.append(f"your notebook uses constructs that could hide where its answers come from ({shown}{more}): "
+                        "graded cells earn nothing while they are there; flagged for your instructor")  # fmt: skip
+    for label, node in nodes:
+        if label not in src.learners:
+            continue  # the release's own cells
+        parents = {child: parent for parent in ast.walk(node) for child in ast.iter_child_nodes(parent)}
+        for sub in ast.walk(node):
+            if (
+                not isinstance(sub, ast.Name)
+                or not isinstance(sub.ctx, ast.Load)
+                or sub.id not in src.modules
+            ):
+                continue
+            path = src.modules[sub.id].split(".")
+            outer, attrs = _chain(sub, parents)
+            line = f"`{_line(text[label], sub)}` (cell {label})"
+            used = ".".join([sub.id, *attrs])
+            full = ".".join(path + attrs)
+            what = used if used == full else f"{used} ({full})"
+            if path[0] in ANSWER_LIBRARIES:
+                problems.append(f"it uses {what}, which computes the answer for you: {line}")
+            elif path[0] == "qmatmul" and not _given(path + attrs, given):
+                problems.append(f"it uses {what} of the course package, which the chapter does not give you: the "
+                                f"exercise is to write it yourself: {line}")  # fmt: skip
     return sorted(set(problems), key=problems.index)
