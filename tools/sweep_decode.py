@@ -407,6 +407,15 @@ def fp4_launcher(kernel_kind, sol, mod, cfg, split, nv):
 # Counts compiled by triton 3.9 here (tools/sass.py --sweep); triton 3.6, the H200's, counts within 0.5 of them
 # (W4A16 3.9-4.6, MXFP4 4.9-5.6, NVFP4 5.4-6.2) and spills 10 in W4A16's 128-column, 2-warp lanes tile only.
 W4_WORDS = [
+    # Second GPU round (after the first put lanes at 128 x 128, 4 warps, split 4 best: 39 / 36 / 31 %, short of
+    # the SASS prediction): deeper pipelines and more warps, since the count no longer limits. BLOCK_K stays one
+    # group (one scale vector a step).
+    ("lanes", 128, 128, 4, 4, (2, 4)),
+    ("lanes", 128, 128, 4, 6, (2, 4)),
+    ("lanes", 64, 128, 4, 6, (2, 4)),
+    ("lanes", 128, 128, 8, 4, (2, 4)),
+    ("lanes", 256, 128, 8, 3, (2, 4)),
+    ("lanes-swap", 128, 128, 4, 4, (4,)),
     ("lanes-swap", 128, 128, 2, 3, (1, 2, 4)),  # 3.67
     ("lanes", 128, 128, 2, 3, (1, 2, 4)),  # 3.80
     ("lanes-swap", 128, 128, 4, 3, (1, 2, 4)),  # 3.90, wgmma
@@ -418,6 +427,15 @@ W4_WORDS = [
     ("words", 64, 128, 2, 4, (1, 2)),  # 5.97
 ]
 FP4_WORDS = [  # SASS a weight, MXFP4 / NVFP4
+    # Second GPU round (the first's best: lanes 64 x 256, 4 warps, 3 stages, split 2: 42 / 40 / 33 % MXFP4):
+    # deeper pipelines and longer K steps.
+    ("lanes", 64, 256, 4, 4, (1, 2, 4)),
+    ("lanes", 64, 256, 4, 5, (2, 4)),
+    ("lanes", 64, 512, 4, 3, (1, 2, 4)),
+    ("lanes", 32, 512, 4, 4, (1, 2, 4)),
+    ("lanes", 128, 256, 4, 3, (2, 4)),
+    ("lanes", 128, 256, 8, 3, (2, 4)),
+    ("lanes", 64, 256, 8, 4, (2, 4)),
     ("lanes", 128, 128, 2, 4, (1, 2, 4)),  # 5.08 / 5.66
     ("lanes-swap", 128, 128, 2, 4, (1, 2, 4)),  # 4.84 / 5.41
     ("lanes", 128, 128, 4, 4, (1, 2)),  # 5.38 / 5.74
