@@ -229,8 +229,23 @@ def test_quantize_model_mistakes_are_named(sol):
     def wrong_format(model, fmt):
         return sol.quantize_model(model, "fp8")
 
+    def dense_matmul(self, x):  # right numbers, no kernel of the format (the demo's torch_matmul did this)
+        w = capstone.dequantized(self.fmt, _stored(self)).to(x.device)
+        y = torch.nn.functional.linear(x.float(), w)
+        return (y + self.bias if self.bias is not None else y).to(x.dtype)
+
+    dense = _variant(sol, dense_matmul)
+
+    def no_kernels(model, fmt):
+        for name, m in list(model.named_modules()):
+            if isinstance(m, torch.nn.Linear):
+                parent, _, child = name.rpartition(".")
+                (model.get_submodule(parent) if parent else model).register_module(child, dense(m, fmt))
+        return model
+
     cases = [
         (children_only, "replaced 0 of the model's 37 nn.Linear layers"),
+        (no_kernels, "called the format's kernels 0 times"),
         (skips_pooler, "replaced 36 of the model's 37.*still nn.Linear: pooler.dense"),
         (lambda model, fmt: (sol.quantize_model(model, fmt), None)[1], "returned None"),
         (

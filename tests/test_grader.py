@@ -384,12 +384,19 @@ HANDED_OVER = {  # every way found to hand an exercise to the course's own answe
     "a default argument": "def f(w, _q=w8a16.quantize):\n    return _q(w)\n",
     "torchao": "def f(w):\n    from torchao.prototype.mx_formats.mx_tensor import to_mx\n    return to_mx(w)\n",
     "exec": "exec('R = 1')\ndef f(w):\n    return R(w)\n",
+    "globals": "globals()['R'] = 1\ndef f(w):\n    return R(w)\n",
+    "sys.modules": "import sys\ndef f(w):\n    return sys.modules['qmatmul.w8a16'].quantize(w)\n",
+    "a module attribute rebound": "torch.abs = w8a16.quantize\ndef f(w):\n    return torch.abs(w)\n",
+    "setattr on a module": "_q = w8a16.quantize\nsetattr(torch, 'abs', _q)\ndef f(w):\n    return torch.abs(w)\n",
 }
 OWN_WORK = {  # what the chapter gives, and names of the course a graded function never reaches
     "given": "def f(x, q, s, out=None):\n    M, N, K, out = w8a16.prepare(x, q, s, out)\n    return w8a16.decode_config(M, N, K)\n",
     "given, imported": "from qmatmul.w8a16 import prepare\nimport qmatmul\ndef f(x, q, s, out=None):\n    qmatmul.w8a16.prepare(x, q, s, out)\n    return prepare(x, q, s, out)[3]\n",
     "the reference, unreached": "ref = w8a16.quantize\ndef f(w):\n    return w.abs()\n",
     "setattr by a computed name": "def f(m, n):\n    setattr(m, n, 1)\n",
+    "a rebinding elsewhere, not to an answer": "checks.fresh_seed = lambda: 1\ndef f(w):\n    return w.abs()\n",
+    "an escape elsewhere": "import threading\ndef f(w):\n    return w.abs()\n",
+    "locals of every kind": "def f(w, *a, k=1, **kw):\n    try:\n        y = [v for v in w]\n    except ValueError as e:\n        raise e\n    def g(t):\n        return t\n    return g(y), a, k, kw\n",
 }
 
 
@@ -398,14 +405,14 @@ def test_a_graded_function_may_not_hand_its_work_to_the_course(how):
     """The course package is installed beside the learner's code, references and all: static.course_problems
     reads, from the submitted source, whether a graded function reaches any of it beyond the chapter's GIVEN."""
     src = static.parse([("imports", _COURSE, False), ("ex1", HANDED_OVER[how], True)])
-    problems = static.course_problems(src, "f", _GIVEN)
+    problems = static.course_problems(src, "f", _GIVEN, {"torch", "w8a16", "checks"})
     assert problems and "ex1" in problems[0], problems
 
 
 @pytest.mark.parametrize("how", OWN_WORK)
 def test_what_the_chapter_gives_costs_nothing(how):
     src = static.parse([("imports", _COURSE, False), ("ex1", OWN_WORK[how], True)])
-    assert static.course_problems(src, "f", _GIVEN) == []
+    assert static.course_problems(src, "f", _GIVEN, {"torch", "w8a16", "checks"}) == []
 
 
 def test_every_chapter_gives_what_its_solution_uses():
@@ -414,10 +421,29 @@ def test_every_chapter_gives_what_its_solution_uses():
         cells = notebook.cells_of(
             nbformat.read(ROOT / "solutions" / chapter / f"{chapter}.ipynb", as_version=4)
         )
-        given = trusted.given(trusted.trusted_namespace(cells))
+        ns = trusted.trusted_namespace(cells)
+        given = static.given(ns)
         src = trusted.learner_source(cells)
         for cell in notebook.tests(cells):
             for name in {n.id for n in ast.walk(ast.parse(cell.source)) if isinstance(n, ast.Name)} & set(
                 src.defs
             ):
-                assert static.course_problems(src, name, given) == [], (chapter, name)
+                assert static.course_problems(src, name, given, set(ns)) == [], (chapter, name)
+
+
+def test_the_learners_notebook_says_so_too():
+    """In the learner's own notebook the visible checks read the executed cells the same way, so a quantizer that
+    returns the course's answer fails there too, not only when graded."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    try:
+        for cell in ("from qmatmul import w8a16", "def mine(w):\n    return w8a16.quantize(w)\n",
+                     "def own(w):\n    return w.abs(), w.abs()\n"):  # fmt: skip
+            shell.run_cell(cell, store_history=True)
+        with pytest.raises(CheckFailed, match=r"mine earns nothing: it uses w8a16.quantize"):
+            checks.call_learner(shell.user_ns["mine"], torch.ones(2, 2), what="mine")
+        assert checks.call_learner(shell.user_ns["own"], torch.ones(2, 2), what="own")[0].shape == (2, 2)
+    finally:
+        InteractiveShell.clear_instance()
+        checks._NOTEBOOK_SOURCE[:] = [None, None]

@@ -60,10 +60,11 @@ def _unsupported(type_name: str) -> RemoteObject:
 class Worker:
     """One untrusted process per notebook: it runs `program` (label, source pairs) and then serves calls."""
 
-    def __init__(self, program, *, source=None, given=None, cwd=None, wrap=(), env=None, timeout: float = 240.0,
-                 start_timeout: float = 300.0):  # fmt: skip
+    def __init__(self, program, *, source=None, given=None, known=(), cwd=None, wrap=(), env=None,
+                 timeout: float = 240.0, start_timeout: float = 300.0):  # fmt: skip
         self.program, self.source, self.cwd = list(program), source, cwd
-        self.given = given or {}  # module -> names the chapter hands the learner (static.course_problems)
+        # static.course_problems: module -> the names the chapter hands the learner; the release's namespace
+        self.given, self.known = given or {}, set(known)
         self._own_work: dict[str, list[str]] = {}
         self.wrap, self.env = list(wrap), env
         self.timeout, self.start_timeout = timeout, start_timeout
@@ -242,9 +243,9 @@ class Worker:
         if self.source is None:
             return
         if name not in self._own_work:
-            self._own_work[name] = static.course_problems(self.source, name, self.given)
+            self._own_work[name] = static.course_problems(self.source, name, self.given, self.known)
         if self._own_work[name]:
-            raise CheckFailed(f"{what} earns nothing: " + "; ".join(self._own_work[name][:3]))
+            raise checks.own_work_failure(what, self._own_work[name])
 
     def call(self, name: str, args, kwargs, *, grid=None, audit: bool = False, what: str | None = None,
              driver: str | None = None):  # fmt: skip

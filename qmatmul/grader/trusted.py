@@ -10,7 +10,6 @@ import builtins
 import contextlib
 import io
 import time
-import types
 from dataclasses import dataclass
 
 from qmatmul import checks, environment, gpulock
@@ -54,18 +53,6 @@ def learner_source(cells: list[notebook.Cell], overrides: dict | None = None) ->
     return static.parse([(label, src, label in learners) for label, src in program])
 
 
-def given(ns: dict) -> dict[str, set[str]]:
-    """What the chapter hands the learner's code of the course package: the GIVEN of each module the release's
-    cells import (module -> names); the rest of `qmatmul` is the exercises' answers (static.course_problems)."""
-    out: dict[str, set[str]] = {}
-    for value in ns.values():
-        for module, names in (
-            getattr(value, "GIVEN", {}).items() if isinstance(value, types.ModuleType) else ()
-        ):
-            out.setdefault(module, set()).update(names)
-    return out
-
-
 def _names(src: str) -> set[str]:
     try:
         tree = ast.parse(src)
@@ -90,7 +77,8 @@ def grade(cells: list[notebook.Cell], *, cwd=None, wrap=(), env=None, timeout: f
 
 def _grade(cells, *, cwd, wrap, env, timeout, overrides, only, log) -> list[Verdict]:
     ns = trusted_namespace(cells)
-    worker = Worker(notebook.program(cells, overrides), source=learner_source(cells, overrides), given=given(ns),
+    worker = Worker(notebook.program(cells, overrides), source=learner_source(cells, overrides), given=static.given(ns),
+                    known=set(ns),
                     cwd=cwd, wrap=wrap, env=env, timeout=timeout)  # fmt: skip
     verdicts = []
     try:
