@@ -384,6 +384,7 @@ HANDED_OVER = {  # every way found to hand an exercise to the course's own answe
     "a default argument": "def f(w, _q=w8a16.quantize):\n    return _q(w)\n",
     "torchao": "def f(w):\n    from torchao.prototype.mx_formats.mx_tensor import to_mx\n    return to_mx(w)\n",
     "exec": "exec('R = 1')\ndef f(w):\n    return R(w)\n",
+    "a star import": "from qmatmul.formats.w8a16 import *\ndef f(w):\n    return quantize(w)\n",
     "globals": "globals()['R'] = 1\ndef f(w):\n    return R(w)\n",
     "sys.modules": "import sys\ndef f(w):\n    return sys.modules['qmatmul.w8a16'].quantize(w)\n",
     "a module attribute rebound": "torch.abs = w8a16.quantize\ndef f(w):\n    return torch.abs(w)\n",
@@ -396,6 +397,10 @@ OWN_WORK = {  # what the chapter gives, and names of the course a graded functio
     "setattr by a computed name": "def f(m, n):\n    setattr(m, n, 1)\n",
     "a rebinding elsewhere, not to an answer": "checks.fresh_seed = lambda: 1\ndef f(w):\n    return w.abs()\n",
     "an escape elsewhere": "import threading\ndef f(w):\n    return w.abs()\n",
+    "a global set elsewhere": "def setup():\n    global CFG\n    CFG = 2\nsetup()\ndef f(w):\n    return w * CFG\n",
+    "a star import": "from math import *\ndef f(w):\n    return w * pi\n",
+    "an import inside": "def f(w):\n    import math\n    return w * math.pi\n",
+    "a match": "def f(w):\n    match w.shape:\n        case (n, *rest):\n            return n, rest\n",
     "locals of every kind": "def f(w, *a, k=1, **kw):\n    try:\n        y = [v for v in w]\n    except ValueError as e:\n        raise e\n    def g(t):\n        return t\n    return g(y), a, k, kw\n",
 }
 

@@ -87,6 +87,9 @@ class Source:
     escapes: list = field(default_factory=list)  # Findings in the learner's own cells
     unparsable: list = field(default_factory=list)  # labels of cells that are not Python
     learners: set = field(default_factory=set)  # labels of the learner's own cells
+    globals: set = field(default_factory=set)  # names a function declares `global` (it may bind them)
+    star_imports: bool = False  # a cell imports `*` from a module
+    course_stars: list = field(default_factory=list)  # (label, line) of each `from qmatmul... import *`
 
 
 def _python(src: str) -> str:
@@ -154,6 +157,11 @@ def parse(cells: list[tuple[str, str, bool]]) -> Source:
             elif isinstance(node, ast.ImportFrom) and node.module:
                 for a in node.names:
                     out.modules[a.asname or a.name] = f"{node.module}.{a.name}"
+                    out.star_imports |= a.name == "*"
+                    if a.name == "*" and node.module.split(".")[0] == "qmatmul" and learners:
+                        out.course_stars.append((label, node.lineno))
+            elif isinstance(node, ast.Global):
+                out.globals.update(node.names)
         if learners:
             out.escapes += _escapes(label, py, tree, out.modules)
     return out
@@ -388,13 +396,20 @@ def _unbound(src: Source, label: str, node: ast.AST, known: set) -> list[str]:
     """Names a learner's statement reads that nothing binds where this reading can see: not a local, a
     parameter, a notebook cell's binding, an import, a builtin or the release's namespace (exec, globals()
     and friends bind such names)."""
+    if src.star_imports:
+        return []  # `from math import *` binds names this reading cannot list
+    defs = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
     local = {a.arg for a in ast.walk(node) if isinstance(a, ast.arg)}
-    local |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
-    local |= {h.name for h in ast.walk(node) if isinstance(h, ast.ExceptHandler) and h.name}
-    local |= {
-        d.name for d in ast.walk(node) if isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-    }
-    bound = local | set(src.defs) | set(src.modules) | set(dir(builtins)) | _IPYTHON_NAMES | known
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
+            local.add(n.id)
+        elif isinstance(n, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar, *defs)) and n.name:
+            local.add(n.name)
+        elif isinstance(n, ast.MatchMapping) and n.rest:
+            local.add(n.rest)
+    bound = (
+        local | set(src.defs) | set(src.modules) | src.globals | set(dir(builtins)) | _IPYTHON_NAMES | known
+    )
     text = dict((lbl, s) for lbl, s, _ in src.cells)[label]
     return [f"it uses {n.id}, which no cell binds where the grader can read it (exec? globals()?): "
             f"`{_line(text, n)}` (cell {label})"
@@ -427,4 +442,6 @@ def course_problems(src: Source, name: str, given: dict, known: set = frozenset(
     for label, node in nodes:
         problems += _course_uses(src, label, node, given) + _unbound(src, label, node, set(known))
     problems += _rebound_to_answers(src, given)
+    problems += [f"cell {label}, line {line} imports every name of a course module, the answers among them"
+                 for label, line in src.course_stars]  # fmt: skip
     return sorted(set(problems), key=problems.index)
