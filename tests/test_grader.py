@@ -434,21 +434,3 @@ def test_every_chapter_gives_what_its_solution_uses():
                 src.defs
             ):
                 assert static.course_problems(src, name, given, set(ns)) == [], (chapter, name)
-
-
-def test_the_learners_notebook_says_so_too():
-    """In the learner's own notebook the visible checks read the executed cells the same way, so a quantizer that
-    returns the course's answer fails there too, not only when graded."""
-    from IPython.core.interactiveshell import InteractiveShell
-
-    shell = InteractiveShell.instance()
-    try:
-        for cell in ("from qmatmul import w8a16", "def mine(w):\n    return w8a16.quantize(w)\n",
-                     "def own(w):\n    return w.abs(), w.abs()\n"):  # fmt: skip
-            shell.run_cell(cell, store_history=True)
-        with pytest.raises(CheckFailed, match=r"mine earns nothing: it uses w8a16.quantize"):
-            checks.call_learner(shell.user_ns["mine"], torch.ones(2, 2), what="mine")
-        assert checks.call_learner(shell.user_ns["own"], torch.ones(2, 2), what="own")[0].shape == (2, 2)
-    finally:
-        InteractiveShell.clear_instance()
-        checks._NOTEBOOK_SOURCE[:] = [None, None]
