@@ -333,6 +333,46 @@ def given(namespace: dict) -> dict[str, set[str]]:
     return out
 
 
+def _global_loads(node: ast.AST, local: frozenset = frozenset()) -> set[str]:
+    """The names a statement reads from the module's namespace: not a function's parameters or the names it
+    assigns (unless it declares them global). Decorators and defaults are read where the function is defined."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        outer = [*getattr(node, "decorator_list", []), *node.args.defaults, *node.args.kw_defaults]
+        if getattr(node, "returns", None) is not None:
+            outer.append(node.returns)
+        found = set().union(*(_global_loads(n, local) for n in outer if n is not None))
+        declared = {g for n in ast.walk(node) if isinstance(n, ast.Global) for g in n.names}
+        inner = {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)}
+        body = node.body if isinstance(node.body, list) else [node.body]
+        for stmt in body:
+            inner |= {
+                n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)
+            }
+        scope = frozenset((local | inner) - declared)
+        for stmt in body:
+            found |= _global_loads(stmt, scope)
+        return found
+    if isinstance(node, ast.Name):
+        return {node.id} if isinstance(node.ctx, ast.Load) and node.id not in local else set()
+    return set().union(*(_global_loads(c, local) for c in ast.iter_child_nodes(node)))
+
+
+def _reached_globals(src: Source, name: str) -> list[tuple[str, ast.AST]]:
+    """_reached, following only the names a statement reads from the module's namespace: a scratch line
+    `q, s = w8a16.quantize(w)` beside a function whose own q and s are locals is not reached."""
+    seen, todo, nodes = set(), [name], []
+    while todo:
+        n = todo.pop()
+        if n in seen or n not in src.defs:
+            continue
+        seen.add(n)
+        for label, node in src.defs[n]:
+            nodes.append((label, node))
+            if n not in src.jit:
+                todo += [g for g in _global_loads(node) if g in src.defs and g not in seen]
+    return nodes
+
+
 def _course_uses(src: Source, label: str, node: ast.AST, given: dict) -> list[str]:
     """The course names (beyond `given`) and oracle libraries one statement of the learner's uses."""
     text = dict((lbl, s) for lbl, s, _ in src.cells)[label]
@@ -358,7 +398,7 @@ def _reached_uses(src: Source, names, given: dict) -> list[str]:
     """_course_uses of every learner statement the names reach."""
     found = []
     for n in names:
-        for label, node in _reached(src, n)[0]:
+        for label, node in _reached_globals(src, n):
             if label in src.learners:
                 found += _course_uses(src, label, node, given)
     return found
@@ -428,7 +468,7 @@ def course_problems(src: Source, name: str, given: dict, known: set = frozenset(
     and, anywhere in the learner's cells, a module attribute rebound to a course answer."""
     if name not in src.defs:
         return []
-    nodes = [(label, node) for label, node in _reached(src, name)[0] if label in src.learners]
+    nodes = [(label, node) for label, node in _reached_globals(src, name) if label in src.learners]
     problems = []
     spans = [(label, node.lineno, node.end_lineno) for label, node in nodes]
     hiding = [
