@@ -252,8 +252,10 @@ def _escapes(label: str, src: str, tree: ast.Module, known: dict) -> list[Findin
     return found
 
 
-def _reached(src: Source, name: str) -> tuple[list[tuple[str, ast.AST]], set[str]]:
-    """The top-level statements a function reaches through names bound in the notebook (itself included)."""
+def _reached(src: Source, name: str, scoped: bool = False) -> tuple[list[tuple[str, ast.AST]], set[str]]:
+    """The top-level statements a function reaches through names bound in the notebook (itself included).
+    scoped: follow only the names a statement reads from the module's namespace (_global_loads), so that a
+    scratch line `q, s = w8a16.quantize(w)` beside a function whose own q and s are locals is not reached."""
     seen, todo, nodes = set(), [name], []
     while todo:
         n = todo.pop()
@@ -264,9 +266,10 @@ def _reached(src: Source, name: str) -> tuple[list[tuple[str, ast.AST]], set[str
             nodes.append((label, node))
             if n in src.jit:
                 continue  # device code: Triton's rules, not the host's
-            for sub in ast.walk(node):
-                if isinstance(sub, ast.Name) and sub.id in src.defs and sub.id not in seen:
-                    todo.append(sub.id)
+            names = (
+                _global_loads(node) if scoped else {s.id for s in ast.walk(node) if isinstance(s, ast.Name)}
+            )
+            todo += [m for m in names if m in src.defs and m not in seen]
     return nodes, seen
 
 
@@ -357,22 +360,6 @@ def _global_loads(node: ast.AST, local: frozenset = frozenset()) -> set[str]:
     return set().union(*(_global_loads(c, local) for c in ast.iter_child_nodes(node)))
 
 
-def _reached_globals(src: Source, name: str) -> list[tuple[str, ast.AST]]:
-    """_reached, following only the names a statement reads from the module's namespace: a scratch line
-    `q, s = w8a16.quantize(w)` beside a function whose own q and s are locals is not reached."""
-    seen, todo, nodes = set(), [name], []
-    while todo:
-        n = todo.pop()
-        if n in seen or n not in src.defs:
-            continue
-        seen.add(n)
-        for label, node in src.defs[n]:
-            nodes.append((label, node))
-            if n not in src.jit:
-                todo += [g for g in _global_loads(node) if g in src.defs and g not in seen]
-    return nodes
-
-
 def _course_uses(src: Source, label: str, node: ast.AST, given: dict) -> list[str]:
     """The course names (beyond `given`) and oracle libraries one statement of the learner's uses."""
     text = dict((lbl, s) for lbl, s, _ in src.cells)[label]
@@ -398,7 +385,7 @@ def _reached_uses(src: Source, names, given: dict) -> list[str]:
     """_course_uses of every learner statement the names reach."""
     found = []
     for n in names:
-        for label, node in _reached_globals(src, n):
+        for label, node in _reached(src, n, scoped=True)[0]:
             if label in src.learners:
                 found += _course_uses(src, label, node, given)
     return found
@@ -468,7 +455,7 @@ def course_problems(src: Source, name: str, given: dict, known: set = frozenset(
     and, anywhere in the learner's cells, a module attribute rebound to a course answer."""
     if name not in src.defs:
         return []
-    nodes = [(label, node) for label, node in _reached_globals(src, name) if label in src.learners]
+    nodes = [(label, node) for label, node in _reached(src, name, scoped=True)[0] if label in src.learners]
     problems = []
     spans = [(label, node.lineno, node.end_lineno) for label, node in nodes]
     hiding = [
