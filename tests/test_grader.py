@@ -314,6 +314,17 @@ def test_a_timed_batch_runs_under_the_state_the_checks_set():
         w.close()
 
 
+def test_a_scratch_line_beside_a_wrapper_is_not_its_code():
+    """A wrapper's locals are its own: a scratch product bound to the same name elsewhere is not reached."""
+    cells = [
+        ("ex2", "import torch\nimport triton\n@triton.jit\ndef k(p):\n    pass\n", True),
+        ("ex2b", "ref = torch.ones(2, 2) @ torch.ones(2, 2)\ndef f(x, out):\n    ref = out\n    k[(1,)](ref)\n    return ref\n", True),
+    ]  # fmt: skip
+    assert static.own_kernel_problems(static.parse(cells), "f") == []
+    leaked = [cells[0], ("ex2b", "ref = torch.ones(2, 2) @ torch.ones(2, 2)\ndef f(x, out):\n    k[(1,)](out)\n    return ref\n", True)]  # fmt: skip
+    assert static.own_kernel_problems(static.parse(leaked), "f")
+
+
 def test_a_later_definition_replaces_an_earlier_one():
     """A learner who fixed a cell and ran it again is read as the kernel now runs."""
     first = ("In[1]", "import torch\ndef f(x, out):\n    return out.copy_(torch.matmul(x, x))\n", False)

@@ -255,7 +255,7 @@ def _escapes(label: str, src: str, tree: ast.Module, known: dict) -> list[Findin
 def _reached(src: Source, name: str, scoped: bool = False) -> tuple[list[tuple[str, ast.AST]], set[str]]:
     """The top-level statements a function reaches through names bound in the notebook (itself included).
     scoped: follow only the names a statement reads from the module's namespace (_global_loads), so that a
-    scratch line `q, s = w8a16.quantize(w)` beside a function whose own q and s are locals is not reached."""
+    scratch line `ref = x @ w.T` beside a function whose own `ref` is a local is not reached."""
     seen, todo, nodes = set(), [name], []
     while todo:
         n = todo.pop()
@@ -279,7 +279,7 @@ def own_kernel_problems(src: Source, name: str) -> list[str]:
         return []
     if name not in src.defs:
         return []  # not defined: calling it fails with its own message
-    nodes, reached = _reached(src, name)
+    nodes, reached = _reached(src, name, scoped=True)
     problems = []
     launches = set()
     text = dict((label, s) for label, s, _ in src.cells)
