@@ -258,37 +258,21 @@ def _raise_outside(what: str, outside) -> None:
         )
 
 
-_NOTEBOOK_SOURCE: list = [None, None]  # [history length, (static.Source, namespace)] of the last reading
-
-
-def _notebook_source():
-    """The running notebook's executed cells (IPython's In), parsed, and its namespace; None outside a notebook.
-    Escapes are the trusted grader's to flag (the setup cell has some), so none are looked for here."""
+def _notebook_kernel_problems(name: str) -> list[str]:
+    """own_kernel_problems for a function of the running notebook, read from its executed cells (IPython's
+    In); nothing outside a notebook. Escapes are the trusted grader's to flag: the setup cell has some."""
     try:
         from IPython import get_ipython
 
         shell = get_ipython()
     except ImportError:
-        return None
+        return []
     history = list(shell.user_ns.get("In", [])) if shell is not None else []
-    if not history:
-        return None
-    if _NOTEBOOK_SOURCE[0] != len(history):
-        src = static.parse([(f"In[{i}]", text, False) for i, text in enumerate(history)])
-        src.learners = {label for label, _, _ in src.cells}
-        _NOTEBOOK_SOURCE[:] = [len(history), (src, shell.user_ns)]
-    return _NOTEBOOK_SOURCE[1]
-
-
-def _notebook_kernel_problems(name: str) -> list[str]:
-    """own_kernel_problems for a function of the running notebook, read from its executed cells."""
-    read = _notebook_source() if name.isidentifier() else None
-    return static.own_kernel_problems(read[0], name) if read else []
-
-
-def own_work_failure(what: str, problems: list[str]) -> CheckFailed:
-    """The verdict on a graded function that hands its work to the course package (static.course_problems)."""
-    return CheckFailed(f"{what} earns nothing: " + "; ".join(problems[:3]))
+    if not history or not name.isidentifier():
+        return []
+    return static.own_kernel_problems(
+        static.parse([(f"In[{i}]", src, False) for i, src in enumerate(history)]), name
+    )
 
 
 def require_own_kernel(fn, *, what: str) -> None:

@@ -174,6 +174,19 @@ def w4_words(
 
 
 @triton.jit
+def _block_scales(e, NV: tl.constexpr, UNIT: tl.constexpr):
+    """Block-scale codes (int32) as float32, times UNIT (a power of two, folded into one multiply): e8m0 is a
+    float32's exponent; e4m3 goes through fp16 (exponent bits 13-10, mantissa 9-7) and times 2^8 for the bias."""
+    if NV:
+        bits = ((e & 0x7F) << 7) | ((e & 0x80) << 8)
+        return bits.to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32) * (256.0 * UNIT)
+    scale = (e << 23).to(tl.float32, bitcast=True)
+    if UNIT != 1.0:
+        scale = scale * UNIT
+    return scale
+
+
+@triton.jit
 def _fp4_tile(x_ptr, p_ptr, s_ptr, offs_m, offs_n, M, N, k0, stride_xm, stride_xk, stride_pn, stride_pk,
               stride_sn, stride_sk, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SB: tl.constexpr,
               NV: tl.constexpr):  # fmt: skip
@@ -191,12 +204,7 @@ def _fp4_tile(x_ptr, p_ptr, s_ptr, offs_m, offs_n, M, N, k0, stride_xm, stride_x
     )
     c = tl.reshape(tl.join(p & 0xF, p >> 4), (BLOCK_N, BLOCK_K)).to(tl.int32)
     v = (((c & 0x7) << 9) | ((c & 0x8) << 12)).to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
-    e = e.to(tl.int32)
-    if NV:
-        bits = ((e & 0x7F) << 7) | ((e & 0x80) << 8)
-        scale = bits.to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32) * (256.0 * 16384.0)
-    else:
-        scale = (e << 23).to(tl.float32, bitcast=True) * 16384.0
+    scale = _block_scales(e.to(tl.int32), NV, 16384.0)  # the e2m1 values above are 2^-14 too small
     w = tl.reshape(tl.reshape(v, (BLOCK_N, BLOCK_K // SB, SB)) * scale[:, :, None], (BLOCK_N, BLOCK_K))
     return x, w.to(x.dtype)
 
@@ -281,11 +289,7 @@ def fp4_words(
                         mask=n_ok, other=0)  # fmt: skip
         e = tl.load(s_ptr + offs_n[:, None] * stride_sn + (k0 // SB + offs_s)[None, :] * stride_sk,
                     mask=n_ok, other=0).to(tl.int32)  # fmt: skip
-        if NV:  # e4m3 through fp16 (exponent bits 13-10, mantissa 9-7), times 2^8 for the bias
-            bits = ((e & 0x7F) << 7) | ((e & 0x80) << 8)
-            scale = bits.to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32) * 256.0
-        else:  # e8m0: the exponent of a float32
-            scale = (e << 23).to(tl.float32, bitcast=True)
+        scale = _block_scales(e, NV, 1.0)
         if LANES:  # nibbles i and i + 4 decoded together, then joined into K order
             f0, f4 = _e2m1_pair(words, 0, SHIFT, DT)
             f1, f5 = _e2m1_pair(words, 1, SHIFT, DT)

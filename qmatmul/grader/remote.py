@@ -60,11 +60,12 @@ def _unsupported(type_name: str) -> RemoteObject:
 class Worker:
     """One untrusted process per notebook: it runs `program` (label, source pairs) and then serves calls."""
 
-    def __init__(self, program, *, source=None, given=None, known=(), cwd=None, wrap=(), env=None,
-                 timeout: float = 240.0, start_timeout: float = 300.0):  # fmt: skip
+    def __init__(self, program, *, source=None, release=None, cwd=None, wrap=(), env=None, timeout: float = 240.0,
+                 start_timeout: float = 300.0):  # fmt: skip
         self.program, self.source, self.cwd = list(program), source, cwd
-        # static.course_problems: module -> the names the chapter hands the learner; the release's namespace
-        self.given, self.known = given or {}, set(known)
+        self.release = (
+            release or {}
+        )  # the release's namespace: what it gives, what it binds (course_problems)
         self._own_work: dict[str, list[str]] = {}
         self.wrap, self.env = list(wrap), env
         self.timeout, self.start_timeout = timeout, start_timeout
@@ -243,9 +244,10 @@ class Worker:
         if self.source is None:
             return
         if name not in self._own_work:
-            self._own_work[name] = static.course_problems(self.source, name, self.given, self.known)
+            given = static.given(self.release)
+            self._own_work[name] = static.course_problems(self.source, name, given, set(self.release))
         if self._own_work[name]:
-            raise checks.own_work_failure(what, self._own_work[name])
+            raise CheckFailed(f"{what} earns nothing: " + "; ".join(self._own_work[name][:3]))
 
     def call(self, name: str, args, kwargs, *, grid=None, audit: bool = False, what: str | None = None,
              driver: str | None = None):  # fmt: skip

@@ -68,9 +68,8 @@ class Finding:
     line: int
     code: str
     what: str
-    reads: bool = (
-        True  # False for setattr/delattr/hasattr by a computed name: they cannot fetch a hidden answer
-    )
+    # False where it cannot fetch a hidden answer: setattr/delattr/hasattr by a computed name, OS_NO_VALUE
+    reads: bool = True
 
     def describe(self) -> str:
         return f"cell {self.cell}, line {self.line}: `{self.code}` ({self.what})"
@@ -142,7 +141,7 @@ def parse(cells: list[tuple[str, str, bool]]) -> Source:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 names = [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
             elif not isinstance(node, (ast.Import, ast.ImportFrom)):
-                names = sorted(_bound(node))  # for, while, if, try, with: whatever they bind, as they run
+                names = sorted(_bound([node]))  # for, while, if, try, with: whatever they bind, as they run
             for n in names:
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                     out.defs[n] = [(label, node)]  # a later def replaces an earlier one, as when it runs
@@ -167,19 +166,23 @@ def parse(cells: list[tuple[str, str, bool]]) -> Source:
     return out
 
 
-def _bound(node: ast.AST) -> set[str]:
-    """Names a compound top-level statement binds anywhere inside it (loop targets, `as` names, assignments,
-    definitions, imports), but not inside the functions and classes it defines."""
-    names, todo = set(), [node]
+def _bound(statements: list) -> set[str]:
+    """Names the statements bind in their own scope (assignment and loop targets, `as` and match names,
+    definitions, imports), not those bound inside the functions and classes they define."""
+    names, todo = set(), list(statements)
     while todo:
         n = todo.pop()
-        if n is not node and isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(n.name)
             continue
-        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+        if isinstance(n, ast.Lambda):
+            continue
+        if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
             names.add(n.id)
-        elif isinstance(n, ast.ExceptHandler) and n.name:
+        elif isinstance(n, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and n.name:
             names.add(n.name)
+        elif isinstance(n, ast.MatchMapping) and n.rest:
+            names.add(n.rest)
         elif isinstance(n, (ast.Import, ast.ImportFrom)):
             names.update((a.asname or a.name).split(".")[0] for a in n.names)
         todo.extend(ast.iter_child_nodes(n))
@@ -211,9 +214,6 @@ def _escapes(label: str, src: str, tree: ast.Module, known: dict) -> list[Findin
             mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
             if isinstance(node, ast.ImportFrom):
                 mods += [f"{node.module}.{a.name}" for a in node.names]
-            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "qmatmul":
-                if any(a.name == "*" for a in node.names):
-                    add(node, f"imports every name of {node.module}")
             for m in mods:
                 parts = set(m.split("."))
                 if parts & ESCAPE_MODULES or parts & {"_C", "cpp_extension", "_python_dispatch", "library"}:
@@ -345,12 +345,8 @@ def _global_loads(node: ast.AST, local: frozenset = frozenset()) -> set[str]:
             outer.append(node.returns)
         found = set().union(*(_global_loads(n, local) for n in outer if n is not None))
         declared = {g for n in ast.walk(node) if isinstance(n, ast.Global) for g in n.names}
-        inner = {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)}
         body = node.body if isinstance(node.body, list) else [node.body]
-        for stmt in body:
-            inner |= {
-                n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)
-            }
+        inner = {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)} | _bound(body)
         scope = frozenset((local | inner) - declared)
         for stmt in body:
             found |= _global_loads(stmt, scope)
@@ -420,27 +416,17 @@ _IPYTHON_NAMES = {"display", "get_ipython", "In", "Out", "exit", "quit", "_", "_
 
 
 def _unbound(src: Source, label: str, node: ast.AST, known: set) -> list[str]:
-    """Names a learner's statement reads that nothing binds where this reading can see: not a local, a
-    parameter, a notebook cell's binding, an import, a builtin or the release's namespace (exec, globals()
-    and friends bind such names)."""
+    """Names a learner's statement reads from the module's namespace that nothing binds where this reading can
+    see: not a notebook cell's binding, an import, a builtin or the release's namespace (exec, globals() and
+    friends bind such names)."""
     if src.star_imports:
         return []  # `from math import *` binds names this reading cannot list
-    defs = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-    local = {a.arg for a in ast.walk(node) if isinstance(a, ast.arg)}
-    for n in ast.walk(node):
-        if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
-            local.add(n.id)
-        elif isinstance(n, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar, *defs)) and n.name:
-            local.add(n.name)
-        elif isinstance(n, ast.MatchMapping) and n.rest:
-            local.add(n.rest)
-    bound = (
-        local | set(src.defs) | set(src.modules) | src.globals | set(dir(builtins)) | _IPYTHON_NAMES | known
-    )
+    bound = set(src.defs) | set(src.modules) | src.globals | set(dir(builtins)) | _IPYTHON_NAMES | known
+    missing = _global_loads(node) - bound
     text = dict((lbl, s) for lbl, s, _ in src.cells)[label]
     return [f"it uses {n.id}, which no cell binds where the grader can read it (exec? globals()?): "
             f"`{_line(text, n)}` (cell {label})"
-            for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id not in bound]  # fmt: skip
+            for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in missing]  # fmt: skip
 
 
 def course_problems(src: Source, name: str, given: dict, known: set = frozenset()) -> list[str]:

@@ -77,8 +77,7 @@ def grade(cells: list[notebook.Cell], *, cwd=None, wrap=(), env=None, timeout: f
 
 def _grade(cells, *, cwd, wrap, env, timeout, overrides, only, log) -> list[Verdict]:
     ns = trusted_namespace(cells)
-    worker = Worker(notebook.program(cells, overrides), source=learner_source(cells, overrides), given=static.given(ns),
-                    known=set(ns),
+    worker = Worker(notebook.program(cells, overrides), source=learner_source(cells, overrides), release=ns,
                     cwd=cwd, wrap=wrap, env=env, timeout=timeout)  # fmt: skip
     verdicts = []
     try:
