@@ -112,11 +112,15 @@ def test_setup_and_widget_cells_in_jupyterlab(lab):
             page.goto(url)
             cells = page.locator(".jp-Notebook .jp-Cell")
             expect(cells.nth(6)).to_be_attached(timeout=120_000)
-            cells.first.click()
-            page.keyboard.press("Escape")  # command mode
-            for _ in range(7):  # run cells 0-6, each Shift+Enter moves to the next
+            # Run cells 0-6 one by one. A key pressed before the notebook has focus is lost (CI once ran only
+            # cells 0-5 of seven presses), so each cell is selected by a click and its run shown by the next
+            # cell becoming the active one before the next press.
+            for i in range(7):
+                cells.nth(i).click()
+                page.keyboard.press("Escape")  # command mode
+                expect(cells.nth(i)).to_have_class(re.compile(r"\bjp-mod-active\b"))
                 page.keyboard.press("Shift+Enter")
-                page.wait_for_timeout(300)
+                expect(cells.nth(i + 1)).to_have_class(re.compile(r"\bjp-mod-active\b"), timeout=30_000)
             outputs = page.locator(".jp-OutputArea-output")
             expect(outputs.filter(has_text=re.compile(r"smoke kernel for W8A16: ok"))).to_have_count(
                 1, timeout=240_000
