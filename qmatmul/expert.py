@@ -12,6 +12,12 @@ Tricks, each exact:
   kernel subtracts (magic + z) per element, exactly, and scales once per group.
 * M = 1: a GEMV on the CUDA cores (no tensor-core padding of M to 16). M = 2..16: two fp16/bf16 lanes per int32
   (mask 0x000F000F), the eight nibble planes joined back into K order in registers, then `tl.dot`.
+* MXFP4 / NVFP4 (the chapters' layouts: packed uint8 [N, K/2], block-scale codes uint8 [N, K/32] e8m0 or [N, K/16]
+  e4m3 bits, NVFP4's float32 tensor scale g): two e2m1 codes an integer operation as well. An e2m1 code's sign,
+  exponent and mantissa bits placed at a 16-bit float's sign bit and lowest exponent bits make that float the
+  code's value times 2^-126 (bf16) or 2^-14 (fp16); one multiply undoes it and one more applies the block's
+  scale, both exact (a code times a block scale has at most 6 significant bits). No K masks: BLOCK_K divides K
+  (the chapters' `divisible_k`), and split-K where N is short (atomic adds into a float32 buffer).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from qmatmul import w4a16
+from qmatmul import mxfp4, nvfp4, w4a16
 
 
 @triton.jit
@@ -204,3 +210,144 @@ def w4a16_decode(x, packed, scales, zeros, group_size, out=None):
     if x.dim() == 2 and x.shape[0] == 1:
         return w4a16_gemv(x, packed, scales, zeros, group_size, out)
     return w4a16_decode_tc(x, packed, scales, zeros, group_size, out)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# MXFP4 and NVFP4 decode, M = 1..16
+
+
+@triton.jit
+def in_order(f0, f1, f2, f3, f4, f5, f6, f7):
+    """Eight [R, C] planes, plane i holding nibble i of each word -> [R, 8 C] in K order (element 8j + i is plane
+    i's column j). Joined in a tree, not reshaped from [R, C, 8], so the tile keeps the layout the dot's operand is
+    built from: join(a, b)[..., t] is a at t = 0, b at t = 1, so index (c, b, a) of the last three axes holds
+    plane 4c + 2b + a."""
+    even = tl.join(tl.join(f0, f4), tl.join(f2, f6))  # (c, b): plane 4c + 2b
+    odd = tl.join(tl.join(f1, f5), tl.join(f3, f7))  # (c, b): plane 4c + 2b + 1
+    return tl.reshape(tl.join(even, odd), (f0.shape[0], 8 * f0.shape[1]))
+
+
+@triton.jit
+def block_scales(e, NV: tl.constexpr, UNIT: tl.constexpr):
+    """Block-scale codes (int32) as float32, times UNIT (a power of two, folded into one multiply): e8m0 is a
+    float32's exponent; e4m3 goes through fp16 (exponent bits 13-10, mantissa 9-7) and times 2^8 for the bias."""
+    if NV:
+        bits = ((e & 0x7F) << 7) | ((e & 0x80) << 8)
+        return bits.to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32) * (256.0 * UNIT)
+    scale = (e << 23).to(tl.float32, bitcast=True)
+    if UNIT != 1.0:
+        scale = scale * UNIT
+    return scale
+
+
+@triton.jit
+def e2m1_pair(words, NIB: tl.constexpr, SHIFT: tl.constexpr, DT: tl.constexpr):
+    """Nibbles NIB and NIB + 4 of int32 words, e2m1 codes, as 16-bit floats of type DT times 2^-126 (bf16) or 2^-14
+    (fp16): both at once, one in each 16-bit half (nibble NIB + 4 lies 16 bits above nibble NIB)."""
+    words = words.to(tl.uint32, bitcast=True)  # unsigned: 0x80008000 is a uint32 constant
+    if SHIFT >= 4 * NIB:
+        t = words << (SHIFT - 4 * NIB)
+    else:
+        t = words >> (4 * NIB - SHIFT)
+    magnitude = t & ((7 << SHIFT) * 0x10001)  # exponent and mantissa bits at SHIFT + 2 .. SHIFT, both halves
+    sign = (words << (12 - 4 * NIB)) & 0x80008000  # bit 4 NIB + 3 to bit 15, bit 4 NIB + 19 to bit 31
+    t = magnitude | sign
+    return t.to(tl.uint16).to(DT, bitcast=True), (t >> 16).to(tl.uint16).to(DT, bitcast=True)
+
+
+@triton.jit
+def fp4_lanes_tile(words, e, DT: tl.constexpr, SB: tl.constexpr, NV: tl.constexpr):
+    """int32 words [R, C] of e2m1 codes and their block-scale codes [R, 8 C / SB] -> the weights [R, 8 C] in DT,
+    exactly: two codes an integer operation, one multiply to undo the placement, one for the scale."""
+    if DT == tl.bfloat16:
+        SHIFT: tl.constexpr = 6  # e2m1's exponent and mantissa at bf16's bits 8-7 and 6
+        UNDO: tl.constexpr = 2.0**126
+    else:
+        SHIFT: tl.constexpr = 9  # at fp16's bits 11-10 and 9
+        UNDO: tl.constexpr = 2.0**14
+    f0, f4 = e2m1_pair(words, 0, SHIFT, DT)
+    f1, f5 = e2m1_pair(words, 1, SHIFT, DT)
+    f2, f6 = e2m1_pair(words, 2, SHIFT, DT)
+    f3, f7 = e2m1_pair(words, 3, SHIFT, DT)
+    v = in_order(f0, f1, f2, f3, f4, f5, f6, f7) * tl.full((1, 1), UNDO, DT)  # the e2m1 values, exactly
+    R: tl.constexpr = words.shape[0]
+    BK: tl.constexpr = 8 * words.shape[1]
+    scale = block_scales(e, NV, 1.0).to(DT)
+    return tl.reshape(tl.reshape(v, (R, BK // SB, SB)) * scale[:, :, None], (R, BK))
+
+
+@triton.jit
+def _fp4_decode_kernel(
+    x_ptr, p_ptr, s_ptr, g_ptr, y_ptr, M, N, K,
+    stride_xm, stride_xk, stride_pn, stride_sn, stride_ym, stride_yn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SB: tl.constexpr, NV: tl.constexpr,
+):  # fmt: skip
+    """All M rows (padded to BLOCK_M) in one program, BLOCK_N columns, K split over the grid's second axis.
+    p_ptr: the packed weight as int32 words [N, K / 8]; BLOCK_K divides K (no K masks)."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_j = tl.arange(0, BLOCK_K // 8)
+    offs_s = tl.arange(0, BLOCK_K // SB)
+    offs_k = tl.arange(0, BLOCK_K)
+    n_ok = offs_n[:, None] < N
+    DT: tl.constexpr = x_ptr.dtype.element_ty
+    k_len = tl.cdiv(K // BLOCK_K, tl.num_programs(1)) * BLOCK_K
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(pid_k * k_len, tl.minimum(K, (pid_k + 1) * k_len), BLOCK_K):
+        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + (k0 + offs_k)[None, :] * stride_xk,
+                    mask=offs_m[:, None] < M, other=0.0)  # fmt: skip
+        words = tl.load(p_ptr + offs_n[:, None] * stride_pn + (k0 // 8 + offs_j)[None, :], mask=n_ok, other=0)
+        e = tl.load(s_ptr + offs_n[:, None] * stride_sn + (k0 // SB + offs_s)[None, :], mask=n_ok, other=0)
+        acc = tl.dot(x, tl.trans(fp4_lanes_tile(words, e.to(tl.int32), DT, SB, NV)), acc)
+    if NV:
+        acc = acc * tl.load(g_ptr)
+    y = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
+    y_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    if tl.num_programs(1) == 1:
+        tl.store(y, acc.to(y_ptr.dtype.element_ty), mask=y_mask)
+    else:
+        tl.atomic_add(y, acc, mask=y_mask, sem="relaxed")
+
+
+def fp4_config(N: int, K: int, device: str) -> dict:
+    """Tiles and split-K of the fp4 decode. BLOCK_K is the most a step may take: the wrapper halves it until it
+    divides K."""
+    if device != "cuda":
+        return dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=128, num_warps=4, num_stages=1, SPLIT_K=2)
+    # Graph-timed on the H200 (docs/perf-notes.md, fourth round; tools/sweep_decode.py `lanes`): 64 x 512, 4 warps,
+    # 3 stages, split 2 where N < 16384 reached 43 / 43 / 35 % (MXFP4) and 43 / 42 / 34 % (NVFP4) of copy on
+    # 28672 x 8192, 8192 x 28672, 8192 x 8192, against 24-27 % for the chapters' readable kernels.
+    return dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=512, num_warps=4, num_stages=3, SPLIT_K=2 if N < 16384 else 1)
+
+
+def _fp4_decode(x, packed, scales, g, out, cfg, nv: bool):
+    M, N, K, out = nvfp4.prepare(x, packed, scales, g, out) if nv else mxfp4.prepare(x, packed, scales, out)
+    if M > 16:
+        raise ValueError(f"the expert fp4 decode takes at most 16 rows, got M = {M}")
+    cfg = dict(cfg or fp4_config(N, K, x.device.type))
+    split = cfg.pop("SPLIT_K", 1)
+    x, packed, scales, cfg["BLOCK_K"] = (nvfp4 if nv else mxfp4).divisible_k(
+        x, packed, scales, cfg["BLOCK_K"]
+    )
+    words = words_of(packed)
+    y = out if split == 1 else torch.zeros(out.shape, dtype=torch.float32, device=out.device)
+    grid = (triton.cdiv(N, cfg["BLOCK_N"]), split)
+    _fp4_decode_kernel[grid](
+        x, words, scales, g if nv else scales, y, M, N, x.shape[1], x.stride(0), x.stride(1), words.stride(0),
+        scales.stride(0), y.stride(0), y.stride(1), SB=16 if nv else 32, NV=nv, **cfg,
+    )  # fmt: skip
+    if split != 1:
+        out.copy_(y)
+    return out
+
+
+def mxfp4_decode(x, packed, scales, out=None, **cfg):
+    """The expert MXFP4 decode (M = 1..16): `mxfp4.reference`'s product, two codes an integer operation."""
+    return _fp4_decode(x, packed, scales, None, out, cfg, nv=False)
+
+
+def nvfp4_decode(x, packed, scales, g, out=None, **cfg):
+    """The expert NVFP4 decode (M = 1..16): `nvfp4.reference`'s product, two codes an integer operation."""
+    return _fp4_decode(x, packed, scales, g, out, cfg, nv=True)

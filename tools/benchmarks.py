@@ -288,7 +288,8 @@ def _fp4_rows(ch, kernels, sol, record, env, quick: bool) -> None:
 
 def mxfp4_rows(sol, record, env, quick: bool = False) -> None:
     decode = [("solution mxfp4_decode", sol.mxfp4_decode, True),
-              ("solution mxfp4_matmul (tiled)", sol.mxfp4_matmul, False)]  # fmt: skip
+              ("solution mxfp4_matmul (tiled)", sol.mxfp4_matmul, False),
+              ("expert mxfp4_decode (qmatmul/expert.py)", expert.mxfp4_decode, True)]  # fmt: skip
     prefill = [("solution mxfp4_matmul", sol.mxfp4_matmul)]
     if hasattr(sol, "mxfp4_matmul_dot_scaled") and mxfp4.dot_scaled_status()[0]:
         decode.append(("solution tl.dot_scaled", sol.mxfp4_matmul_dot_scaled, True))
@@ -297,7 +298,9 @@ def mxfp4_rows(sol, record, env, quick: bool = False) -> None:
 
 
 def nvfp4_rows(sol, record, env, quick: bool = False) -> None:
-    _fp4_rows(nvfp4, ([("solution nvfp4_decode", sol.nvfp4_decode, True)], []), sol, record, env, quick)
+    decode = [("solution nvfp4_decode", sol.nvfp4_decode, True),
+              ("expert nvfp4_decode (qmatmul/expert.py)", expert.nvfp4_decode, True)]  # fmt: skip
+    _fp4_rows(nvfp4, (decode, []), sol, record, env, quick)
 
 
 BENCHMARKS = dict(w8a16=w8a16_rows, w4a16=w4a16_rows, fp8=fp8_rows, mxfp4=mxfp4_rows, nvfp4=nvfp4_rows)

@@ -25,6 +25,8 @@ import triton.language as tl
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from qmatmul.expert import block_scales, fp4_lanes_tile, in_order  # noqa: E402 - the kernels this sweep shares
+
 SHAPES = [(28672, 8192), (8192, 28672), (8192, 8192)]
 
 
@@ -82,22 +84,11 @@ def w4_join(
 
 
 @triton.jit
-def _in_order(f0, f1, f2, f3, f4, f5, f6, f7):
-    """Eight [R, C] planes, plane i holding nibble i of each word -> [R, 8 C] in K order (element 8j + i is plane
-    i's column j). Joined in a tree, not reshaped from [R, C, 8], so the tile keeps the layout the dot's operand is
-    built from: join(a, b)[..., t] is a at t = 0, b at t = 1, so index (c, b, a) of the last three axes holds
-    plane 4c + 2b + a."""
-    even = tl.join(tl.join(f0, f4), tl.join(f2, f6))  # (c, b): plane 4c + 2b
-    odd = tl.join(tl.join(f1, f5), tl.join(f3, f7))  # (c, b): plane 4c + 2b + 1
-    return tl.reshape(tl.join(even, odd), (f0.shape[0], 8 * f0.shape[1]))
-
-
-@triton.jit
 def _nibbles(words):
     """int32 words [R, C] -> their nibbles [R, 8 C] in order: nibble i (bits 4i..4i+3) of word j is element 8j + i."""
     q0, q1, q2, q3 = words & 0xF, (words >> 4) & 0xF, (words >> 8) & 0xF, (words >> 12) & 0xF
     q4, q5, q6, q7 = (words >> 16) & 0xF, (words >> 20) & 0xF, (words >> 24) & 0xF, (words >> 28) & 0xF
-    return _in_order(q0, q1, q2, q3, q4, q5, q6, q7)
+    return in_order(q0, q1, q2, q3, q4, q5, q6, q7)
 
 
 @triton.jit
@@ -150,7 +141,7 @@ def w4_words(
             f1, f5 = _magic_pair(words, 1, MAGIC, x_ptr.dtype.element_ty)
             f2, f6 = _magic_pair(words, 2, MAGIC, x_ptr.dtype.element_ty)
             f3, f7 = _magic_pair(words, 3, MAGIC, x_ptr.dtype.element_ty)
-            f = _in_order(f0, f1, f2, f3, f4, f5, f6, f7)  # BASE + q, exactly
+            f = in_order(f0, f1, f2, f3, f4, f5, f6, f7)  # BASE + q, exactly
         else:
             q = _nibbles(words)
             f = (q | MAGIC).to(tl.int16).to(x_ptr.dtype.element_ty, bitcast=True)  # BASE + q, exactly
@@ -174,19 +165,6 @@ def w4_words(
 
 
 @triton.jit
-def _block_scales(e, NV: tl.constexpr, UNIT: tl.constexpr):
-    """Block-scale codes (int32) as float32, times UNIT (a power of two, folded into one multiply): e8m0 is a
-    float32's exponent; e4m3 goes through fp16 (exponent bits 13-10, mantissa 9-7) and times 2^8 for the bias."""
-    if NV:
-        bits = ((e & 0x7F) << 7) | ((e & 0x80) << 8)
-        return bits.to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32) * (256.0 * UNIT)
-    scale = (e << 23).to(tl.float32, bitcast=True)
-    if UNIT != 1.0:
-        scale = scale * UNIT
-    return scale
-
-
-@triton.jit
 def _fp4_tile(x_ptr, p_ptr, s_ptr, offs_m, offs_n, M, N, k0, stride_xm, stride_xk, stride_pn, stride_pk,
               stride_sn, stride_sk, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SB: tl.constexpr,
               NV: tl.constexpr):  # fmt: skip
@@ -204,7 +182,7 @@ def _fp4_tile(x_ptr, p_ptr, s_ptr, offs_m, offs_n, M, N, k0, stride_xm, stride_x
     )
     c = tl.reshape(tl.join(p & 0xF, p >> 4), (BLOCK_N, BLOCK_K)).to(tl.int32)
     v = (((c & 0x7) << 9) | ((c & 0x8) << 12)).to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
-    scale = _block_scales(e.to(tl.int32), NV, 16384.0)  # the e2m1 values above are 2^-14 too small
+    scale = block_scales(e.to(tl.int32), NV, 16384.0)  # the e2m1 values above are 2^-14 too small
     w = tl.reshape(tl.reshape(v, (BLOCK_N, BLOCK_K // SB, SB)) * scale[:, :, None], (BLOCK_N, BLOCK_K))
     return x, w.to(x.dtype)
 
@@ -233,21 +211,6 @@ def fp4_join(
         tl.store(y, acc.to(y_ptr.dtype.element_ty), mask=y_mask)
     else:
         tl.atomic_add(y, acc, mask=y_mask, sem="relaxed")
-
-
-@triton.jit
-def _e2m1_pair(words, NIB: tl.constexpr, SHIFT: tl.constexpr, DT: tl.constexpr):
-    """Nibbles NIB and NIB + 4 of int32 words, e2m1 codes, as 16-bit floats of type DT times 2^-126 (bf16) or 2^-14
-    (fp16): both at once, one in each 16-bit half (nibble NIB + 4 lies 16 bits above nibble NIB)."""
-    words = words.to(tl.uint32, bitcast=True)  # unsigned: 0x80008000 is a uint32 constant
-    if SHIFT >= 4 * NIB:
-        t = words << (SHIFT - 4 * NIB)
-    else:
-        t = words >> (4 * NIB - SHIFT)
-    magnitude = t & ((7 << SHIFT) * 0x10001)  # exponent and mantissa bits at SHIFT + 2 .. SHIFT, both halves
-    sign = (words << (12 - 4 * NIB)) & 0x80008000  # bit 4 NIB + 3 to bit 15, bit 4 NIB + 19 to bit 31
-    t = magnitude | sign
-    return t.to(tl.uint16).to(DT, bitcast=True), (t >> 16).to(tl.uint16).to(DT, bitcast=True)
 
 
 @triton.jit
@@ -289,14 +252,9 @@ def fp4_words(
                         mask=n_ok, other=0)  # fmt: skip
         e = tl.load(s_ptr + offs_n[:, None] * stride_sn + (k0 // SB + offs_s)[None, :] * stride_sk,
                     mask=n_ok, other=0).to(tl.int32)  # fmt: skip
-        scale = _block_scales(e, NV, 1.0)
-        if LANES:  # nibbles i and i + 4 decoded together, then joined into K order
-            f0, f4 = _e2m1_pair(words, 0, SHIFT, DT)
-            f1, f5 = _e2m1_pair(words, 1, SHIFT, DT)
-            f2, f6 = _e2m1_pair(words, 2, SHIFT, DT)
-            f3, f7 = _e2m1_pair(words, 3, SHIFT, DT)
-            v = _in_order(f0, f1, f2, f3, f4, f5, f6, f7) * tl.full((1, 1), UNDO, DT)
-            w = tl.reshape(v, (BLOCK_N, BLOCK_K // SB, SB)) * scale.to(DT)[:, :, None]
+        scale = block_scales(e, NV, 1.0)
+        if LANES:  # nibbles i and i + 4 decoded together, then joined into K order (the expert kernel's tile)
+            w = fp4_lanes_tile(words, e, DT, SB, NV)
         elif HALF:
             c = _nibbles(words)
             v = (((c & 0x7) << SHIFT) | ((c & 0x8) << 12)).to(tl.int16).to(DT, bitcast=True)
