@@ -111,6 +111,10 @@ def kernels(arch: int = 90) -> dict:
             "expert", "_w4_tc_kernel", _expert("tc_config", 16, N) | _BF16_MAGIC | {"GROUP": 128}
         )
         rows["expert-gemv"] = _row("expert", "_w4_gemv_kernel", _expert("gemv_config", N, K) | {"GROUP": 128})
+        for fmt, sb in (("mxfp4", 32), ("nvfp4", 16)):  # the split-K factor shapes the grid, not the loop
+            cfg = {k: v for k, v in _expert("fp4_config", N, K).items() if k != "SPLIT_K"}
+            rows[f"expert-{fmt}"] = dict(_row("expert", "_fp4_decode_kernel", cfg | {"SB": sb, "NV": fmt == "nvfp4"}),
+                                         types=_NVFP4 | {"p_ptr": "*i32"})  # fmt: skip
     return rows
 
 
