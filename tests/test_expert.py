@@ -4,7 +4,7 @@ fp4 decode equal to the dequantization bit for bit."""
 import pytest
 import torch
 
-from qmatmul import checks, expert, mxfp4, nvfp4, w4a16
+from qmatmul import checks, expert, fp8, mxfp4, nvfp4, w4a16
 
 
 @pytest.mark.parametrize("G", [32, 128])
@@ -76,3 +76,20 @@ def test_fp4_expert_refuses_more_than_16_rows(fmt):
     x, *w = ch.random_problem(17, 32, 64, torch.float16, "cpu", checks.generator(3))
     with pytest.raises(ValueError, match="at most 16 rows"):
         decode(x, *w)
+
+
+def test_fp8_tma_computes_the_product():
+    """The persistent TMA kernel (descriptors zero-fill past the edges, so ragged M and N need no masks in its loop)
+    equals the reference on a ragged problem and on the accumulation case in the interpreter (whose dots are exact:
+    promotion is checked on the GPU by the sweep and the bench); a K its
+    descriptors cannot take is refused by name."""
+    cfg = dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=64, num_warps=4, num_stages=1)
+    g = checks.generator(3)
+    xq = (torch.randn(50, 192, generator=g) * 50).clamp(-448, 448).to(fp8.E4M3)
+    wq = (torch.randn(70, 192, generator=g) * 50).clamp(-448, 448).to(fp8.E4M3)
+    sx, sw = torch.rand(50, generator=g) * 1e-2, torch.rand(70, generator=g) * 1e-2
+    for p in [(xq, sx, wq, sw), fp8.accumulation_problem(32, 64, 1024, "cpu")]:
+        y = expert.fp8_matmul_tma(*p, **cfg)
+        checks.compare(y, fp8.reference(*p), what="fp8 tma", rtol=checks.tolerance_for(y.dtype))
+    with pytest.raises(ValueError, match="K % 16"):
+        expert.fp8_matmul_tma(xq[:, :90], sx, wq[:, :90].contiguous(), sw, **cfg)

@@ -57,26 +57,6 @@ def test_the_fp8_accumulation_variants_pass_the_visible_check():
             fp8.check_matmul(sol.fp8_matmul)
 
 
-def test_the_fp8_tma_candidate_computes_the_product_and_promotes():
-    """tools/sweep_prefill.py's fp8tma part: the persistent TMA kernel (descriptors zero-fill past the edges, so
-    ragged M and N need no masks in its loop) equals the reference on a ragged problem and on the accumulation
-    case, promoted, in the interpreter; a K its descriptors cannot take is refused by name."""
-    import sweep_prefill
-
-    from qmatmul import checks, fp8
-
-    cfg = dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=64, num_warps=4, num_stages=1)
-    g = checks.generator(3)
-    xq = (torch.randn(50, 192, generator=g) * 50).clamp(-448, 448).to(fp8.E4M3)
-    wq = (torch.randn(70, 192, generator=g) * 50).clamp(-448, 448).to(fp8.E4M3)
-    sx, sw = torch.rand(50, generator=g) * 1e-2, torch.rand(70, generator=g) * 1e-2
-    for p in [(xq, sx, wq, sw), fp8.accumulation_problem(32, 64, 1024, "cpu")]:
-        y = sweep_prefill.fp8_tma_matmul(*p, cfg=cfg)
-        checks.compare(y, fp8.reference(*p), what="fp8 tma", rtol=checks.tolerance_for(y.dtype))
-    with pytest.raises(ValueError, match="K % 16"):
-        sweep_prefill.fp8_tma_matmul(xq[:, :90], sx, wq[:, :90].contiguous(), sw, cfg=cfg)
-
-
 def test_the_bf16_e2m1_decode_bit_arithmetic():
     """fp4_words' bf16 decode (the interpreter has no bf16 bit casts, so the GPU alone runs it), emulated with the
     kernel's constants: nibbles NIB and NIB + 4 of a word, each moved to bits 8-6 of a 16-bit half with its sign at

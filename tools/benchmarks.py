@@ -246,6 +246,10 @@ def fp8_rows(sol, record, env, quick: bool = False) -> None:
         record("prefill", "solution fp8_matmul", M, N, K,
                [lambda xq=xq, sx=sx, w=w: sol.fp8_matmul(xq, sx, *w) for w in ws], fused,
                rechecked(sol.fp8_matmul, 300, 1000, 777))  # fmt: skip
+        tma, why = expert.tma_status("cuda")
+        record("prefill", "expert fp8_matmul_tma (qmatmul/expert.py)" if tma else f"expert fp8_matmul_tma: {why}",
+               M, N, K, [lambda xq=xq, sx=sx, w=w: expert.fp8_matmul_tma(xq, sx, *w) for w in ws] if tma else None,
+               fused, rechecked(expert.fp8_matmul_tma, 300, 1000, 768) if tma else None)  # fmt: skip
         with ch.use_path(False):
             sol.fp8_matmul(xq, sx, *ws[0])
             record("prefill", "solution fp8_matmul, fp16 path", M, N, K,

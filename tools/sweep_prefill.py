@@ -518,65 +518,8 @@ def fp8acc_part(mods, scaled_mm_rowwise, results, seeds=(1, 2, 3)):
     fp8.prefill_config = original
 
 
-# A candidate for FP8 prefill on Hopper (docs/perf-notes.md, seventh session): a persistent grid, one program an SM
-# sweeping its tiles in the solution's grouped order, operands fed by TMA (host tensor descriptors, which zero-fill
-# past the edges, so the loop has no masks and no address arithmetic), partial sums promoted every BLOCK_K as in the
-# solution. Not timed yet; tests/test_sweep_candidates.py runs it in the interpreter.
-@triton.jit
-def fp8_tma_kernel(
-    x_desc, w_desc, sx_ptr, sw_ptr, y_ptr, M, N, K, stride_ym,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    NUM_SMS: tl.constexpr, PROMOTE: tl.constexpr,
-):  # fmt: skip
-    num_m, num_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
-    for tile in range(tl.program_id(0), num_m * num_n, NUM_SMS):
-        group = tile // (GROUP_M * num_n)
-        first_m = group * GROUP_M
-        rows = min(num_m - first_m, GROUP_M)
-        pid_m = first_m + (tile % (GROUP_M * num_n)) % rows
-        pid_n = (tile % (GROUP_M * num_n)) // rows
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):
-            x = x_desc.load([pid_m * BLOCK_M, k0])
-            w = w_desc.load([pid_n * BLOCK_N, k0])
-            if PROMOTE:
-                acc = tl.dot(x, w.T, acc, max_num_imprecise_acc=BLOCK_K)
-            else:
-                acc = tl.dot(x, w.T, acc)
-        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        sx = tl.load(sx_ptr + offs_m, mask=offs_m < M, other=0.0)
-        sw = tl.load(sw_ptr + offs_n, mask=offs_n < N, other=0.0)
-        y = acc * sx[:, None] * sw[None, :]
-        tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :], y.to(y_ptr.dtype.element_ty),
-                 mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))  # fmt: skip
-
-
-def fp8_tma_matmul(xq, sx, wq, sw, out=None, *, cfg: dict):
-    """fp8_matmul's interface; cfg: BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages (PROMOTE: default True).
-    TMA needs rows of 16-byte multiples: K % 16 == 0."""
-    import torch
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
-    from qmatmul import fp8
-
-    M, N, K, sx, sw, out = fp8.prepare(xq, sx, wq, sw, out)
-    if K % 16 or out.stride(1) != 1:
-        raise ValueError("the TMA candidate needs K % 16 == 0 and a row-major output")
-    cfg = dict(cfg)
-    bm, bn, bk = cfg.pop("BLOCK_M"), cfg.pop("BLOCK_N"), cfg.pop("BLOCK_K")
-    promote = cfg.pop("PROMOTE", True)
-    sms = torch.cuda.get_device_properties(xq.device).multi_processor_count if xq.is_cuda else 4
-    tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
-    x_desc = TensorDescriptor.from_tensor(xq, [bm, bk])
-    w_desc = TensorDescriptor.from_tensor(wq, [bn, bk])
-    fp8_tma_kernel[(min(sms, tiles),)](
-        x_desc, w_desc, sx, sw, out, M, N, K, out.stride(0),
-        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, NUM_SMS=min(sms, tiles), PROMOTE=promote, **cfg,
-    )  # fmt: skip
-    return out
-
-
+# The FP8 prefill on Hopper of qmatmul/expert.py (fp8_matmul_tma): a persistent grid fed by TMA, partial sums
+# promoted every BLOCK_K or not (PROMOTE), four tiles.
 FP8_TMA_TILES = [(128, 128, 128, 8, 3), (128, 128, 128, 8, 4), (256, 128, 128, 8, 3), (128, 128, 256, 8, 3)]
 
 
@@ -585,7 +528,7 @@ def fp8tma_part(mods, scaled_mm_rowwise, results, seeds=(1, 2, 3)):
     tile graph-timed against torch._scaled_mm rowwise, with the wrong outputs on the graded inputs per seed."""
     import torch
 
-    from qmatmul import bench, checks
+    from qmatmul import bench, checks, expert
 
     fp8 = mods["fp8"]
     M, N, K = fp8.PREFILL_SHAPE
@@ -596,7 +539,7 @@ def fp8tma_part(mods, scaled_mm_rowwise, results, seeds=(1, 2, 3)):
             cfg = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, PROMOTE=promote, num_warps=nw, num_stages=ns)
 
             def fn(*p, out=None, cfg=cfg):
-                return fp8_tma_matmul(*p, out=out, cfg=cfg)
+                return expert.fp8_matmul_tma(*p, out=out, **cfg)
 
             try:
                 case = fp8.accumulation_problem(128, 128, 8192, "cuda")
