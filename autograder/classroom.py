@@ -59,6 +59,11 @@ class CourseDirs:
         return self.db_url or f"sqlite:///{ROOT / self.db}"
 
     @property
+    def logs(self) -> Path:
+        """logs/<assignment>/<student>.log: what nbgrader wrote on stderr the last time it graded that submission."""
+        return ROOT / Path(self.autograded).parent / "logs"
+
+    @property
     def journal(self) -> Path:
         """journal/<assignment>/<student>: the digest of the files last graded to the end (for --resume)."""
         return ROOT / Path(self.autograded).parent / "journal"
@@ -146,9 +151,10 @@ def autograde(assignment: str, students: list[str], dirs: CourseDirs) -> dict:
             "autograde", assignment, f"--student={student}", "--force", dirs=dirs, timeout=STUDENT_TIMEOUT
         )
         seconds = time.time() - t0
-        if res.returncode != 0 or "ERROR" in res.stderr:
-            failures[student] = nbgrader_error(res)
-            print(f"FAILED ({seconds:.0f} s): {failures[student]}")
+        why = nbgrader_failure(assignment, student, res.returncode, res.stderr, dirs)
+        if why:
+            failures[student] = why
+            print(f"FAILED ({seconds:.0f} s): {why}")
         else:
             _record(assignment, student, dirs)
             print(f"done ({seconds:.0f} s)")
@@ -192,9 +198,8 @@ def autograde_class(pairs: list[tuple[str, str]], dirs: CourseDirs, jobs: int = 
     left = collections.Counter(a for a, _ in pairs)
 
     def failed(res: parallel.Result) -> str | None:
-        why = None
-        if res.returncode != 0 or "ERROR" in res.stderr:
-            why = nbgrader_error(subprocess.CompletedProcess(res.job.cmd, res.returncode, "", res.stderr))
+        why = nbgrader_failure(res.job.assignment, res.job.student, res.returncode, res.stderr, dirs)
+        if why:
             failures[res.job.assignment, res.job.student] = why
         else:
             _record(res.job.assignment, res.job.student, dirs)
@@ -276,14 +281,32 @@ def reset_database(url: str) -> None:
     engine.dispose()
 
 
-def nbgrader_error(res: subprocess.CompletedProcess) -> str:
+def nbgrader_failure(
+    assignment: str, student: str, returncode: int, stderr: str, dirs: CourseDirs
+) -> str | None:
+    """Why one `nbgrader autograde` run failed, or None when it graded. Its stderr is kept in dirs.logs either way
+    and a failure names it.
+
+    nbgrader exits non-zero when it could not grade a submission. Errors it logs and gets past are the notebook
+    kernel's (a kernel that died, timed out, or whose shutdown raced its client: jupyter_client logs a ZMQError
+    "Socket operation on non-socket" there once in a while under load), and the notebook kernel decides no grade
+    (qmatmul/grader/nbhooks.py): they fail nothing."""
+    log = dirs.logs / assignment / f"{student}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text(stderr)
+    if returncode == 0:
+        return None
+    return f"{nbgrader_error(returncode, stderr)} (nbgrader's log: {log})"
+
+
+def nbgrader_error(returncode: int, stderr: str) -> str:
     """The most telling line of a failed nbgrader run: the exception, not 'see the above traceback'."""
-    lines = [ln.strip() for ln in res.stderr.splitlines()]
+    lines = [ln.strip() for ln in stderr.splitlines()]
     exceptions = [ln for ln in lines if re.match(r"^[A-Za-z_.]*(Error|Exception)\b.*:", ln)]
     if exceptions:
         return exceptions[-1][:300]
     errors = [ln for ln in lines if "ERROR" in ln and "see the the above traceback" not in ln]
-    return (errors[-1] if errors else f"nbgrader exited {res.returncode}")[:300]
+    return (errors[-1] if errors else f"nbgrader exited {returncode}")[:300]
 
 
 def cell_messages(notebook: Path) -> dict:

@@ -57,6 +57,24 @@ def test_config_is_absolute_and_names_only_known_options(tmp_path):
     assert "QMATMUL_EXCHANGE" in text
 
 
+def test_a_run_fails_on_nbgraders_exit_status_not_on_the_notebook_kernels_logged_errors(tmp_path):
+    """The CI log of a demo class: nbgrader graded and exited 0, but jupyter_client had logged a ZMQError from the
+    notebook kernel's shutdown, and the old rule ("ERROR" anywhere on stderr) failed the submission. Both runs keep
+    their stderr, and a failure names where."""
+    import classroom
+
+    dirs = classroom.CourseDirs(autograded=str(tmp_path / "autograded"))
+    raced = ("[AutogradeApp | ERROR] Socket operation on non-socket\nTraceback (most recent call last):\n"
+             "zmq.error.ZMQError: Socket operation on non-socket\n[AutogradeApp | INFO] test_decode: 2/2\n")  # fmt: skip
+    assert classroom.nbgrader_failure("w8a16", "racy", 0, raced, dirs) is None
+    assert (tmp_path / "logs" / "w8a16" / "racy.log").read_text() == raced
+    failed = "[AutogradeApp | ERROR] There was an error processing assignment\nValueError: bad notebook\n"
+    why = classroom.nbgrader_failure("w8a16", "broken", 1, failed, dirs)
+    assert (
+        why.startswith("ValueError: bad notebook") and str(tmp_path / "logs" / "w8a16" / "broken.log") in why
+    )
+
+
 def test_bonus_cells_are_graded_cells_the_guide_calls_bonus():
     guide = (ROOT / "course.md").read_text()
     for chapter, cells in export.BONUS.items():
