@@ -23,8 +23,8 @@ def corpus(chapter: str) -> list:
 
 def grade(tmp_path, students, sandbox: bool, monkeypatch, together=()) -> tuple[dict, dict]:
     """The gradebook's rows and, for each student graded by a run of its own (classroom.py's path), the run's
-    (start, end). The students named in `together` are graded first, in one `nbgrader autograde` run (the path of
-    nbgrader's own command and Formgrader; it saves each of them nbgrader's and torch's imports)."""
+    (start, end). The students named in `together` are graded first, in one nbgrader run
+    (classroom.autograde_at_once)."""
     dirs = classroom.CourseDirs(
         submitted=str(tmp_path / "submitted"), autograded=str(tmp_path / "autograded"),
         feedback=str(tmp_path / "feedback"), release=str(tmp_path / "release"), db=str(tmp_path / "gradebook.db"),
@@ -40,10 +40,8 @@ def grade(tmp_path, students, sandbox: bool, monkeypatch, together=()) -> tuple[
     first = [st for st in students if st.name in together]
     if first:
         submit(first)  # only these are submitted while nbgrader grades every submission it finds
-        res = classroom.nbgrader(
-            "autograde", "w8a16", "--force", dirs=dirs, timeout=classroom.STUDENT_TIMEOUT
-        )
-        assert classroom.nbgrader_failure("w8a16", "together", res.returncode, res.stderr, dirs) is None
+        failures = classroom.autograde_at_once("w8a16", dirs)
+        assert not failures, failures
     alone = [st for st in students if st.name not in together]
     submit(alone)
     spans = {}  # student -> (started, ended), wall-clock seconds

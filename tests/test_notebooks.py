@@ -87,8 +87,7 @@ def _digest(folder):
 
 def demo_gradebook(assignment: str, tmp_path_factory) -> dict:
     """The demo class of one assignment, graded by the real `nbgrader autograde` (once per worker): the whole class
-    in one nbgrader run, as `nbgrader autograde <chapter>` and Formgrader grade it. One run saves each student
-    nbgrader's and torch's imports (about 8 s); classroom.py's run per student is graded by
+    in one nbgrader run (classroom.autograde_at_once); classroom.py's run per student is graded by
     tests/test_adversarial.py and tests/test_parallel.py."""
     key = ("demo", assignment)
     if key not in _CACHE:
@@ -97,11 +96,7 @@ def demo_gradebook(assignment: str, tmp_path_factory) -> dict:
         for st in students:
             classroom.build_submission(st, ROOT / dirs.release, ROOT / dirs.submitted / st.name / assignment)
         before = _digest(ROOT / dirs.submitted)
-        res = classroom.nbgrader(
-            "autograde", assignment, "--force", dirs=dirs, timeout=classroom.STUDENT_TIMEOUT
-        )
-        why = classroom.nbgrader_failure(assignment, "the class", res.returncode, res.stderr, dirs)
-        failures = {"the class": why} if why else {}
+        failures = classroom.autograde_at_once(assignment, dirs)
         after = _digest(ROOT / dirs.submitted)
         rows = {r["student"]: r for r in classroom.gradebook(assignment, dirs)}
         classroom.print_gradebook(assignment, list(rows.values()), failures)

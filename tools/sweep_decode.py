@@ -252,14 +252,13 @@ def fp4_words(
                         mask=n_ok, other=0)  # fmt: skip
         e = tl.load(s_ptr + offs_n[:, None] * stride_sn + (k0 // SB + offs_s)[None, :] * stride_sk,
                     mask=n_ok, other=0).to(tl.int32)  # fmt: skip
-        scale = block_scales(e, NV, 1.0)
         if LANES:  # nibbles i and i + 4 decoded together, then joined into K order (the expert kernel's tile)
             w = fp4_lanes_tile(words, e, DT, SB, NV)
         elif HALF:
             c = _nibbles(words)
             v = (((c & 0x7) << SHIFT) | ((c & 0x8) << 12)).to(tl.int16).to(DT, bitcast=True)
             v = v * tl.full((1, 1), UNDO, DT)  # the e2m1 value, exactly
-            w = tl.reshape(v, (BLOCK_N, BLOCK_K // SB, SB)) * scale.to(DT)[:, :, None]
+            w = tl.reshape(v, (BLOCK_N, BLOCK_K // SB, SB)) * block_scales(e, NV, 1.0).to(DT)[:, :, None]
         else:
             c = _nibbles(words)
             v = (
@@ -268,7 +267,7 @@ def fp4_words(
                 .to(tl.float16, bitcast=True)
                 .to(tl.float32)
             )
-            w = tl.reshape(v, (BLOCK_N, BLOCK_K // SB, SB)) * (scale * 16384.0)[:, :, None]
+            w = tl.reshape(v, (BLOCK_N, BLOCK_K // SB, SB)) * (block_scales(e, NV, 1.0) * 16384.0)[:, :, None]
         w = tl.reshape(w, (BLOCK_N, BLOCK_K)).to(DT)
         if SWAP:
             acc = tl.dot(w, tl.trans(x), acc)
