@@ -34,8 +34,8 @@ INTERPRETER_TILED = dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=64, num_warps=4, num_st
 
 
 def gemm_config(device) -> dict:
-    """Tiles of the plain Triton GEMM (`matmul_kernel`) that the 4-bit chapters' wrappers run from
-    DEQUANTIZE_FIRST_M rows on, once the weight is decoded: Hopper's 227 KB of shared memory takes three stages of
+    """Tiles of the plain Triton GEMM (`qmatmul.gemm.matmul_kernel`) that the 4-bit chapters' wrappers run from
+    DEQUANTIZE_FIRST_M rows on, once the weight is decoded, where the TMA GEMM cannot run: Hopper's 227 KB of shared memory takes three stages of
     128 x 256 x 64 (144 KB); from sm_80 on 128 x 128 x 32 (48 KB); a T4 the FMA tiles (128 x 128 spilled 8000
     registers there, tools/sass.py)."""
     device = torch.device(device)

@@ -18,10 +18,10 @@ Tricks, each exact:
   code's value times 2^-126 (bf16) or 2^-14 (fp16); one multiply undoes it and one more applies the block's
   scale, both exact (a code times a block scale has at most 6 significant bits). No K masks: BLOCK_K divides K
   (the chapters' `divisible_k`), and split-K where N is short (atomic adds into a float32 buffer).
-* FP8 prefill on Hopper (the chapter's layout: e4m3 x [M, K] and w [N, K], float32 scales per row and column): a
-  persistent grid, one program an SM walking its tiles in grouped order, operands fed by TMA through tensor
-  descriptors (which zero-fill past the edges: no masks, no address arithmetic in the loop), partial sums promoted
-  to float32 every BLOCK_K as in the chapter's solution.
+* FP8 prefill on Hopper (the chapter's layouts: e4m3 x [M, K] and w [N, K], float32 scales per row and column, or
+  per 1 x 128 and 128 x 128 block): `qmatmul.gemm.tma_kernel`, a persistent grid fed by TMA, partial sums promoted
+  to float32 every BLOCK_K as in the chapter's solution (row-wise) or each 128-wide step's product scaled before it
+  is added (block-scaled).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-from qmatmul import fp8, mxfp4, nvfp4, w4a16
+from qmatmul import fp8, gemm, mxfp4, nvfp4, w4a16, w8a16
 
 
 @triton.jit
@@ -361,82 +361,40 @@ def nvfp4_decode(x, packed, scales, g, out=None, **cfg):
 # FP8 prefill on Hopper
 
 
-@triton.jit
-def _fp8_tma_kernel(
-    x_desc, w_desc, sx_ptr, sw_ptr, y_ptr, M, N, K, stride_ym,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    NUM_SMS: tl.constexpr, PROMOTE: tl.constexpr,
-):  # fmt: skip
-    num_m, num_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
-    for tile in range(tl.program_id(0), num_m * num_n, NUM_SMS):
-        group = tile // (GROUP_M * num_n)
-        first_m = group * GROUP_M
-        rows = min(num_m - first_m, GROUP_M)
-        pid_m = first_m + (tile % (GROUP_M * num_n)) % rows
-        pid_n = (tile % (GROUP_M * num_n)) // rows
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):
-            x = x_desc.load([pid_m * BLOCK_M, k0])
-            w = w_desc.load([pid_n * BLOCK_N, k0])
-            if (
-                PROMOTE
-            ):  # the partial products folded into float32 every BLOCK_K (Hopper's fp8 MMA keeps fewer bits)
-                acc = tl.dot(x, w.T, acc, max_num_imprecise_acc=BLOCK_K)
-            else:
-                acc = tl.dot(x, w.T, acc)
-        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        sx = tl.load(sx_ptr + offs_m, mask=offs_m < M, other=0.0)
-        sw = tl.load(sw_ptr + offs_n, mask=offs_n < N, other=0.0)
-        y = acc * sx[:, None] * sw[None, :]
-        tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :], y.to(y_ptr.dtype.element_ty),
-                 mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))  # fmt: skip
+def fp8_tma_config(device: str, block_scaled: bool = False) -> dict:
+    return gemm.tma_config(
+        torch.float8_e4m3fn, gemm.BLOCK_SCALES if block_scaled else gemm.ROW_SCALES, device
+    )
 
 
-def fp8_tma_config(device: str) -> dict:
-    if device != "cuda":
-        return dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=64, num_warps=4, num_stages=1)
-    # Graph-timed on the H200 (docs/perf-notes.md, fourth round; tools/sweep_prefill.py --parts fp8tma): 84 % of
-    # torch._scaled_mm row-wise at 4096 x 8192 x 8192, no wrong output on three seeds and the accumulation case,
-    # against the chapter solution's 51-57 %.
-    return dict(BLOCK_M=256, BLOCK_N=128, BLOCK_K=128, num_warps=8, num_stages=3)
-
-
-def tma_status(device) -> tuple[bool, str]:
-    """(can run, why not): TMA descriptors need triton's host TensorDescriptor (3.4 on) and a Hopper or newer GPU;
-    the interpreter runs them too."""
-    try:
-        from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: F401
-    except ImportError:
-        return False, f"triton {triton.__version__} has no host tensor descriptors (3.4 on)"
-    device = torch.device(device)
-    if device.type == "cuda" and torch.cuda.get_device_capability(device) < (9, 0):
-        return False, "TMA needs a Hopper or newer GPU (sm_90)"
-    return True, ""
+tma_status = gemm.tma_status
 
 
 def fp8_matmul_tma(xq, sx, wq, sw, out=None, **cfg):
-    """The expert FP8 prefill (`fp8.reference`'s product): the chapter's `fp8_matmul` interface, TMA-fed.
-    K must be a multiple of 16 (a TMA row is a multiple of 16 bytes) and out row-major."""
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
+    """The expert FP8 prefill (`fp8.reference`'s product): the chapter's `fp8_matmul` interface, TMA-fed, partial sums
+    promoted every BLOCK_K (PROMOTE=False in cfg: Triton's sm_90 default, which is wrong on long K). K must be a
+    multiple of 16 (a TMA row is a multiple of 16 bytes) and out row-major."""
     M, N, K, sx, sw, out = fp8.prepare(xq, sx, wq, sw, out)
-    ok, why = tma_status(xq.device)
-    if not ok:
-        raise RuntimeError(f"fp8_matmul_tma: {why}")
-    if K % 16 or out.stride(1) != 1:
-        raise ValueError(
-            "fp8_matmul_tma needs K % 16 == 0 (TMA rows of 16-byte multiples) and a row-major output"
-        )
     cfg = dict(cfg or fp8_tma_config(xq.device.type))
-    bm, bn, bk = cfg.pop("BLOCK_M"), cfg.pop("BLOCK_N"), cfg.pop("BLOCK_K")
     promote = cfg.pop("PROMOTE", True)
-    sms = torch.cuda.get_device_properties(xq.device).multi_processor_count if xq.is_cuda else 4
-    programs = min(sms, triton.cdiv(M, bm) * triton.cdiv(N, bn))
-    x_desc = TensorDescriptor.from_tensor(xq, [bm, bk])
-    w_desc = TensorDescriptor.from_tensor(wq, [bn, bk])
-    _fp8_tma_kernel[(programs,)](
-        x_desc, w_desc, sx, sw, out, M, N, K, out.stride(0),
-        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, NUM_SMS=programs, PROMOTE=promote, **cfg,
-    )  # fmt: skip
-    return out
+    return gemm.tma_matmul(xq, wq, out, sx=sx, sw=sw, scales=gemm.ROW_SCALES, promote=promote, **cfg)
+
+
+def fp8_block_matmul_tma(xq, sx, wq, sw, out=None, **cfg):
+    """The expert FP8 block-scaled prefill (`fp8.block_reference`'s product): the chapter's `fp8_block_matmul`
+    interface (sx [M, K/128], sw [N/128, K/128]), TMA-fed, each 128-wide K step's product scaled and added in
+    float32."""
+    M, N, K, out = fp8.prepare_block(xq, sx, wq, sw, out)
+    cfg = dict(cfg or fp8_tma_config(xq.device.type, block_scaled=True))
+    return gemm.tma_matmul(xq, wq, out, sx=sx, sw=sw, scales=gemm.BLOCK_SCALES, **cfg)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# W8A16 prefill on Hopper
+
+
+def w8a16_prefill_tma(x, q, s, out=None, **cfg):
+    """The expert W8A16 prefill (`w8a16.reference`'s product) for large M: the int8 codes converted to x's dtype
+    (exact: every int8 is a bf16 and an fp16), then the TMA GEMM with the row scales s in its epilogue."""
+    M, N, K, out = w8a16.prepare(x, q, s, out)
+    return gemm.tma_matmul(x, q.to(x.dtype), out, sw=s, scales=gemm.COLUMN_SCALES, **cfg)

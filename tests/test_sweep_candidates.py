@@ -74,3 +74,15 @@ def test_the_bf16_e2m1_decode_bit_arithmetic():
             v = bits.view(torch.bfloat16) * torch.tensor(2.0**126, dtype=torch.bfloat16)
             codes = (words >> (4 * k)) & 0xF
             assert torch.equal(v.float(), fp4.e2m1_decode(codes.to(torch.uint8)).float())
+
+
+def test_the_gemmtma_block_reference_is_the_course_reference():
+    """tools/sweep_prefill.py's gemmtma part counts the block-scaled GEMM's wrong outputs against a float32 reference
+    on the GPU: it equals fp8.block_reference on a ragged problem."""
+    import sweep_prefill
+
+    from qmatmul import checks, fp8
+
+    p = fp8.random_block_problem(40, 200, 320, "cpu", checks.generator(6))
+    checks.compare(sweep_prefill.block_reference_fp32(*p), fp8.block_reference(*p), what="fp32 block reference",
+                   rtol=1e-5)  # fmt: skip

@@ -47,7 +47,7 @@ _NVFP4 = {**_FP4, "g_ptr": "*fp32"}
 _W4A16_WORDS = {**_W4A16, "w_ptr": "*i32"}
 _BF16_MAGIC = {"MAGIC": 0x43004300, "BASE": 128.0}  # qmatmul.expert._magic
 _FP16_MAGIC = {"MAGIC": 0x64006400, "BASE": 1024.0}
-# The 4-bit chapters' matmul_kernel, which multiplies the decoded weight.
+# qmatmul.gemm.matmul_kernel, which multiplies the 4-bit chapters' decoded weight (off Hopper: TMA there).
 _GEMM = {"x_ptr": "*bf16", "w_ptr": "*bf16", "g_ptr": "*fp32", "y_ptr": "*bf16"}
 _W8A16 = {"x_ptr": "*bf16", "q_ptr": "*i8", "s_ptr": "*fp32", "y_ptr": "*bf16"}
 
@@ -58,7 +58,7 @@ _UNIT_STRIDES = ("stride_xk", "stride_yn", "stride_wk", "stride_qk", "stride_pk"
 
 
 def _row(chapter: str, kernel: str, cfg: dict) -> dict:
-    """chapter: a solution notebook's name, or "expert" (qmatmul.expert)."""
+    """chapter: a solution notebook's name, "expert" (qmatmul.expert) or "gemm" (qmatmul.gemm)."""
     types = _GEMM if kernel == "matmul_kernel" else _types(chapter)
     return dict(chapter=chapter, kernel=kernel, types=types, cfg=cfg,
                 ones=tuple(n for n in _UNIT_STRIDES if n not in cfg))  # fmt: skip
@@ -157,7 +157,7 @@ def launches() -> list[tuple[str, str, str, callable]]:
         ("mxfp4 decode", "mxfp4", "mxfp4_decode_kernel", lambda: mxfp4.decode_config(16, N, K)),
         ("nvfp4 decode", "nvfp4", "nvfp4_decode_kernel", lambda: nvfp4.decode_config(16, N, K)),
         ("fp8 decode", "fp8", "fp8_decode_kernel", lambda: fp8.decode_config(16, N, K)),
-        ("4-bit decoded GEMM", "w4a16", "matmul_kernel",
+        ("4-bit decoded GEMM", "gemm", "matmul_kernel",
          lambda: chapter.gemm_config("cuda") | {"GROUP_M": 8, "HAS_G": False}),
     ]  # fmt: skip
     n = k = 4096
@@ -231,10 +231,8 @@ def jit_functions(chapter: str) -> dict:
     cells (its setup cell picks the interpreter on a CPU) are left out."""
     from qmatmul import course
 
-    if chapter == "expert":
-        from qmatmul import expert
-
-        return expert
+    if chapter in ("expert", "gemm"):
+        return importlib.import_module(f"qmatmul.{chapter}")
     if chapter == "sweep":
         sys.path.insert(0, str(ROOT / "tools"))
         import sweep_decode

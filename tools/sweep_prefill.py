@@ -4,6 +4,7 @@ and without the masked K tail, and the FP8 128 x 128 block-scaled kernel's tiles
     python tools/sweep_prefill.py [--out DIR] [--parts prefill,decode,fp8block] [--formats w8a16,w4a16,mxfp4,nvfp4]
     python tools/sweep_prefill.py --parts fp8acc     FP8 prefill: Hopper's fp8 accumulation, imprecise or promoted
     python tools/sweep_prefill.py --parts fp8tma     FP8 prefill: a persistent TMA candidate, promoted or not
+    python tools/sweep_prefill.py --parts gemmtma    qmatmul.gemm's TMA GEMMs: bf16 (decoded weights), FP8 row, block
 
 Prefill candidates, each with the weight read as it lies ([BLOCK_N, BLOCK_K(/2)] rows) and dequantized once per K
 step for a BLOCK_M of 128-256 rows:
@@ -558,12 +559,109 @@ def fp8tma_part(mods, scaled_mm_rowwise, results, seeds=(1, 2, 3)):
                   f"{100 * ref / ms:4.0f} % of _scaled_mm rowwise, wrong per seed {bad}, accumulation case {acc_bad}")  # fmt: skip
 
 
+# qmatmul.gemm.tma_kernel's tiles: (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, FLATTEN)
+GEMM_TMA_TILES = [(128, 256, 64, 8, 3, False), (128, 256, 64, 8, 4, False), (128, 256, 64, 8, 3, True),
+                  (256, 128, 64, 8, 3, False), (128, 128, 64, 8, 4, False), (128, 128, 64, 4, 4, False)]  # fmt: skip
+FP8_ROW_TILES = [(256, 128, 128, 8, 3, False), (256, 128, 128, 8, 4, False), (256, 128, 128, 8, 3, True),
+                 (128, 256, 128, 8, 3, False)]  # fmt: skip
+FP8_BLOCK_TILES = [(128, 128, 128, 8, 3, False), (128, 128, 128, 8, 4, False), (256, 128, 128, 8, 3, False),
+                   (128, 256, 128, 8, 3, False), (128, 128, 128, 4, 4, False), (256, 128, 128, 8, 3, True)]  # fmt: skip
+
+
+def gemmtma_part(mods, scaled_mm_rowwise, results, seeds=(1, 2, 3)):
+    """qmatmul.gemm's GEMMs at M = 2048 and 4096, N = K = 8192, graph-timed: the 4-bit chapters' decoded-weight GEMM
+    (bf16; the TMA kernel at each of GEMM_TMA_TILES and the tutorial's matmul_kernel) against cuBLAS; the expert FP8
+    row-wise and block-scaled TMA GEMMs against torch._scaled_mm row-wise, with their wrong outputs per seed."""
+    import torch
+
+    from qmatmul import bench, chapter, checks, expert, gemm
+
+    fp8 = mods["fp8"]
+    N = K = 8192
+    tol = checks.tolerance_for(torch.bfloat16)
+
+    def tiles(t):
+        bm, bn, bk, nw, ns, fl = t
+        return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=nw, num_stages=ns, FLATTEN=fl)
+
+    for M in (2048, 4096):
+        gen = checks.generator(M, "cuda")
+        x = torch.randn(M, K, device="cuda", generator=gen, dtype=torch.bfloat16)
+        ws = [torch.randn(N, K, device="cuda", generator=gen, dtype=torch.bfloat16) * 0.02 for _ in range(2)]
+        out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+        ref = x.float() @ ws[0].float().T
+        cublas = bench.graph_ms([lambda w=w: torch.matmul(x, w.T, out=out) for w in ws])
+        results.append(dict(part="gemmtma", M=M, label="cuBLAS bf16", us=cublas * 1e3, cublas_frac=1.0))
+        print(f"gemm M={M} cuBLAS {cublas * 1e3:7.0f} us")
+
+        def tutorial(w, out):
+            cfg = chapter.gemm_config(x.device)
+            grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]),)
+            gemm.matmul_kernel[grid](x, w, w, out, M, N, K, x.stride(0), x.stride(1), w.stride(0), w.stride(1),
+                                     out.stride(0), out.stride(1), GROUP_M=8, HAS_G=False, **cfg)  # fmt: skip
+            return out
+
+        runs = [("matmul_kernel " + str(chapter.gemm_config(x.device)), tutorial)]
+        runs += [
+            (f"tma {t}", lambda w, out, t=t: gemm.tma_matmul(x, w, out, **tiles(t))) for t in GEMM_TMA_TILES
+        ]
+        runs += [("decoded_gemm (as shipped)", lambda w, out: gemm.decoded_gemm(x, w, out))]
+        for label, fn in runs:
+            try:
+                err = rel_err(fn(ws[0], torch.empty_like(out)).float(), ref)
+                ms = bench.graph_ms([lambda w=w: fn(w, out) for w in ws])
+            except Exception as exc:  # noqa: BLE001
+                results.append(dict(part="gemmtma", M=M, label=label, error=str(exc)[:300]))
+                print(f"gemm M={M} {label}: {type(exc).__name__}: {str(exc)[:200]}")
+                continue
+            results.append(
+                dict(part="gemmtma", M=M, label=label, us=ms * 1e3, cublas_frac=cublas / ms, err=err)
+            )
+            print(
+                f"gemm M={M} {label:60} {ms * 1e3:7.0f} us {100 * cublas / ms:4.0f} % of cuBLAS err {err:.1e}"
+            )
+        for kind, grid_, fn_ in (("row", FP8_ROW_TILES, expert.fp8_matmul_tma),
+                                 ("block", FP8_BLOCK_TILES, expert.fp8_block_matmul_tma)):  # fmt: skip
+            rowwise = scaled_mm_rowwise(M)
+            make = fp8._timing_problem if kind == "row" else fp8._timing_block_problem
+            problems = [make(M, N, K, checks.generator(s, "cuda")) for s in seeds]
+            refs = [(fp8.reference if kind == "row" else block_reference_fp32)(*p) for p in problems]
+            for t in grid_:
+                try:
+                    o = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
+                    ms = bench.graph_ms([lambda p=p: fn_(*p, out=o, **tiles(t)) for p in problems[:2]])
+                    bad = [
+                        int(checks.mismatch(fn_(*p, **tiles(t)), r, tol).sum())
+                        for p, r in zip(problems, refs, strict=True)
+                    ]
+                except Exception as exc:  # noqa: BLE001
+                    results.append(dict(part="gemmtma", M=M, label=f"fp8 {kind} {t}", error=str(exc)[:300]))
+                    print(f"fp8 {kind} M={M} {t}: {type(exc).__name__}: {str(exc)[:200]}")
+                    continue
+                results.append(dict(part="gemmtma", M=M, label=f"fp8 {kind} {t}", us=ms * 1e3,
+                                    scaled_mm_frac=rowwise / ms, bad=bad))  # fmt: skip
+                print(f"fp8 {kind:5} M={M} {str(t):36} {ms * 1e3:7.0f} us {100 * rowwise / ms:4.0f} % of _scaled_mm "
+                      f"rowwise, wrong per seed {bad}")  # fmt: skip
+
+
+def block_reference_fp32(xq, sx, wq, sw):
+    """fp8.block_reference on the GPU in float32 (its float64 on the CPU takes minutes at 4096 x 8192 x 8192)."""
+
+    M, K = xq.shape
+    N = wq.shape[0]
+    x = xq.float() * sx.repeat_interleave(128, 1)[:, :K]
+    w = wq.float() * sw.repeat_interleave(128, 0)[:N].repeat_interleave(128, 1)[:, :K]
+    return x @ w.T
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--out", default="build/bench")
-    parser.add_argument("--parts", default="prefill,decode,fp8block", help="also: crossover, fp8acc, fp8tma")
+    parser.add_argument(
+        "--parts", default="prefill,decode,fp8block", help="also: crossover, fp8acc, fp8tma, gemmtma"
+    )
     parser.add_argument("--formats", default="w8a16,w4a16,mxfp4,nvfp4")
     parser.add_argument("--quick", action="store_true", help="prefill at M = 2048 only")
     parser.add_argument(
@@ -633,6 +731,9 @@ def main(argv=None) -> int:
         save()
     if "fp8tma" in parts:
         fp8tma_part(mods, rowwise_ms, results)
+        save()
+    if "gemmtma" in parts:
+        gemmtma_part(mods, rowwise_ms, results)
         save()
     print(f"[{time.time() - t0:.0f} s] wrote {out}/sweep_prefill.json")
     return 0

@@ -1,0 +1,192 @@
+"""The plain GEMMs the chapters run on decoded weights, and the TMA-fed one they share with the expert FP8 kernels.
+
+* `decoded_gemm(x, w, out, g=None)`: out = x @ w.T (· g[0]) for 16-bit x [M, K] and a decoded weight w [N, K]. The 4-bit
+  chapters' wrappers call it from DEQUANTIZE_FIRST_M rows on, once the weight is decoded. On Hopper and newer
+  (with triton's host tensor descriptors) it takes `tma_kernel`; elsewhere `matmul_kernel`, the Triton tutorial's
+  GEMM in grouped launch order, with `chapter.gemm_config`'s tiles.
+* `tma_kernel`: a persistent grid, one program an SM walking its output tiles in grouped order, operands fed by
+  TMA through tensor descriptors (which zero-fill past the edges: no masks and no address arithmetic in the loop).
+  Scales: none (16-bit operands, an optional float32 tensor scale g in the epilogue), per column of w (W8A16's
+  integer codes as bf16), per row of x and column of w (FP8 row-wise, applied in the epilogue; the partial sums
+  promoted to float32 every BLOCK_K on request, as Hopper's fp8 MMA keeps fewer bits), or per 1 x 128 block of x and
+  128 x 128 block of w (FP8 block-scaled: each K step's product scaled before it is added, so BLOCK_K is the scale
+  block).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+NO_SCALES, ROW_SCALES, BLOCK_SCALES, COLUMN_SCALES = 0, 1, 2, 3
+SCALE_BLOCK = 128  # the FP8 chapter's block-scaled GEMM: 1 x 128 activation blocks, 128 x 128 weight blocks
+
+
+@triton.jit
+def grouped_tile(tile, num_m, num_n, GROUP_M: tl.constexpr):
+    """(pid_m, pid_n) of output tile `tile`, walking GROUP_M rows of tiles column by column, so the tiles that run
+    at one time share their rows of x and columns of w in the L2."""
+    width = GROUP_M * num_n
+    first_m = (tile // width) * GROUP_M
+    rows = min(num_m - first_m, GROUP_M)
+    return first_m + (tile % width) % rows, (tile % width) // rows
+
+
+@triton.jit
+def matmul_kernel(
+    x_ptr, w_ptr, g_ptr, y_ptr, M, N, K, stride_xm, stride_xk, stride_wn, stride_wk, stride_ym, stride_yn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    HAS_G: tl.constexpr,
+):  # fmt: skip
+    """y = x @ w.T (times the scalar g[0] when HAS_G) for 16-bit x [M, K] and w [N, K]: the Triton tutorial's
+    GEMM, in grouped launch order."""
+    pid_m, pid_n = grouped_tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        k = k0 + offs_k
+        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :] * stride_xk,
+                    mask=(offs_m[:, None] < M) & (k[None, :] < K), other=0.0)  # fmt: skip
+        w = tl.load(w_ptr + offs_n[None, :] * stride_wn + k[:, None] * stride_wk,
+                    mask=(offs_n[None, :] < N) & (k[:, None] < K), other=0.0)  # fmt: skip
+        acc = tl.dot(x, w, acc)
+    if HAS_G:
+        acc = acc * tl.load(g_ptr)
+    tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn, acc.to(y_ptr.dtype.element_ty),
+             mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))  # fmt: skip
+
+
+@triton.jit
+def tma_kernel(
+    x_desc, w_desc, sx_ptr, sw_ptr, g_ptr, y_ptr, M, N, K, stride_ym, stride_sx, stride_sw,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    NUM_SMS: tl.constexpr, SCALES: tl.constexpr, HAS_G: tl.constexpr, PROMOTE: tl.constexpr,
+    FLATTEN: tl.constexpr,
+):  # fmt: skip
+    num_m, num_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
+    for tile in tl.range(tl.program_id(0), num_m * num_n, NUM_SMS, flatten=FLATTEN):
+        pid_m, pid_n = grouped_tile(tile, num_m, num_n, GROUP_M)
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            x = x_desc.load([pid_m * BLOCK_M, k0])
+            w = w_desc.load([pid_n * BLOCK_N, k0])
+            if SCALES == 2:  # this step's product times its blocks' scales (BLOCK_K is the scale block)
+                kb = k0 // BLOCK_K
+                sx = tl.load(sx_ptr + offs_m * stride_sx + kb, mask=offs_m < M, other=0.0)
+                if BLOCK_N <= BLOCK_K:  # the tile lies in one block row of w: one scale, one FMA an output
+                    sw = tl.load(sw_ptr + (pid_n * BLOCK_N // BLOCK_K) * stride_sw + kb)
+                    acc += tl.dot(x, w.T) * (sx * sw)[:, None]
+                else:
+                    sw = tl.load(sw_ptr + (offs_n // BLOCK_K) * stride_sw + kb, mask=offs_n < N, other=0.0)
+                    acc += tl.dot(x, w.T) * sx[:, None] * sw[None, :]
+            elif PROMOTE:
+                acc = tl.dot(x, w.T, acc, max_num_imprecise_acc=BLOCK_K)
+            else:
+                acc = tl.dot(x, w.T, acc)
+        if SCALES == 1:
+            sx = tl.load(sx_ptr + offs_m, mask=offs_m < M, other=0.0)
+            acc = acc * sx[:, None]
+        if SCALES == 1 or SCALES == 3:
+            sw = tl.load(sw_ptr + offs_n, mask=offs_n < N, other=0.0)
+            acc = acc * sw[None, :]
+        if HAS_G:
+            acc = acc * tl.load(g_ptr)
+        tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :], acc.to(y_ptr.dtype.element_ty),
+                 mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))  # fmt: skip
+
+
+def tma_status(device) -> tuple[bool, str]:
+    """(can run, why not): TMA descriptors need triton's host TensorDescriptor (3.4 on) and a Hopper or newer GPU;
+    the interpreter runs them too."""
+    try:
+        from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: F401
+    except ImportError:
+        return False, f"triton {triton.__version__} has no host tensor descriptors (3.4 on)"
+    device = torch.device(device)
+    if device.type == "cuda" and torch.cuda.get_device_capability(device) < (9, 0):
+        return False, "TMA needs a Hopper or newer GPU (sm_90)"
+    return True, ""
+
+
+def tma_config(dtype, scales: int, device) -> dict:
+    """Tiles of tma_kernel. Interpreter: small. Hopper and newer: the H200's best (docs/perf-notes.md)."""
+    if torch.device(device).type != "cuda":
+        return dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=64 if scales != BLOCK_SCALES else SCALE_BLOCK, num_warps=4,
+                    num_stages=1)  # fmt: skip
+    if scales == BLOCK_SCALES:
+        # Graph-timed on the H200 (docs/perf-notes.md, fifth round; tools/sweep_prefill.py --parts gemmtma): 51 % of
+        # torch._scaled_mm row-wise at M = 2048 and 4096, N = K = 8192 with a scale vector a step; 256 x 128 24 %.
+        return dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, num_warps=8, num_stages=4)
+    if dtype.itemsize == 1:
+        # Graph-timed on the H200 (docs/perf-notes.md, fourth round; tools/sweep_prefill.py --parts fp8tma): 84 % of
+        # torch._scaled_mm row-wise at 4096 x 8192 x 8192, promoted, no wrong output.
+        return dict(BLOCK_M=256, BLOCK_N=128, BLOCK_K=128, num_warps=8, num_stages=3)
+    # Graph-timed on the H200 (docs/perf-notes.md, fifth round): 99-100 % of cuBLAS bf16 at M = 2048, 93 % at 4096
+    # (N = K = 8192), where the tutorial's matmul_kernel with gemm_config reached 73 % and 63 %.
+    return dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3)
+
+
+def tma_matmul(x, w, out, *, sx=None, sw=None, g=None, scales: int = NO_SCALES, promote: bool = False, **cfg):
+    """out = (x @ w.T) with the scales `scales` names, by tma_kernel. x [M, K] and w [N, K] row-major, of one dtype
+    (16-bit or fp8), K a multiple of 16 bytes' worth of elements; out row-major. Validation of shapes and dtypes is
+    the caller's (the chapters' `prepare`)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    ok, why = tma_status(x.device)
+    if not ok:
+        raise RuntimeError(f"tma_matmul: {why}")
+    M, K = x.shape
+    N = w.shape[0]
+    if (K * x.element_size()) % 16 or x.stride(1) != 1 or w.stride(1) != 1 or out.stride(1) != 1:
+        raise ValueError(
+            "the TMA GEMM needs rows of a multiple of 16 bytes (K % 16 == 0 for fp8, K % 8 == 0 for 16-bit) and "
+            "row-major x, w and output"
+        )
+    cfg = dict(cfg or tma_config(x.dtype, scales, x.device))
+    bm, bn, bk = cfg.pop("BLOCK_M"), cfg.pop("BLOCK_N"), cfg.pop("BLOCK_K")
+    if scales == BLOCK_SCALES and (bk != SCALE_BLOCK or (bn < bk and bk % bn)):
+        raise ValueError(f"the block-scaled GEMM steps one scale block at a time: BLOCK_K must be {SCALE_BLOCK} "
+                         "(and BLOCK_N divide it, or be a multiple of it)")  # fmt: skip
+    sms = torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else 4
+    programs = min(sms, triton.cdiv(M, bm) * triton.cdiv(N, bn))
+    dummy = out  # an unused pointer argument
+    tma_kernel[(programs,)](
+        TensorDescriptor.from_tensor(x, [bm, bk]), TensorDescriptor.from_tensor(w, [bn, bk]),
+        dummy if sx is None else sx, dummy if sw is None else sw, dummy if g is None else g, out, M, N, K,
+        out.stride(0), 0 if sx is None else sx.stride(0), 0 if sw is None else sw.stride(0),
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.pop("GROUP_M", 8), NUM_SMS=programs, SCALES=scales,
+        HAS_G=g is not None, PROMOTE=promote, FLATTEN=cfg.pop("FLATTEN", False), **cfg,
+    )  # fmt: skip
+    return out
+
+
+def uses_tma(x: torch.Tensor, w: torch.Tensor) -> bool:
+    """Whether `decoded_gemm` takes the TMA kernel for these operands: a CUDA GPU with TMA, row-major 16-byte rows."""
+    return (
+        x.is_cuda
+        and tma_status(x.device)[0]
+        and (x.shape[1] * x.element_size()) % 16 == 0
+        and x.stride(1) == 1
+        and w.stride(1) == 1
+    )
+
+
+def decoded_gemm(x, w, out, g=None):
+    """out = x @ w.T (· g[0], a float32 tensor scale, when given) for 16-bit x [M, K] and w [N, K]: tma_kernel on
+    Hopper and newer, matmul_kernel elsewhere."""
+    from qmatmul import chapter
+
+    if uses_tma(x, w) and out.stride(1) == 1:
+        return tma_matmul(x, w, out, g=g)
+    M, K = x.shape
+    N = w.shape[0]
+    cfg = chapter.gemm_config(x.device)
+    grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]),)
+    matmul_kernel[grid](x, w, w if g is None else g, out, M, N, K, x.stride(0), x.stride(1), w.stride(0),
+                        w.stride(1), out.stride(0), out.stride(1), GROUP_M=8, HAS_G=g is not None, **cfg)  # fmt: skip
+    return out
