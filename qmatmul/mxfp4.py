@@ -15,7 +15,7 @@ import os
 import torch
 
 from qmatmul import chapter, checks, floor, plots, recorded, widgets
-from qmatmul.chapter import ACT_DTYPES, gemm_config  # noqa: F401 - the notebook's names
+from qmatmul.chapter import ACT_DTYPES  # noqa: F401 - the notebook's names
 from qmatmul.checks import CheckFailed, Mistake
 from qmatmul.floor import bytes_moved_dense, flops  # noqa: F401 - the notebook's names
 from qmatmul.formats import fp4
@@ -32,6 +32,7 @@ from qmatmul.formats.mxfp4 import (  # noqa: F401 - the notebook's names
     reference,
     shared_exponent,
 )
+from qmatmul.gemm import decoded_gemm  # noqa: F401 - the notebook's names
 
 BANDWIDTH_SHAPE = (28672, 8192)
 BANDWIDTH_MS = (1, 16)
@@ -45,7 +46,7 @@ GIVEN = {
     "qmatmul.mxfp4": {
         "prepare",
         "prefill_config",
-        "gemm_config",
+        "decoded_gemm",
         "decode_config",
         "divisible_k",
         "dot_scaled_config",

@@ -14,7 +14,7 @@ import functools
 import torch
 
 from qmatmul import chapter, checks, floor, mxfp4, plots, widgets
-from qmatmul.chapter import ACT_DTYPES, gemm_config  # noqa: F401 - the notebook's names
+from qmatmul.chapter import ACT_DTYPES  # noqa: F401 - the notebook's names
 from qmatmul.checks import CheckFailed, Mistake
 from qmatmul.formats import fp4
 from qmatmul.formats.nvfp4 import (  # noqa: F401 - the notebook's names
@@ -29,6 +29,7 @@ from qmatmul.formats.nvfp4 import (  # noqa: F401 - the notebook's names
     reference,
     tensor_scale,
 )
+from qmatmul.gemm import decoded_gemm  # noqa: F401 - the notebook's names
 
 BANDWIDTH_SHAPE = (28672, 8192)
 BANDWIDTH_MS = (1, 16)
@@ -38,7 +39,7 @@ BANDWIDTH_MS = (1, 16)
 BANDWIDTH_THRESHOLD = 0.13
 # The names of the course package the learner's graded code may use (grader/static.py, course_problems).
 GIVEN = {
-    "qmatmul.nvfp4": {"prepare", "prefill_config", "gemm_config", "decode_config", "divisible_k", "BLOCK"},
+    "qmatmul.nvfp4": {"prepare", "prefill_config", "decoded_gemm", "decode_config", "divisible_k", "BLOCK"},
     "qmatmul.fp4": {"e2m1_encode", "pack_nibbles"},  # MXFP4's quantizer taught them
 }
 

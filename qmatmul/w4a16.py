@@ -13,7 +13,7 @@ import inspect
 import torch
 
 from qmatmul import bench, chapter, checks, floor, plots, recorded, widgets
-from qmatmul.chapter import ACT_DTYPES, gemm_config  # noqa: F401 - the notebook's names
+from qmatmul.chapter import ACT_DTYPES  # noqa: F401 - the notebook's names
 from qmatmul.checks import CheckFailed, Mistake
 from qmatmul.floor import bytes_moved_dense, flops  # noqa: F401 - the notebook's names
 from qmatmul.formats.w4a16 import (  # noqa: F401 - the notebook's names
@@ -37,6 +37,7 @@ from qmatmul.formats.w4a16 import (  # noqa: F401 - the notebook's names
     unpack,
     unpack_int32,
 )
+from qmatmul.gemm import decoded_gemm  # noqa: F401 - the notebook's names
 
 # Decode grading: a 28672 x 8192 int4 weight is 117 MB packed (plus 5.9 MB of scales and zeros): about twice
 # the H200's L2 and far above a T4's.
@@ -54,7 +55,7 @@ GIVEN = {
         "prefill_config",
         "decode_config",
         "decode_split",
-        "gemm_config",
+        "decoded_gemm",
         "gptq_prepare",
     }
 }
