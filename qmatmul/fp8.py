@@ -969,7 +969,11 @@ def block_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
         return dict(chapter.FMA_TILED, BLOCK_N=32, BLOCK_K=SCALE_BLOCK, FP8_DOT=False)
     if not fp8_dot:
         return dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=SCALE_BLOCK, FP8_DOT=False, num_warps=8, num_stages=3)
-    # Not swept yet: the tiles of the per-row kernel (see docs/benchmark-fp8-h200.md).
+    if M > 64 and torch.cuda.get_device_capability() == (9, 0):
+        # Graph-timed on the H200 at M = 2048 and 4096, N = K = 8192 (docs/perf-notes.md, fifth round): 8 warps
+        # 34-35 % of torch._scaled_mm row-wise, 4 warps 14 % (one warp group holds the step's product and the
+        # accumulator: they spill), 256-row tiles 16-17 %.
+        return dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=SCALE_BLOCK, FP8_DOT=True, num_warps=8, num_stages=4)
     return dict(BLOCK_M=128 if M > 64 else 64, BLOCK_N=128, BLOCK_K=SCALE_BLOCK, FP8_DOT=True, num_warps=4,
                 num_stages=4)  # fmt: skip
 
