@@ -110,6 +110,10 @@ def w8a16_rows(sol, record, env, quick: bool = False) -> None:
         baselines(record, "prefill", M, N, K, x, dense, ws, ch.naive, fused)
         record("prefill", "solution w8a16_matmul", M, N, K, [lambda x=x, w=w: sol.w8a16_matmul(x, *w) for w in ws],
                fused, recheck(sol.w8a16_matmul, problem(300, 1000, 777), ch.reference, dtype))  # fmt: skip
+        tma, why = expert.tma_status("cuda")
+        record("prefill", "expert w8a16_prefill_tma (qmatmul/expert.py)" if tma else f"expert w8a16_prefill_tma: {why}",
+               M, N, K, [lambda x=x, w=w: expert.w8a16_prefill_tma(x, *w) for w in ws] if tma else None, fused,
+               recheck(expert.w8a16_prefill_tma, problem(300, 1000, 776), ch.reference, dtype) if tma else None)  # fmt: skip
 
 
 def gemlite_peer(packed, scales, zeros, G, dtype):
@@ -230,6 +234,16 @@ def fp8_rows(sol, record, env, quick: bool = False) -> None:
     N, K = PREFILL_SHAPE
     ws = [ch._timing_problem(1, N, K, g)[2:] for _ in range(2)]
     dense = dense_copies(N, K, dtype, g, 2)
+    tma, why = expert.tma_status("cuda")
+
+    def block_recheck(fn):
+        def run():
+            small = ch.random_block_problem(300, 1000, 768, "cuda", checks.generator(1))  # drawn on the CPU
+            checks.compare(fn(*small).cpu(), ch.block_reference(*small), what="recheck",
+                           rtol=checks.tolerance_for(torch.bfloat16))  # fmt: skip
+
+        return lambda: passes(run)
+
     for M in (4096,) if quick else (2048, 4096, 8192):
         xq, sx, _, _ = ch._timing_problem(M, 1, K, g)
         x = torch.randn(M, K, device="cuda", generator=g).to(dtype)
@@ -243,10 +257,13 @@ def fp8_rows(sol, record, env, quick: bool = False) -> None:
         xb, sxb, wb, swb = ch._timing_block_problem(M, N, K, g)
         record("prefill", "solution fp8_block_matmul (128x128)", M, N, K,
                lambda xb=xb, sxb=sxb, wb=wb, swb=swb: sol.fp8_block_matmul(xb, sxb, wb, swb), fused)  # fmt: skip
+        record("prefill", "expert fp8_block_matmul_tma (128x128, qmatmul/expert.py)" if tma
+               else f"expert fp8_block_matmul_tma: {why}", M, N, K,
+               (lambda xb=xb, sxb=sxb, wb=wb, swb=swb: expert.fp8_block_matmul_tma(xb, sxb, wb, swb)) if tma else None,
+               fused, block_recheck(expert.fp8_block_matmul_tma) if tma else None)  # fmt: skip
         record("prefill", "solution fp8_matmul", M, N, K,
                [lambda xq=xq, sx=sx, w=w: sol.fp8_matmul(xq, sx, *w) for w in ws], fused,
                rechecked(sol.fp8_matmul, 300, 1000, 777))  # fmt: skip
-        tma, why = expert.tma_status("cuda")
         record("prefill", "expert fp8_matmul_tma (qmatmul/expert.py)" if tma else f"expert fp8_matmul_tma: {why}",
                M, N, K, [lambda xq=xq, sx=sx, w=w: expert.fp8_matmul_tma(xq, sx, *w) for w in ws] if tma else None,
                fused, rechecked(expert.fp8_matmul_tma, 300, 1000, 768) if tma else None)  # fmt: skip
@@ -304,7 +321,7 @@ def mxfp4_rows(sol, record, env, quick: bool = False) -> None:
 def nvfp4_rows(sol, record, env, quick: bool = False) -> None:
     decode = [("solution nvfp4_decode", sol.nvfp4_decode, True),
               ("expert nvfp4_decode (qmatmul/expert.py)", expert.nvfp4_decode, True)]  # fmt: skip
-    _fp4_rows(nvfp4, (decode, []), sol, record, env, quick)
+    _fp4_rows(nvfp4, (decode, [("solution nvfp4_matmul", sol.nvfp4_matmul)]), sol, record, env, quick)
 
 
 BENCHMARKS = dict(w8a16=w8a16_rows, w4a16=w4a16_rows, fp8=fp8_rows, mxfp4=mxfp4_rows, nvfp4=nvfp4_rows)

@@ -161,21 +161,28 @@ DECODE_ROWS = [
     ("fp8 decode", "solution fp8_decode"),
     ("fp8 decode", "torch._scaled_mm rowwise"),
     ("mxfp4 decode", "solution mxfp4_decode"),
+    ("mxfp4 decode", "expert mxfp4_decode (qmatmul/expert.py)"),
     ("mxfp4 decode", "solution tl.dot_scaled"),
     ("mxfp4 decode", "naive: dequantize, matmul"),
     ("nvfp4 decode", "solution nvfp4_decode"),
+    ("nvfp4 decode", "expert nvfp4_decode (qmatmul/expert.py)"),
     ("nvfp4 decode", "naive: dequantize, matmul"),
 ]
 PREFILL_ROWS = [
     ("w8a16 prefill", "solution w8a16_matmul"),
+    ("w8a16 prefill", "expert w8a16_prefill_tma (qmatmul/expert.py)"),
     ("w8a16 prefill", "naive: dequantize, matmul"),
     ("w4a16 prefill", "solution w4a16_matmul"),
     ("w4a16 prefill", "naive: dequantize, matmul"),
     ("mxfp4 prefill", "solution mxfp4_matmul"),
     ("mxfp4 prefill", "solution tl.dot_scaled"),
     ("mxfp4 prefill", "naive: dequantize, matmul"),
+    ("nvfp4 prefill", "solution nvfp4_matmul"),
+    ("nvfp4 prefill", "naive: dequantize, matmul"),
     ("fp8 prefill", "solution fp8_matmul"),
+    ("fp8 prefill", "expert fp8_matmul_tma (qmatmul/expert.py)"),
     ("fp8 prefill", "solution fp8_block_matmul (128x128)"),
+    ("fp8 prefill", "expert fp8_block_matmul_tma (128x128, qmatmul/expert.py)"),
     ("fp8 prefill", "torch._scaled_mm rowwise"),
 ]
 
