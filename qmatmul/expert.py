@@ -11,7 +11,8 @@ Tricks, each exact:
   offset, zero point and scale are applied once per group through the group's sum of x. The tensor-core
   kernel subtracts (magic + z) per element, exactly, and scales once per group.
 * M = 1: a GEMV on the CUDA cores (no tensor-core padding of M to 16). M = 2..16: two fp16/bf16 lanes per int32
-  (mask 0x000F000F), the eight nibble planes joined back into K order in registers, then `tl.dot`.
+  (mask 0x000F000F), the eight nibble planes joined back into K order in registers, then `tl.dot`; K split four
+  ways (atomic adds into a float32 buffer).
 * MXFP4 / NVFP4 (the chapters' layouts: packed uint8 [N, K/2], block-scale codes uint8 [N, K/32] e8m0 or [N, K/16]
   e4m3 bits, NVFP4's float32 tensor scale g): two e2m1 codes an integer operation as well. An e2m1 code's sign,
   exponent and mantissa bits placed at a 16-bit float's sign bit and lowest exponent bits make that float the
@@ -101,59 +102,83 @@ def _w4_gemv_kernel(
 
 
 @triton.jit
-def _lanes(t, DT: tl.constexpr):
-    """The two 16-bit lanes of int32 t as floats of type DT (low lane, high lane)."""
-    lo = t.to(tl.int16).to(DT, bitcast=True)
-    hi = (t >> 16).to(tl.int16).to(DT, bitcast=True)
-    return lo, hi
+def in_order(f0, f1, f2, f3, f4, f5, f6, f7):
+    """Eight [R, C] planes, plane i holding nibble i of each word -> [R, 8 C] in K order (element 8j + i is plane
+    i's column j). Joined in a tree, not reshaped from [R, C, 8], so the tile keeps the layout the dot's operand is
+    built from: join(a, b)[..., t] is a at t = 0, b at t = 1, so index (c, b, a) of the last three axes holds
+    plane 4c + 2b + a."""
+    even = tl.join(tl.join(f0, f4), tl.join(f2, f6))  # (c, b): plane 4c + 2b
+    odd = tl.join(tl.join(f1, f5), tl.join(f3, f7))  # (c, b): plane 4c + 2b + 1
+    return tl.reshape(tl.join(even, odd), (f0.shape[0], 8 * f0.shape[1]))
+
+
+@triton.jit
+def magic_pair(words, NIB: tl.constexpr, MAGIC: tl.constexpr, DT: tl.constexpr):
+    """Nibbles NIB and NIB + 4 of int32 words as 16-bit floats BASE + q (MAGIC the bits of BASE): both at once,
+    one in each 16-bit half (nibble NIB + 4 lies 16 bits above nibble NIB)."""
+    t = ((words >> (4 * NIB)) & 0x000F000F) | (MAGIC * 0x10001)
+    return t.to(tl.int16).to(DT, bitcast=True), (t >> 16).to(tl.int16).to(DT, bitcast=True)
+
+
+@triton.jit
+def w4_lanes_tile(words, z, DT: tl.constexpr):
+    """int32 words [R, C] of uint4 codes and their zero points z [R] -> q - z [R, 8 C] in DT, exactly: two codes an
+    integer operation through the magic number (BASE + q lands in the mantissa), then one subtraction."""
+    if DT == tl.bfloat16:
+        MAGIC: tl.constexpr = 0x4300  # bf16 128 + q
+        BASE: tl.constexpr = 128.0
+    else:
+        MAGIC: tl.constexpr = 0x6400  # fp16 1024 + q
+        BASE: tl.constexpr = 1024.0
+    f0, f4 = magic_pair(words, 0, MAGIC, DT)
+    f1, f5 = magic_pair(words, 1, MAGIC, DT)
+    f2, f6 = magic_pair(words, 2, MAGIC, DT)
+    f3, f7 = magic_pair(words, 3, MAGIC, DT)
+    f = in_order(f0, f1, f2, f3, f4, f5, f6, f7)  # BASE + q, exactly
+    return f - (z.to(tl.float32) + BASE).to(DT)[:, None]  # exact: integers below 2^11
 
 
 @triton.jit
 def _w4_tc_kernel(
     x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, M, N, K,
     stride_xm, stride_xk, stride_wn, stride_sn, stride_ym, stride_yn,
-    GROUP: tl.constexpr, MAGIC: tl.constexpr, BASE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
-    """All M rows (padded to BLOCK_M) in one program, BLOCK_N output columns, one group of K per step."""
+    """All M rows (padded to BLOCK_M) in one program, BLOCK_N output columns, one group of K a step, K split over
+    the grid's second axis (atomic adds into a float32 output when split)."""
     WG: tl.constexpr = GROUP // 8
     DT: tl.constexpr = x_ptr.dtype.element_ty
-    pid = tl.program_id(0)
-    offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_mask = offs_n < N
     offs_m = tl.arange(0, BLOCK_M)
     m_mask = offs_m < M
     offs_w = tl.arange(0, WG)
     offs_k = tl.arange(0, GROUP)
+    k_len = tl.cdiv(K // GROUP, tl.num_programs(1)) * GROUP
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for grp in range(0, K // GROUP):
-        words = tl.load(w_ptr + offs_n[:, None] * stride_wn + (grp * WG + offs_w)[None, :],
+    for k0 in range(pid_k * k_len, tl.minimum(K, (pid_k + 1) * k_len), GROUP):
+        words = tl.load(w_ptr + offs_n[:, None] * stride_wn + (k0 // 8 + offs_w)[None, :],
                         mask=n_mask[:, None], other=0)  # fmt: skip
-        s = tl.load(s_ptr + offs_n * stride_sn + grp, mask=n_mask, other=0.0)
-        z = tl.load(z_ptr + offs_n * stride_sn + grp, mask=n_mask, other=0).to(tl.float32)
-        zf = (BASE + z).to(DT)[:, None]  # exact: an integer below 2^8
-        f0, f4 = _lanes((words & 0x000F000F) | MAGIC, DT)
-        f1, f5 = _lanes(((words >> 4) & 0x000F000F) | MAGIC, DT)
-        f2, f6 = _lanes(((words >> 8) & 0x000F000F) | MAGIC, DT)
-        f3, f7 = _lanes(((words >> 12) & 0x000F000F) | MAGIC, DT)
-        # [BLOCK_N, WG, 2, 2, 2] with index (a, b, c) holding nibble 4a + 2b + c: reshaped, element 8w + i.
-        y0 = tl.join(tl.join(f0 - zf, f4 - zf), tl.join(f2 - zf, f6 - zf))
-        y1 = tl.join(tl.join(f1 - zf, f5 - zf), tl.join(f3 - zf, f7 - zf))
-        w = tl.reshape(tl.join(y0, y1), (BLOCK_N, GROUP))
-        xk = tl.load(x_ptr + offs_m[:, None] * stride_xm + (grp * GROUP + offs_k)[None, :] * stride_xk,
+        s = tl.load(s_ptr + offs_n * stride_sn + k0 // GROUP, mask=n_mask, other=0.0)
+        z = tl.load(z_ptr + offs_n * stride_sn + k0 // GROUP, mask=n_mask, other=0)
+        xk = tl.load(x_ptr + offs_m[:, None] * stride_xm + (k0 + offs_k)[None, :] * stride_xk,
                      mask=m_mask[:, None], other=0.0)  # fmt: skip
         # Measured slower on the H200 (docs/expert-h200.md): the weights as the MMA's first operand (x^T as the
         # second), and folding the zero into a per-group sum of x as the GEMV does (25 % against 35 % of copy).
-        acc += tl.dot(xk, tl.trans(w)) * s[None, :]
-    y_ptrs = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
-    tl.store(y_ptrs, acc.to(DT), mask=m_mask[:, None] & n_mask[None, :])
+        acc += tl.dot(xk, tl.trans(w4_lanes_tile(words, z, DT))) * s[None, :]
+    y = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
+    y_mask = m_mask[:, None] & n_mask[None, :]
+    if tl.num_programs(1) == 1:
+        tl.store(y, acc.to(y_ptr.dtype.element_ty), mask=y_mask)
+    else:
+        tl.atomic_add(y, acc, mask=y_mask, sem="relaxed")
 
 
-def _magic(dtype) -> dict:
-    """A power of two in both 16-bit lanes whose low mantissa bits count units: bf16 128.0, fp16 1024.0."""
-    if dtype == torch.bfloat16:
-        return dict(MAGIC=0x43004300, BASE=128.0)
-    return dict(MAGIC=0x64006400, BASE=1024.0)
+def split_output(out: torch.Tensor, split: int) -> torch.Tensor:
+    """Where a kernel split over K writes: out itself, or a zeroed float32 buffer it adds into (copied to out after)."""
+    return out if split == 1 else torch.zeros(out.shape, dtype=torch.float32, device=out.device)
 
 
 def words_of(packed: torch.Tensor) -> torch.Tensor:
@@ -176,9 +201,11 @@ def gemv_config(N: int, K: int, device: str) -> dict:
 
 def tc_config(M: int, N: int, device: str) -> dict:
     if device != "cuda":
-        return dict(BLOCK_M=16, BLOCK_N=64, num_warps=4, num_stages=1)
-    # Best of 24 on the H200 (docs/expert-h200.md): 35 % of copy at 28672 x 8192 for M = 1..16.
-    return dict(BLOCK_M=16, BLOCK_N=32, num_warps=4, num_stages=5)
+        return dict(BLOCK_M=16, BLOCK_N=64, num_warps=4, num_stages=1, SPLIT_K=2)
+    # Graph-timed on the H200 (docs/perf-notes.md, fourth round; tools/sweep_decode.py `lanes`, the same loop): 64 x 128,
+    # 4 warps, 6 stages, split-K 4 reached 38 / 37, 36 / 36 and 31 / 31 % of copy at M = 1 / 16 on 28672 x 8192,
+    # 8192 x 28672 and 8192 x 8192, where 32 columns, 5 stages and no split measured 37 / 27 / 25 % at M = 16.
+    return dict(BLOCK_M=16, BLOCK_N=64, num_warps=4, num_stages=6, SPLIT_K=4)
 
 
 def w4a16_gemv(x, packed, scales, zeros, group_size, out=None, **cfg):
@@ -199,13 +226,16 @@ def w4a16_decode_tc(x, packed, scales, zeros, group_size, out=None, **cfg):
     M, N, K, out = w4a16.prepare(x, packed, scales, zeros, group_size, out)
     if M > 16:
         raise ValueError(f"w4a16_decode_tc takes at most 16 rows, got M = {M}")
-    cfg = cfg or tc_config(M, N, x.device.type)
+    cfg = dict(cfg or tc_config(M, N, x.device.type))
+    split = min(cfg.pop("SPLIT_K", 1), K // group_size)
     words = words_of(packed)
-    grid = (triton.cdiv(N, cfg["BLOCK_N"]),)
-    _w4_tc_kernel[grid](
-        x, words, scales, zeros, out, M, N, K, x.stride(0), x.stride(1), words.stride(0), scales.stride(0),
-        out.stride(0), out.stride(1), GROUP=group_size, **_magic(x.dtype), **cfg,
+    y = split_output(out, split)
+    _w4_tc_kernel[(triton.cdiv(N, cfg["BLOCK_N"]), split)](
+        x, words, scales, zeros, y, M, N, K, x.stride(0), x.stride(1), words.stride(0), scales.stride(0),
+        y.stride(0), y.stride(1), GROUP=group_size, **cfg,
     )  # fmt: skip
+    if split != 1:
+        out.copy_(y)
     return out
 
 
@@ -218,17 +248,6 @@ def w4a16_decode(x, packed, scales, zeros, group_size, out=None):
 
 # ----------------------------------------------------------------------------------------------------------
 # MXFP4 and NVFP4 decode, M = 1..16
-
-
-@triton.jit
-def in_order(f0, f1, f2, f3, f4, f5, f6, f7):
-    """Eight [R, C] planes, plane i holding nibble i of each word -> [R, 8 C] in K order (element 8j + i is plane
-    i's column j). Joined in a tree, not reshaped from [R, C, 8], so the tile keeps the layout the dot's operand is
-    built from: join(a, b)[..., t] is a at t = 0, b at t = 1, so index (c, b, a) of the last three axes holds
-    plane 4c + 2b + a."""
-    even = tl.join(tl.join(f0, f4), tl.join(f2, f6))  # (c, b): plane 4c + 2b
-    odd = tl.join(tl.join(f1, f5), tl.join(f3, f7))  # (c, b): plane 4c + 2b + 1
-    return tl.reshape(tl.join(even, odd), (f0.shape[0], 8 * f0.shape[1]))
 
 
 @triton.jit
@@ -336,7 +355,7 @@ def _fp4_decode(x, packed, scales, g, out, cfg, nv: bool):
         x, packed, scales, cfg["BLOCK_K"]
     )
     words = words_of(packed)
-    y = out if split == 1 else torch.zeros(out.shape, dtype=torch.float32, device=out.device)
+    y = split_output(out, split)
     grid = (triton.cdiv(N, cfg["BLOCK_N"]), split)
     _fp4_decode_kernel[grid](
         x, words, scales, g if nv else scales, y, M, N, x.shape[1], x.stride(0), x.stride(1), words.stride(0),

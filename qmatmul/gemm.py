@@ -142,10 +142,10 @@ def tma_matmul(x, w, out, *, sx=None, sw=None, g=None, scales: int = NO_SCALES, 
         raise RuntimeError(f"tma_matmul: {why}")
     M, K = x.shape
     N = w.shape[0]
-    if (K * x.element_size()) % 16 or x.stride(1) != 1 or w.stride(1) != 1 or out.stride(1) != 1:
+    if not (describable(x) and describable(w)) or out.stride(1) != 1:
         raise ValueError(
-            "the TMA GEMM needs rows of a multiple of 16 bytes (K % 16 == 0 for fp8, K % 8 == 0 for 16-bit) and "
-            "row-major x, w and output"
+            "the TMA GEMM needs rows of a multiple of 16 bytes (K % 16 == 0 for fp8, K % 8 == 0 for 16-bit), "
+            "row-major x, w and output, and x and w starting and striding on 16-byte boundaries"
         )
     cfg = dict(cfg or tma_config(x.dtype, scales, x.device))
     bm, bn, bk = cfg.pop("BLOCK_M"), cfg.pop("BLOCK_N"), cfg.pop("BLOCK_K")
@@ -165,15 +165,22 @@ def tma_matmul(x, w, out, *, sx=None, sw=None, g=None, scales: int = NO_SCALES, 
     return out
 
 
-def uses_tma(x: torch.Tensor, w: torch.Tensor) -> bool:
-    """Whether `decoded_gemm` takes the TMA kernel for these operands: a CUDA GPU with TMA, row-major 16-byte rows."""
+def describable(t: torch.Tensor) -> bool:
+    """Can a TMA descriptor address this 2-D operand: row-major, rows of a multiple of 16 bytes, starting and
+    striding on 16-byte boundaries (what the hardware's tensor maps require)."""
+    size = t.element_size()
     return (
-        x.is_cuda
-        and tma_status(x.device)[0]
-        and (x.shape[1] * x.element_size()) % 16 == 0
-        and x.stride(1) == 1
-        and w.stride(1) == 1
+        t.dim() == 2
+        and t.stride(1) == 1
+        and (t.shape[1] * size) % 16 == 0
+        and (t.stride(0) * size) % 16 == 0
+        and t.data_ptr() % 16 == 0
     )
+
+
+def uses_tma(x: torch.Tensor, w: torch.Tensor) -> bool:
+    """Whether `decoded_gemm` takes the TMA kernel for these operands: a CUDA GPU with TMA, describable operands."""
+    return x.is_cuda and tma_status(x.device)[0] and describable(x) and describable(w)
 
 
 def decoded_gemm(x, w, out, g=None):

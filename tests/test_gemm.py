@@ -39,6 +39,12 @@ def test_tma_refuses_rows_it_cannot_describe():
     x, w = _operands(4, 8, 60, torch.float16, 3)  # 120-byte rows
     with pytest.raises(ValueError, match="multiple of 16 bytes"):
         gemm.tma_matmul(x, w, torch.empty(4, 8, dtype=torch.float16))
+    wide, w64 = _operands(4, 8, 73, torch.float16, 3)
+    for bad in (wide[:, :64], wide[:, 1:65]):  # a 146-byte row stride; a start 2 bytes off
+        assert not gemm.describable(bad)
+        with pytest.raises(ValueError, match="16-byte boundaries"):
+            gemm.tma_matmul(bad, w64[:, :64].contiguous(), torch.empty(4, 8, dtype=torch.float16))
+    assert gemm.describable(wide[:, :64].contiguous())
 
 
 @pytest.mark.parametrize("block_n", [32, 256])  # one weight scale a tile and step, or a vector of them

@@ -45,8 +45,6 @@ _W4A16 = {"x_ptr": "*bf16", "p_ptr": "*u8", "s_ptr": "*fp32", "z_ptr": "*u8", "y
 _FP4 = {"x_ptr": "*bf16", "p_ptr": "*u8", "s_ptr": "*u8", "y_ptr": "*bf16"}
 _NVFP4 = {**_FP4, "g_ptr": "*fp32"}
 _W4A16_WORDS = {**_W4A16, "w_ptr": "*i32"}
-_BF16_MAGIC = {"MAGIC": 0x43004300, "BASE": 128.0}  # qmatmul.expert._magic
-_FP16_MAGIC = {"MAGIC": 0x64006400, "BASE": 1024.0}
 # qmatmul.gemm.matmul_kernel, which multiplies the 4-bit chapters' decoded weight (off Hopper: TMA there).
 _GEMM = {"x_ptr": "*bf16", "w_ptr": "*bf16", "g_ptr": "*fp32", "y_ptr": "*bf16"}
 _W8A16 = {"x_ptr": "*bf16", "q_ptr": "*i8", "s_ptr": "*fp32", "y_ptr": "*bf16"}
@@ -107,9 +105,8 @@ def kernels(arch: int = 90) -> dict:
     with capability(arch):
         rows = {label.split()[0]: _row(chapter, kernel, cfg())
                 for label, chapter, kernel, cfg in launches() if label.endswith(" decode")}  # fmt: skip
-        rows["expert-tc"] = _row(
-            "expert", "_w4_tc_kernel", _expert("tc_config", 16, N) | _BF16_MAGIC | {"GROUP": 128}
-        )
+        tc = {k: v for k, v in _expert("tc_config", 16, N).items() if k != "SPLIT_K"}
+        rows["expert-tc"] = _row("expert", "_w4_tc_kernel", tc | {"GROUP": 128})
         rows["expert-gemv"] = _row("expert", "_w4_gemv_kernel", _expert("gemv_config", N, K) | {"GROUP": 128})
         for fmt, sb in (("mxfp4", 32), ("nvfp4", 16)):  # the split-K factor shapes the grid, not the loop
             cfg = {k: v for k, v in _expert("fp4_config", N, K).items() if k != "SPLIT_K"}
@@ -263,7 +260,6 @@ def compile_row(row: dict, arch: int = 90):
     types = dict(row["types"])
     if arch < 80:  # no bf16 tensor cores (a T4): the chapters run fp16 activations there
         types = {k: "*fp16" if v == "*bf16" else v for k, v in types.items()}
-        cfg |= {k: v for k, v in _FP16_MAGIC.items() if k in cfg}
     options = {k: cfg.pop(k) for k in ("num_warps", "num_stages") if k in cfg}
     signature, constants, attrs = {}, {}, {}
     for i, (name, param) in enumerate(zip(fn.arg_names, fn.params, strict=True)):

@@ -25,7 +25,7 @@ import triton.language as tl
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from qmatmul.expert import block_scales, fp4_lanes_tile, in_order  # noqa: E402 - the kernels this sweep shares
+from qmatmul.expert import block_scales, fp4_lanes_tile, in_order, w4_lanes_tile  # noqa: E402 - the kernels this sweep shares
 
 SHAPES = [(28672, 8192), (8192, 28672), (8192, 8192)]
 
@@ -92,14 +92,6 @@ def _nibbles(words):
 
 
 @triton.jit
-def _magic_pair(words, NIB: tl.constexpr, MAGIC: tl.constexpr, DT: tl.constexpr):
-    """Nibbles NIB and NIB + 4 of int32 words as 16-bit floats BASE + q (MAGIC the bits of BASE): both at once,
-    one in each 16-bit half (nibble NIB + 4 lies 16 bits above nibble NIB)."""
-    t = ((words >> (4 * NIB)) & 0x000F000F) | (MAGIC * 0x10001)
-    return t.to(tl.int16).to(DT, bitcast=True), (t >> 16).to(tl.int16).to(DT, bitcast=True)
-
-
-@triton.jit
 def w4_words(
     x_ptr, p_ptr, s_ptr, z_ptr, y_ptr, M, N, K,
     stride_xm, stride_xk, stride_pn, stride_pj, stride_sn, stride_sg, stride_ym, stride_yn,
@@ -136,16 +128,12 @@ def w4_words(
         grp = k0 // GROUP
         s = tl.load(s_ptr + offs_n * stride_sn + grp * stride_sg, mask=n_ok, other=0.0)
         z = tl.load(z_ptr + offs_n * stride_sn + grp * stride_sg, mask=n_ok, other=0)
-        if LANES:
-            f0, f4 = _magic_pair(words, 0, MAGIC, x_ptr.dtype.element_ty)
-            f1, f5 = _magic_pair(words, 1, MAGIC, x_ptr.dtype.element_ty)
-            f2, f6 = _magic_pair(words, 2, MAGIC, x_ptr.dtype.element_ty)
-            f3, f7 = _magic_pair(words, 3, MAGIC, x_ptr.dtype.element_ty)
-            f = in_order(f0, f1, f2, f3, f4, f5, f6, f7)  # BASE + q, exactly
+        if LANES:  # the expert kernel's tile (qmatmul/expert.py): what is measured here is what ships
+            w = w4_lanes_tile(words, z, x_ptr.dtype.element_ty)
         else:
             q = _nibbles(words)
             f = (q | MAGIC).to(tl.int16).to(x_ptr.dtype.element_ty, bitcast=True)  # BASE + q, exactly
-        w = f - (z.to(tl.float32) + BASE).to(x_ptr.dtype.element_ty)[:, None]  # q - z, exactly
+            w = f - (z.to(tl.float32) + BASE).to(x_ptr.dtype.element_ty)[:, None]  # q - z, exactly
         if SWAP:
             acc += tl.dot(w, tl.trans(x)) * s[:, None]
         else:

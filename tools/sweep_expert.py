@@ -146,10 +146,11 @@ def dump(out, expert, w4a16, dtype):
     }  # fmt: skip
     for name, xx in (("tc", x16), ("tc_fp16", x16.half())):
         tc = expert.tc_config(16, N, "cuda")
-        yy = torch.empty(16, N, device="cuda", dtype=xx.dtype)
-        kernels[name] = expert._w4_tc_kernel[(N // tc["BLOCK_N"],)](
+        split = tc.pop("SPLIT_K")
+        yy = torch.zeros(16, N, device="cuda", dtype=torch.float32)
+        kernels[name] = expert._w4_tc_kernel[(N // tc["BLOCK_N"], split)](
             xx, words, s, z, yy, 16, N, K, xx.stride(0), 1, words.stride(0), s.stride(0), yy.stride(0), 1,
-            GROUP=G, **expert._magic(xx.dtype), **tc,
+            GROUP=G, **tc,
         )  # fmt: skip
     for name, k in kernels.items():
         for kind in ("ptx", "ttgir"):
