@@ -33,6 +33,8 @@ import triton.language as tl
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from qmatmul.gemm import grouped_tile, matmul_kernel  # noqa: E402 - the course's GEMMs, timed here too
+
 FMTS = {"w8a16": 0, "w4a16": 1, "mxfp4": 2, "nvfp4": 3}
 
 
@@ -94,23 +96,13 @@ def _weight_tile(p_ptr, s_ptr, z_ptr, offs_n, k0, N, K, stride_pn, stride_pk, st
 
 
 @triton.jit
-def _tile_ids(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
-    pid = tl.program_id(0)
-    num_m, num_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
-    group = pid // (GROUP_M * num_n)
-    first_m = group * GROUP_M
-    rows = min(num_m - first_m, GROUP_M)
-    return first_m + (pid % (GROUP_M * num_n)) % rows, (pid % (GROUP_M * num_n)) // rows
-
-
-@triton.jit
 def fused_kernel(
     x_ptr, p_ptr, s_ptr, z_ptr, g_ptr, y_ptr, M, N, K,
     stride_xm, stride_xk, stride_pn, stride_pk, stride_sn, stride_sk, stride_ym, stride_yn,
     FMT: tl.constexpr, GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, SWAP: tl.constexpr,
 ):  # fmt: skip
-    pid_m, pid_n = _tile_ids(M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    pid_m, pid_n = grouped_tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
@@ -151,30 +143,6 @@ def dequant_kernel(
     k = k0 + tl.arange(0, BLOCK_K)
     tl.store(w_ptr + offs_n[:, None] * stride_wn + k[None, :] * stride_wk, w,
              mask=(offs_n[:, None] < N) & (k[None, :] < K))  # fmt: skip
-
-
-@triton.jit
-def gemm_kernel(
-    x_ptr, w_ptr, g_ptr, y_ptr, M, N, K, stride_xm, stride_xk, stride_wn, stride_wk, stride_ym, stride_yn,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    TENSOR_SCALE: tl.constexpr,
-):  # fmt: skip
-    pid_m, pid_n = _tile_ids(M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        k = k0 + offs_k
-        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :] * stride_xk,
-                    mask=(offs_m[:, None] < M) & (k[None, :] < K), other=0.0)  # fmt: skip
-        w = tl.load(w_ptr + offs_n[None, :] * stride_wn + k[:, None] * stride_wk,
-                    mask=(offs_n[None, :] < N) & (k[:, None] < K), other=0.0)  # fmt: skip
-        acc = tl.dot(x, w, acc)
-    if TENSOR_SCALE:
-        acc = acc * tl.load(g_ptr)
-    tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn, acc.to(y_ptr.dtype.element_ty),
-             mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))  # fmt: skip
 
 
 def unpack(fmt, w):
@@ -236,9 +204,9 @@ def gemm(x, wd, g, cfg, tensor_scale):
     N = wd.shape[0]
     y = torch.empty((M, N), dtype=x.dtype, device=x.device)
     bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
-    gemm_kernel[(triton.cdiv(M, bm) * triton.cdiv(N, bn),)](
+    matmul_kernel[(triton.cdiv(M, bm) * triton.cdiv(N, bn),)](
         x, wd, g, y, M, N, K, x.stride(0), x.stride(1), wd.stride(0), wd.stride(1), y.stride(0), y.stride(1),
-        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=cfg["BLOCK_K"], GROUP_M=8, TENSOR_SCALE=tensor_scale,
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=cfg["BLOCK_K"], GROUP_M=8, HAS_G=tensor_scale,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )  # fmt: skip
     return y
