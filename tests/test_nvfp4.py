@@ -176,5 +176,5 @@ def test_prefill_dequantize_first_path(nvfp4_solution):
     with the tensor scale in its epilogue. Run here directly (K = 176: BLOCK_K 16), against the reference."""
     x, packed, scales, g = nvfp4.random_problem(37, 72, 176, torch.float16, "cpu", checks.generator(7))
     w = nvfp4_solution.nvfp4_dequantize(packed, scales, x.dtype)
-    out = nvfp4_solution.matmul(x, w, torch.empty(37, 72, dtype=x.dtype), g)
+    out = nvfp4.decoded_gemm(x, w, torch.empty(37, 72, dtype=x.dtype), g)
     checks.compare(out, nvfp4.reference(x, packed, scales, g), what="y", rtol=checks.tolerance_for(x.dtype))

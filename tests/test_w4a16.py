@@ -601,10 +601,11 @@ def test_visible_check_names_every_wrong_quantizer(name):
 
 @pytest.mark.parametrize("G", [32, 128])
 def test_prefill_dequantize_first_path(w4a16_solution, G):
-    """The path the wrapper takes on a GPU at M >= DEQUANTIZE_FIRST_M: decode W once, then the plain Triton GEMM.
+    """The path the wrapper takes on a GPU at M >= DEQUANTIZE_FIRST_M: decode W once, then decoded_gemm (its tutorial
+    GEMM here; the TMA one is tests/test_gemm.py's).
     The CPU never takes it, so it is run here directly, on a ragged shape, against the reference."""
     x, p, s, z = w4a16.random_problem(37, 72, 4 * G, G, torch.float16, "cpu", checks.generator(7))
     w = w4a16_solution.w4a16_dequantize(p, s, z, G, x.dtype)
     assert torch.equal(w, w4a16.dequantize(p, s, z, G).half())
-    out = w4a16_solution.matmul(x, w, torch.empty(37, 72, dtype=x.dtype))
+    out = w4a16.decoded_gemm(x, w, torch.empty(37, 72, dtype=x.dtype))
     checks.compare(out, w4a16.reference(x, p, s, z, G), what="y", rtol=checks.tolerance_for(x.dtype))
