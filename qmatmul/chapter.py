@@ -33,17 +33,21 @@ INTERPRETER_DECODE = dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, num_warps=4, num_
 INTERPRETER_TILED = dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=64, num_warps=4, num_stages=1)
 
 
-def gemm_config(device) -> dict:
+def gemm_config(device, grouped: bool = False) -> dict:
     """Tiles of the plain Triton GEMM (`qmatmul.gemm.matmul_kernel`) that the 4-bit chapters' wrappers run from
-    DEQUANTIZE_FIRST_M rows on, once the weight is decoded, where the TMA GEMM cannot run: Hopper's 227 KB of shared memory takes three stages of
-    128 x 256 x 64 (144 KB); from sm_80 on 128 x 128 x 32 (48 KB); a T4 the FMA tiles (128 x 128 spilled 8000
-    registers there, tools/sass.py)."""
+    DEQUANTIZE_FIRST_M rows on, once the weight is decoded, where the TMA GEMM cannot run: Hopper's 227 KB of shared
+    memory takes three stages of 128 x 256 x 64 (144 KB); from sm_80 on 128 x 128 x 32 (48 KB); a T4 the FMA tiles
+    (128 x 128 spilled 8000 registers there, tools/sass.py). grouped (W4A16: each step's product scaled before it is
+    added, so two accumulators live at once): 64 x 128 x 32, which spills nothing on sm_80, 90 and 100 where those
+    tiles spilled 92-460 registers (compiled here, docs/gpu-fit.md)."""
     device = torch.device(device)
     if device.type != "cuda":
         return dict(FMA_TILED)  # never run: the wrappers decode first only on a GPU
     cap = torch.cuda.get_device_capability(device)
     if cap < (8, 0):
         return dict(FMA_TILED)
+    if grouped:
+        return dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=32, num_warps=4, num_stages=3)
     if cap == (9, 0):
         return dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3)
     return dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, num_warps=4, num_stages=3)

@@ -10,7 +10,8 @@
   integer codes as bf16), per row of x and column of w (FP8 row-wise, applied in the epilogue; the partial sums
   promoted to float32 every BLOCK_K on request, as Hopper's fp8 MMA keeps fewer bits), or per 1 x 128 block of x and
   128 x 128 block of w (FP8 block-scaled: each K step's product scaled before it is added, so BLOCK_K is the scale
-  block).
+  block), or per column of w and group of K (W4A16's exact integer weights q - z: BLOCK_K divides the group, and
+  each step's product is scaled before it is added, as the chapter's fused kernel does).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-NO_SCALES, ROW_SCALES, BLOCK_SCALES, COLUMN_SCALES = 0, 1, 2, 3
+NO_SCALES, ROW_SCALES, BLOCK_SCALES, COLUMN_SCALES, GROUP_SCALES = 0, 1, 2, 3, 4
 SCALE_BLOCK = 128  # the FP8 chapter's block-scaled GEMM: 1 x 128 activation blocks, 128 x 128 weight blocks
 
 
@@ -35,12 +36,14 @@ def grouped_tile(tile, num_m, num_n, GROUP_M: tl.constexpr):
 
 @triton.jit
 def matmul_kernel(
-    x_ptr, w_ptr, g_ptr, y_ptr, M, N, K, stride_xm, stride_xk, stride_wn, stride_wk, stride_ym, stride_yn,
+    x_ptr, w_ptr, g_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_xk, stride_wn, stride_wk, stride_sn,
+    stride_ym, stride_yn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    HAS_G: tl.constexpr,
+    HAS_G: tl.constexpr, GROUP: tl.constexpr,
 ):  # fmt: skip
     """y = x @ w.T (times the scalar g[0] when HAS_G) for 16-bit x [M, K] and w [N, K]: the Triton tutorial's
-    GEMM, in grouped launch order."""
+    GEMM, in grouped launch order. GROUP > 0: w holds integers and s [N, K / GROUP] their scales; each K step
+    (BLOCK_K divides GROUP) is multiplied by its group's scales before it is added, in float32."""
     pid_m, pid_n = grouped_tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -52,7 +55,11 @@ def matmul_kernel(
                     mask=(offs_m[:, None] < M) & (k[None, :] < K), other=0.0)  # fmt: skip
         w = tl.load(w_ptr + offs_n[None, :] * stride_wn + k[:, None] * stride_wk,
                     mask=(offs_n[None, :] < N) & (k[:, None] < K), other=0.0)  # fmt: skip
-        acc = tl.dot(x, w, acc)
+        if GROUP:
+            s = tl.load(s_ptr + offs_n * stride_sn + k0 // GROUP, mask=offs_n < N, other=0.0)
+            acc += tl.dot(x, w) * s[None, :]
+        else:
+            acc = tl.dot(x, w, acc)
     if HAS_G:
         acc = acc * tl.load(g_ptr)
     tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn, acc.to(y_ptr.dtype.element_ty),
@@ -64,7 +71,7 @@ def tma_kernel(
     x_desc, w_desc, sx_ptr, sw_ptr, g_ptr, y_ptr, M, N, K, stride_ym, stride_sx, stride_sw,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_SMS: tl.constexpr, SCALES: tl.constexpr, HAS_G: tl.constexpr, PROMOTE: tl.constexpr,
-    FLATTEN: tl.constexpr,
+    FLATTEN: tl.constexpr, GROUP: tl.constexpr,
 ):  # fmt: skip
     num_m, num_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
     for tile in tl.range(tl.program_id(0), num_m * num_n, NUM_SMS, flatten=FLATTEN):
@@ -84,6 +91,9 @@ def tma_kernel(
                 else:
                     sw = tl.load(sw_ptr + (offs_n // BLOCK_K) * stride_sw + kb, mask=offs_n < N, other=0.0)
                     acc += tl.dot(x, w.T) * sx[:, None] * sw[None, :]
+            elif SCALES == 4:  # this step lies in one group of K: its product times the group's column scales
+                sg = tl.load(sw_ptr + offs_n * stride_sw + k0 // GROUP, mask=offs_n < N, other=0.0)
+                acc += tl.dot(x, w.T) * sg[None, :]
             elif PROMOTE:
                 acc = tl.dot(x, w.T, acc, max_num_imprecise_acc=BLOCK_K)
             else:
@@ -118,6 +128,11 @@ def tma_config(dtype, scales: int, device) -> dict:
     if torch.device(device).type != "cuda":
         return dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=64 if scales != BLOCK_SCALES else SCALE_BLOCK, num_warps=4,
                     num_stages=1)  # fmt: skip
+    if scales == GROUP_SCALES:
+        # Graph-timed on the H200 (docs/perf-notes.md, fifth round; tools/sweep_prefill.py --parts gemmgroup): 47-48 %
+        # of cuBLAS at M = 2048 and 4096 for 128-wide groups, the best of six tiles (128 x 256 x 64: 39 %); 4 stages
+        # do not fit in shared memory. Each step's MMA waits for the scaling of the step before.
+        return dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, num_warps=8, num_stages=3)
     if scales == BLOCK_SCALES:
         # Graph-timed on the H200 (docs/perf-notes.md, fifth round; tools/sweep_prefill.py --parts gemmtma): 51 % of
         # torch._scaled_mm row-wise at M = 2048 and 4096, N = K = 8192 with a scale vector a step; 256 x 128 24 %.
@@ -131,7 +146,19 @@ def tma_config(dtype, scales: int, device) -> dict:
     return dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3)
 
 
-def tma_matmul(x, w, out, *, sx=None, sw=None, g=None, scales: int = NO_SCALES, promote: bool = False, **cfg):
+def tma_matmul(
+    x,
+    w,
+    out,
+    *,
+    sx=None,
+    sw=None,
+    g=None,
+    scales: int = NO_SCALES,
+    promote: bool = False,
+    group: int = 0,
+    **cfg,
+):
     """out = (x @ w.T) with the scales `scales` names, by tma_kernel. x [M, K] and w [N, K] row-major, of one dtype
     (16-bit or fp8), K a multiple of 16 bytes' worth of elements; out row-major. Validation of shapes and dtypes is
     the caller's (the chapters' `prepare`)."""
@@ -149,6 +176,10 @@ def tma_matmul(x, w, out, *, sx=None, sw=None, g=None, scales: int = NO_SCALES, 
         )
     cfg = dict(cfg or tma_config(x.dtype, scales, x.device))
     bm, bn, bk = cfg.pop("BLOCK_M"), cfg.pop("BLOCK_N"), cfg.pop("BLOCK_K")
+    if scales == GROUP_SCALES:
+        bk = min(bk, group)
+        if group % bk:
+            raise ValueError(f"the group-scaled GEMM needs BLOCK_K to divide the group size {group}")
     if scales == BLOCK_SCALES and (bk != SCALE_BLOCK or (bn < bk and bk % bn)):
         raise ValueError(f"the block-scaled GEMM steps one scale block at a time: BLOCK_K must be {SCALE_BLOCK} "
                          "(and BLOCK_N divide it, or be a multiple of it)")  # fmt: skip
@@ -160,7 +191,7 @@ def tma_matmul(x, w, out, *, sx=None, sw=None, g=None, scales: int = NO_SCALES, 
         dummy if sx is None else sx, dummy if sw is None else sw, dummy if g is None else g, out, M, N, K,
         out.stride(0), 0 if sx is None else sx.stride(0), 0 if sw is None else sw.stride(0),
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.pop("GROUP_M", 8), NUM_SMS=programs, SCALES=scales,
-        HAS_G=g is not None, PROMOTE=promote, FLATTEN=cfg.pop("FLATTEN", False), **cfg,
+        HAS_G=g is not None, PROMOTE=promote, FLATTEN=cfg.pop("FLATTEN", False), GROUP=group, **cfg,
     )  # fmt: skip
     return out
 
@@ -183,17 +214,29 @@ def uses_tma(x: torch.Tensor, w: torch.Tensor) -> bool:
     return x.is_cuda and tma_status(x.device)[0] and describable(x) and describable(w)
 
 
-def decoded_gemm(x, w, out, g=None):
-    """out = x @ w.T (· g[0], a float32 tensor scale, when given) for 16-bit x [M, K] and w [N, K]: tma_kernel on
-    Hopper and newer, matmul_kernel elsewhere."""
+def tutorial_matmul(x, w, out, g=None, s=None, group: int = 0, **cfg):
+    """matmul_kernel's launch (cfg: its tiles; default chapter.gemm_config's for x's device)."""
     from qmatmul import chapter
 
-    if uses_tma(x, w) and out.stride(1) == 1:
-        return tma_matmul(x, w, out, g=g)
     M, K = x.shape
     N = w.shape[0]
-    cfg = chapter.gemm_config(x.device)
+    cfg = dict(cfg or chapter.gemm_config(x.device, grouped=bool(group)))
+    if group:
+        cfg["BLOCK_K"] = min(cfg["BLOCK_K"], group)
     grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]),)
-    matmul_kernel[grid](x, w, w if g is None else g, out, M, N, K, x.stride(0), x.stride(1), w.stride(0),
-                        w.stride(1), out.stride(0), out.stride(1), GROUP_M=8, HAS_G=g is not None, **cfg)  # fmt: skip
+    matmul_kernel[grid](x, w, w if g is None else g, w if s is None else s, out, M, N, K, x.stride(0), x.stride(1),
+                        w.stride(0), w.stride(1), 0 if s is None else s.stride(0), out.stride(0), out.stride(1),
+                        GROUP_M=8, HAS_G=g is not None, GROUP=group, **cfg)  # fmt: skip
     return out
+
+
+def decoded_gemm(x, w, out, g=None, *, s=None, group_size=0):
+    """out = x @ w.T (· g[0], a float32 tensor scale, when given) for 16-bit x [M, K] and a decoded weight w [N, K];
+    with s [N, K / group_size], w holds integers and each group's product is scaled by s in float32 (W4A16's q - z:
+    folding s into 16-bit weights would round them). tma_kernel on Hopper and newer, matmul_kernel elsewhere."""
+    group = group_size if s is not None else 0
+    if uses_tma(x, w) and out.stride(1) == 1:
+        if s is None:
+            return tma_matmul(x, w, out, g=g)
+        return tma_matmul(x, w, out, sw=s, g=g, scales=GROUP_SCALES, group=group)
+    return tutorial_matmul(x, w, out, g=g, s=s, group=group)

@@ -4,7 +4,7 @@ ragged shapes (TMA descriptors zero-fill past the edges), and the TMA GEMM refus
 import pytest
 import torch
 
-from qmatmul import checks, expert, fp8, gemm, w8a16
+from qmatmul import checks, expert, fp8, gemm, w4a16, w8a16
 
 
 def _operands(M, N, K, dtype, seed):
@@ -22,9 +22,7 @@ def test_both_gemms_compute_x_wt(tensor_scale):
     checks.compare(y, want.float(), what="tma_matmul", rtol=checks.tolerance_for(x.dtype))
     out2 = torch.full((50, 70), float("nan"), dtype=torch.float16)
     cfg = dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=64, num_warps=4, num_stages=1)
-    gemm.matmul_kernel[(2 * 3,)](x, w, w if g is None else g, out2, 50, 70, 200, x.stride(0), x.stride(1),
-                                 w.stride(0), w.stride(1), out2.stride(0), out2.stride(1), GROUP_M=8,
-                                 HAS_G=tensor_scale, **cfg)  # fmt: skip
+    gemm.tutorial_matmul(x, w, out2, g=g, **cfg)
     checks.compare(out2, want.float(), what="matmul_kernel", rtol=checks.tolerance_for(x.dtype))
 
 
@@ -63,3 +61,38 @@ def test_w8a16_prefill_tma_matches_the_reference():
     x, q, s = w8a16.random_problem(40, 72, 256, torch.float16, "cpu", checks.generator(5))
     y = expert.w8a16_prefill_tma(x, q, s)
     checks.compare(y, w8a16.reference(x, q, s), what="w8a16 prefill tma", rtol=checks.tolerance_for(x.dtype))
+
+
+def _near_cancelling_w4a16():
+    """A W4A16 problem (rows of the H200 bench's recheck, 2026-12-03) whose output [6, 10] cancels nearly: with the
+    scales folded into bf16 weights it misses the course's tolerance, with exact integers and each group's scale on
+    its partial sum it does not."""
+    x, p, s, z = w4a16.random_problem(520, 1000, 768, 128, torch.bfloat16, "cpu", checks.generator(1))
+    return x[96:112], p[592:624], s[592:624], z[592:624]
+
+
+def test_folding_w4a16_scales_into_bf16_weights_misses_the_tolerance():
+    x, p, s, z = _near_cancelling_w4a16()
+    folded = x.float() @ w4a16.dequantize(p, s, z, 128).to(torch.bfloat16).float().T
+    bad = checks.mismatch(
+        folded.to(torch.bfloat16), w4a16.reference(x, p, s, z, 128), checks.tolerance_for(x.dtype)
+    )
+    assert bad.nonzero().tolist() == [[6, 10]]
+
+
+@pytest.mark.parametrize("tma", [False, True])
+def test_group_scales_on_integer_weights(tma):
+    """decoded_gemm's group mode, both kernels (fp16 in the interpreter, whose bf16 dot is wrong): q - z exactly,
+    the scales of each 128-wide group applied to that group's partial sums."""
+    x, p, s, z = _near_cancelling_w4a16()
+    x = x.to(torch.float16)
+    q = (w4a16.unpack(p).int() - z.int().repeat_interleave(128, dim=1)).to(torch.float16)
+    out = torch.full((16, 32), float("nan"), dtype=torch.float16)
+    if tma:
+        cfg = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=64, num_warps=4, num_stages=1)
+        y = gemm.tma_matmul(x, q, out, sw=s, scales=gemm.GROUP_SCALES, group=128, **cfg)
+    else:
+        y = gemm.decoded_gemm(x, q, out, s=s, group_size=128)
+    checks.compare(
+        y, w4a16.reference(x, p, s, z, 128), what="group-scaled GEMM", rtol=checks.tolerance_for(x.dtype)
+    )

@@ -601,11 +601,13 @@ def test_visible_check_names_every_wrong_quantizer(name):
 
 @pytest.mark.parametrize("G", [32, 128])
 def test_prefill_dequantize_first_path(w4a16_solution, G):
-    """The path the wrapper takes on a GPU at M >= DEQUANTIZE_FIRST_M: decode W once, then decoded_gemm (its tutorial
-    GEMM here; the TMA one is tests/test_gemm.py's).
-    The CPU never takes it, so it is run here directly, on a ragged shape, against the reference."""
+    """The path the wrapper takes on a GPU at M >= DEQUANTIZE_FIRST_M: decode the integers q - z once, exactly, then
+    decoded_gemm scales each group's partial sums (its tutorial GEMM here; the TMA one is tests/test_gemm.py's). The
+    CPU never takes it, so it is run here directly, on a ragged shape, against the reference; and on the case where
+    scales folded into 16-bit weights miss the tolerance (test_gemm.py)."""
     x, p, s, z = w4a16.random_problem(37, 72, 4 * G, G, torch.float16, "cpu", checks.generator(7))
-    w = w4a16_solution.w4a16_dequantize(p, s, z, G, x.dtype)
-    assert torch.equal(w, w4a16.dequantize(p, s, z, G).half())
-    out = w4a16.decoded_gemm(x, w, torch.empty(37, 72, dtype=x.dtype))
+    w = w4a16_solution.w4a16_integers(p, z, G, x.dtype)
+    q = w4a16.unpack(p).int()
+    assert torch.equal(w, (q - z.int().repeat_interleave(G, dim=1)).half())
+    out = w4a16.decoded_gemm(x, w, torch.empty(37, 72, dtype=x.dtype), s=s, group_size=G)
     checks.compare(out, w4a16.reference(x, p, s, z, G), what="y", rtol=checks.tolerance_for(x.dtype))

@@ -46,7 +46,7 @@ _FP4 = {"x_ptr": "*bf16", "p_ptr": "*u8", "s_ptr": "*u8", "y_ptr": "*bf16"}
 _NVFP4 = {**_FP4, "g_ptr": "*fp32"}
 _W4A16_WORDS = {**_W4A16, "w_ptr": "*i32"}
 # qmatmul.gemm.matmul_kernel, which multiplies the 4-bit chapters' decoded weight (off Hopper: TMA there).
-_GEMM = {"x_ptr": "*bf16", "w_ptr": "*bf16", "g_ptr": "*fp32", "y_ptr": "*bf16"}
+_GEMM = {"x_ptr": "*bf16", "w_ptr": "*bf16", "g_ptr": "*fp32", "s_ptr": "*fp32", "y_ptr": "*bf16"}
 _W8A16 = {"x_ptr": "*bf16", "q_ptr": "*i8", "s_ptr": "*fp32", "y_ptr": "*bf16"}
 
 
@@ -155,7 +155,9 @@ def launches() -> list[tuple[str, str, str, callable]]:
         ("nvfp4 decode", "nvfp4", "nvfp4_decode_kernel", lambda: nvfp4.decode_config(16, N, K)),
         ("fp8 decode", "fp8", "fp8_decode_kernel", lambda: fp8.decode_config(16, N, K)),
         ("4-bit decoded GEMM", "gemm", "matmul_kernel",
-         lambda: chapter.gemm_config("cuda") | {"GROUP_M": 8, "HAS_G": False}),
+         lambda: chapter.gemm_config("cuda") | {"GROUP_M": 8, "HAS_G": False, "GROUP": 0}),
+        ("W4A16 decoded GEMM", "gemm", "matmul_kernel",
+         lambda: chapter.gemm_config("cuda", grouped=True) | {"GROUP_M": 8, "HAS_G": False, "GROUP": 128}),
     ]  # fmt: skip
     n = k = 4096
     for M in (33, 256):

@@ -5,6 +5,7 @@ and without the masked K tail, and the FP8 128 x 128 block-scaled kernel's tiles
     python tools/sweep_prefill.py --parts fp8acc     FP8 prefill: Hopper's fp8 accumulation, imprecise or promoted
     python tools/sweep_prefill.py --parts fp8tma     FP8 prefill: a persistent TMA candidate, promoted or not
     python tools/sweep_prefill.py --parts gemmtma    qmatmul.gemm's TMA GEMMs: bf16 (decoded weights), FP8 row, block
+    python tools/sweep_prefill.py --parts gemmgroup  qmatmul.gemm's group-scaled TMA GEMM (W4A16's integers q - z)
 
 Prefill candidates, each with the weight read as it lies ([BLOCK_N, BLOCK_K(/2)] rows) and dequantized once per K
 step for a BLOCK_M of 128-256 rows:
@@ -33,7 +34,7 @@ import triton.language as tl
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from qmatmul.gemm import grouped_tile, matmul_kernel  # noqa: E402 - the course's GEMMs, timed here too
+from qmatmul.gemm import grouped_tile, tutorial_matmul  # noqa: E402 - the course's GEMMs, timed here too
 
 FMTS = {"w8a16": 0, "w4a16": 1, "mxfp4": 2, "nvfp4": 3}
 
@@ -204,11 +205,8 @@ def gemm(x, wd, g, cfg, tensor_scale):
     N = wd.shape[0]
     y = torch.empty((M, N), dtype=x.dtype, device=x.device)
     bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
-    matmul_kernel[(triton.cdiv(M, bm) * triton.cdiv(N, bn),)](
-        x, wd, g, y, M, N, K, x.stride(0), x.stride(1), wd.stride(0), wd.stride(1), y.stride(0), y.stride(1),
-        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=cfg["BLOCK_K"], GROUP_M=8, HAS_G=tensor_scale,
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
-    )  # fmt: skip
+    tutorial_matmul(x, wd, y, g=g if tensor_scale else None, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=cfg["BLOCK_K"],
+                    num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])  # fmt: skip
     return y
 
 
@@ -563,11 +561,7 @@ def gemmtma_part(mods, scaled_mm_rowwise, results, seeds=(1, 2, 3)):
         print(f"gemm M={M} cuBLAS {cublas * 1e3:7.0f} us")
 
         def tutorial(w, out):
-            cfg = chapter.gemm_config(x.device)
-            grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]),)
-            gemm.matmul_kernel[grid](x, w, w, out, M, N, K, x.stride(0), x.stride(1), w.stride(0), w.stride(1),
-                                     out.stride(0), out.stride(1), GROUP_M=8, HAS_G=False, **cfg)  # fmt: skip
-            return out
+            return gemm.tutorial_matmul(x, w, out)
 
         runs = [("matmul_kernel " + str(chapter.gemm_config(x.device)), tutorial)]
         runs += [
@@ -610,6 +604,57 @@ def gemmtma_part(mods, scaled_mm_rowwise, results, seeds=(1, 2, 3)):
                                     scaled_mm_frac=rowwise / ms, bad=bad))  # fmt: skip
                 print(f"fp8 {kind:5} M={M} {str(t):36} {ms * 1e3:7.0f} us {100 * rowwise / ms:4.0f} % of _scaled_mm "
                       f"rowwise, wrong per seed {bad}")  # fmt: skip
+
+
+# qmatmul.gemm.tma_kernel's group-scaled mode (W4A16's q - z with a scale per column and 128-wide group of K)
+GROUP_TMA_TILES = [(128, 128, 128, 8, 3, False), (128, 128, 128, 8, 4, False), (128, 256, 64, 8, 3, False),
+                   (128, 256, 128, 8, 2, False), (256, 128, 128, 8, 2, False), (128, 128, 64, 8, 4, False)]  # fmt: skip
+
+
+def gemmgroup_part(results, G=128):
+    """decoded_gemm's group-scaled TMA GEMM at M = 2048 and 4096, N = K = 8192, against cuBLAS on bf16 weights and
+    the same kernel without the scales, graph-timed, each checked against the fp32 product first."""
+    import torch
+
+    from qmatmul import bench, checks, gemm
+
+    N = K = 8192
+    for M in (2048, 4096):
+        gen = checks.generator(M, "cuda")
+        x = torch.randn(M, K, device="cuda", generator=gen, dtype=torch.bfloat16)
+        qs = [
+            torch.randint(-15, 16, (N, K), device="cuda", generator=gen).to(torch.bfloat16) for _ in range(2)
+        ]
+        s = torch.rand(N, K // G, device="cuda", generator=gen) * 0.01
+        out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+        ref = x.float() @ (qs[0].float() * s.repeat_interleave(G, dim=1)).T
+        cublas = bench.graph_ms([lambda q=q: torch.matmul(x, q.T, out=out) for q in qs])
+        plain = bench.graph_ms([lambda q=q: gemm.tma_matmul(x, q, out) for q in qs])
+        results.append(dict(part="gemmgroup", M=M, label="cuBLAS bf16", us=cublas * 1e3))
+        results.append(
+            dict(part="gemmgroup", M=M, label="tma, no scales", us=plain * 1e3, cublas_frac=cublas / plain)
+        )
+        print(f"group M={M} cuBLAS {cublas * 1e3:.0f} us, tma without scales {plain * 1e3:.0f} us")
+        for t in GROUP_TMA_TILES:
+            bm, bn, bk, nw, ns, fl = t
+            cfg = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=nw, num_stages=ns, FLATTEN=fl)
+
+            def fn(q, o, cfg=cfg):
+                return gemm.tma_matmul(x, q, o, sw=s, scales=gemm.GROUP_SCALES, group=G, **cfg)
+
+            try:
+                err = rel_err(fn(qs[0], torch.empty_like(out)).float(), ref)
+                ms = bench.graph_ms([lambda q=q: fn(q, out) for q in qs])
+            except Exception as exc:  # noqa: BLE001
+                results.append(dict(part="gemmgroup", M=M, label=f"group {t}", error=str(exc)[:300]))
+                print(f"group M={M} {t}: {type(exc).__name__}: {str(exc)[:200]}")
+                continue
+            results.append(
+                dict(part="gemmgroup", M=M, label=f"group {t}", us=ms * 1e3, cublas_frac=cublas / ms, err=err)
+            )
+            print(
+                f"group M={M} {str(t):34} {ms * 1e3:7.0f} us {100 * cublas / ms:4.0f} % of cuBLAS err {err:.1e}"
+            )
 
 
 def block_reference_fp32(xq, sx, wq, sw):
@@ -702,6 +747,9 @@ def main(argv=None) -> int:
         save()
     if "gemmtma" in parts:
         gemmtma_part(mods, rowwise_ms, results)
+        save()
+    if "gemmgroup" in parts:
+        gemmgroup_part(results)
         save()
     print(f"[{time.time() - t0:.0f} s] wrote {out}/sweep_prefill.json")
     return 0
