@@ -176,9 +176,14 @@ def _w4_tc_kernel(
         tl.atomic_add(y, acc, mask=y_mask, sem="relaxed")
 
 
-def split_output(out: torch.Tensor, split: int) -> torch.Tensor:
-    """Where a kernel split over K writes: out itself, or a zeroed float32 buffer it adds into (copied to out after)."""
-    return out if split == 1 else torch.zeros(out.shape, dtype=torch.float32, device=out.device)
+def split_k(launch, out: torch.Tensor, n_blocks: int, split: int) -> torch.Tensor:
+    """launch(grid, y) over (n_blocks, split) programs: y is out when K is not split, else a zeroed float32 buffer the
+    programs add into with atomics, copied to out after."""
+    y = out if split == 1 else torch.zeros(out.shape, dtype=torch.float32, device=out.device)
+    launch((n_blocks, split), y)
+    if split != 1:
+        out.copy_(y)
+    return out
 
 
 def words_of(packed: torch.Tensor) -> torch.Tensor:
@@ -229,14 +234,14 @@ def w4a16_decode_tc(x, packed, scales, zeros, group_size, out=None, **cfg):
     cfg = dict(cfg or tc_config(M, N, x.device.type))
     split = min(cfg.pop("SPLIT_K", 1), K // group_size)
     words = words_of(packed)
-    y = split_output(out, split)
-    _w4_tc_kernel[(triton.cdiv(N, cfg["BLOCK_N"]), split)](
-        x, words, scales, zeros, y, M, N, K, x.stride(0), x.stride(1), words.stride(0), scales.stride(0),
-        y.stride(0), y.stride(1), GROUP=group_size, **cfg,
-    )  # fmt: skip
-    if split != 1:
-        out.copy_(y)
-    return out
+
+    def launch(grid, y):
+        _w4_tc_kernel[grid](
+            x, words, scales, zeros, y, M, N, K, x.stride(0), x.stride(1), words.stride(0), scales.stride(0),
+            y.stride(0), y.stride(1), GROUP=group_size, **cfg,
+        )  # fmt: skip
+
+    return split_k(launch, out, triton.cdiv(N, cfg["BLOCK_N"]), split)
 
 
 def w4a16_decode(x, packed, scales, zeros, group_size, out=None):
@@ -355,15 +360,14 @@ def _fp4_decode(x, packed, scales, g, out, cfg, nv: bool):
         x, packed, scales, cfg["BLOCK_K"]
     )
     words = words_of(packed)
-    y = split_output(out, split)
-    grid = (triton.cdiv(N, cfg["BLOCK_N"]), split)
-    _fp4_decode_kernel[grid](
-        x, words, scales, g if nv else scales, y, M, N, x.shape[1], x.stride(0), x.stride(1), words.stride(0),
-        scales.stride(0), y.stride(0), y.stride(1), SB=16 if nv else 32, NV=nv, **cfg,
-    )  # fmt: skip
-    if split != 1:
-        out.copy_(y)
-    return out
+
+    def launch(grid, y):
+        _fp4_decode_kernel[grid](
+            x, words, scales, g if nv else scales, y, M, N, x.shape[1], x.stride(0), x.stride(1), words.stride(0),
+            scales.stride(0), y.stride(0), y.stride(1), SB=16 if nv else 32, NV=nv, **cfg,
+        )  # fmt: skip
+
+    return split_k(launch, out, triton.cdiv(N, cfg["BLOCK_N"]), split)
 
 
 def mxfp4_decode(x, packed, scales, out=None, **cfg):
@@ -380,22 +384,12 @@ def nvfp4_decode(x, packed, scales, g, out=None, **cfg):
 # FP8 prefill on Hopper
 
 
-def fp8_tma_config(device: str, block_scaled: bool = False) -> dict:
-    return gemm.tma_config(
-        torch.float8_e4m3fn, gemm.BLOCK_SCALES if block_scaled else gemm.ROW_SCALES, device
-    )
-
-
-tma_status = gemm.tma_status
-
-
 def fp8_matmul_tma(xq, sx, wq, sw, out=None, **cfg):
     """The expert FP8 prefill (`fp8.reference`'s product): the chapter's `fp8_matmul` interface, TMA-fed, partial sums
     promoted every BLOCK_K (PROMOTE=False in cfg: Triton's sm_90 default, which is wrong on long K). K must be a
     multiple of 16 (a TMA row is a multiple of 16 bytes) and out row-major."""
     M, N, K, sx, sw, out = fp8.prepare(xq, sx, wq, sw, out)
-    cfg = dict(cfg or fp8_tma_config(xq.device.type))
-    promote = cfg.pop("PROMOTE", True)
+    promote = cfg.pop("PROMOTE", True)  # cfg: tiles for gemm.tma_matmul (default gemm.tma_config's)
     return gemm.tma_matmul(xq, wq, out, sx=sx, sw=sw, scales=gemm.ROW_SCALES, promote=promote, **cfg)
 
 
@@ -404,7 +398,6 @@ def fp8_block_matmul_tma(xq, sx, wq, sw, out=None, **cfg):
     interface (sx [M, K/128], sw [N/128, K/128]), TMA-fed, each 128-wide K step's product scaled and added in
     float32."""
     M, N, K, out = fp8.prepare_block(xq, sx, wq, sw, out)
-    cfg = dict(cfg or fp8_tma_config(xq.device.type, block_scaled=True))
     return gemm.tma_matmul(xq, wq, out, sx=sx, sw=sw, scales=gemm.BLOCK_SCALES, **cfg)
 
 

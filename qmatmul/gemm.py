@@ -1,9 +1,10 @@
 """The plain GEMMs the chapters run on decoded weights, and the TMA-fed one they share with the expert FP8 kernels.
 
-* `decoded_gemm(x, w, out, g=None)`: out = x @ w.T (· g[0]) for 16-bit x [M, K] and a decoded weight w [N, K]. The 4-bit
-  chapters' wrappers call it from DEQUANTIZE_FIRST_M rows on, once the weight is decoded. On Hopper and newer
-  (with triton's host tensor descriptors) it takes `tma_kernel`; elsewhere `matmul_kernel`, the Triton tutorial's
-  GEMM in grouped launch order, with `chapter.gemm_config`'s tiles.
+* `decoded_gemm(x, w, out, g=None, *, s=None, group_size=0)`: out = x @ w.T (· g[0]) for 16-bit x [M, K] and a
+  decoded weight w [N, K], or with s the integers' group scales applied to each group's partial sums (W4A16). The
+  4-bit chapters' wrappers call it from DEQUANTIZE_FIRST_M rows on, once the weight is decoded. Where a TMA
+  descriptor can address the operands (Hopper and newer, triton's host tensor descriptors) it takes `tma_kernel`;
+  elsewhere `matmul_kernel`, the Triton tutorial's GEMM in grouped launch order, with `chapter.gemm_config`'s tiles.
 * `tma_kernel`: a persistent grid, one program an SM walking its output tiles in grouped order, operands fed by
   TMA through tensor descriptors (which zero-fill past the edges: no masks and no address arithmetic in the loop).
   Scales: none (16-bit operands, an optional float32 tensor scale g in the epilogue), per column of w (W8A16's

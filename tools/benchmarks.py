@@ -13,7 +13,7 @@ import os
 
 import torch
 
-from qmatmul import bench, checks, expert, fp8, mxfp4, nvfp4, w4a16, w8a16
+from qmatmul import bench, checks, expert, fp8, gemm, mxfp4, nvfp4, w4a16, w8a16
 from qmatmul.checks import CheckFailed
 from qmatmul.floor import bytes_moved_dense
 
@@ -113,7 +113,7 @@ def w8a16_rows(sol, record, env, quick: bool = False) -> None:
         baselines(record, "prefill", M, N, K, x, dense, ws, ch.naive, fused)
         record("prefill", "solution w8a16_matmul", M, N, K, [lambda x=x, w=w: sol.w8a16_matmul(x, *w) for w in ws],
                fused, recheck(sol.w8a16_matmul, problem(300, 1000, 777), ch.reference, dtype))  # fmt: skip
-        tma, why = expert.tma_status("cuda")
+        tma, why = gemm.tma_status("cuda")
         record("prefill", "expert w8a16_prefill_tma (qmatmul/expert.py)" if tma else f"expert w8a16_prefill_tma: {why}",
                M, N, K, [lambda x=x, w=w: expert.w8a16_prefill_tma(x, *w) for w in ws] if tma else None, fused,
                recheck(expert.w8a16_prefill_tma, problem(300, 1000, 776), ch.reference, dtype) if tma else None)  # fmt: skip
@@ -237,7 +237,7 @@ def fp8_rows(sol, record, env, quick: bool = False) -> None:
     N, K = PREFILL_SHAPE
     ws = [ch._timing_problem(1, N, K, g)[2:] for _ in range(2)]
     dense = dense_copies(N, K, dtype, g, 2)
-    tma, why = expert.tma_status("cuda")
+    tma, why = gemm.tma_status("cuda")
 
     def block_recheck(fn):
         def run():

@@ -25,7 +25,13 @@ import triton.language as tl
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from qmatmul.expert import block_scales, fp4_lanes_tile, in_order, w4_lanes_tile  # noqa: E402 - the kernels this sweep shares
+from qmatmul.expert import (  # noqa: E402 - the kernels this sweep shares
+    block_scales,
+    fp4_lanes_tile,
+    in_order,
+    split_k,
+    w4_lanes_tile,
+)
 
 SHAPES = [(28672, 8192), (8192, 28672), (8192, 8192)]
 
@@ -277,20 +283,6 @@ def fp4_words(
 # Launchers
 
 
-def _split_launch(kernel, x, out, N, cfg, split, launch):
-    """launch(kernel, grid, y) with y = out (split 1) or a zeroed float32 buffer added into, then copied."""
-    import torch
-
-    grid = (triton.cdiv(N, cfg["BLOCK_N"]), split)
-    if split == 1:
-        launch(grid, out)
-        return out
-    buf = torch.zeros(out.shape, dtype=torch.float32, device=out.device)
-    launch(grid, buf)
-    out.copy_(buf)
-    return out
-
-
 def w4_launcher(kernel_kind, sol, w4a16, cfg, split, fold=True, magic=False):
     import torch
 
@@ -310,7 +302,7 @@ def w4_launcher(kernel_kind, sol, w4a16, cfg, split, fold=True, magic=False):
                        p.stride(1), scales.stride(0), scales.stride(1), y.stride(0), y.stride(1),
                        GROUP=G, **c, **extra)  # fmt: skip
 
-        return _split_launch(kern, x, out, N, c, split if kernel_kind != "old" else 1, launch)
+        return split_k(launch, out, triton.cdiv(N, c["BLOCK_N"]), split if kernel_kind != "old" else 1)
 
     return fn
 
@@ -343,7 +335,7 @@ def fp4_launcher(kernel_kind, sol, mod, cfg, split, nv):
                 full = (x, packed, scales, g, y) + args[4 + nv :]
                 fp4_join[grid](*full, **cfg, SB=16 if nv else 32, NV=nv)
 
-        return _split_launch(None, x, out, N, cfg, split if kernel_kind != "old" else 1, launch)
+        return split_k(launch, out, triton.cdiv(N, cfg["BLOCK_N"]), split if kernel_kind != "old" else 1)
 
     return fn
 

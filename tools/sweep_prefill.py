@@ -534,6 +534,33 @@ FP8_BLOCK_TILES = [(128, 128, 128, 8, 3, False), (128, 128, 128, 8, 4, False), (
                    (128, 256, 128, 8, 3, False), (128, 128, 128, 4, 4, False), (256, 128, 128, 8, 3, True)]  # fmt: skip
 
 
+def tma_tiles(t) -> dict:
+    """A row of the *_TILES lists above as tma_matmul's keyword arguments."""
+    bm, bn, bk, nw, ns, fl = t
+    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=nw, num_stages=ns, FLATTEN=fl)
+
+
+def time_gemms(part, M, runs, ws, out, ref, cublas, results):
+    """Each (label, fn(w, out)) of runs: checked against the float32 product ref on ws[0], then graph-timed over the
+    weights ws against cuBLAS's time; a run that fails is recorded with its error."""
+    import torch
+
+    from qmatmul import bench
+
+    for label, fn in runs:
+        try:
+            err = rel_err(fn(ws[0], torch.empty_like(out)).float(), ref)
+            ms = bench.graph_ms([lambda w=w: fn(w, out) for w in ws])
+        except Exception as exc:  # noqa: BLE001
+            results.append(dict(part=part, M=M, label=label, error=str(exc)[:300]))
+            print(f"{part} M={M} {label}: {type(exc).__name__}: {str(exc)[:200]}")
+            continue
+        results.append(dict(part=part, M=M, label=label, us=ms * 1e3, cublas_frac=cublas / ms, err=err))
+        print(
+            f"{part} M={M} {label:60} {ms * 1e3:7.0f} us {100 * cublas / ms:4.0f} % of cuBLAS err {err:.1e}"
+        )
+
+
 def gemmtma_part(mods, scaled_mm_rowwise, results, seeds=(1, 2, 3)):
     """qmatmul.gemm's GEMMs at M = 2048 and 4096, N = K = 8192, graph-timed: the 4-bit chapters' decoded-weight GEMM
     (bf16; the TMA kernel at each of GEMM_TMA_TILES and the tutorial's matmul_kernel) against cuBLAS; the expert FP8
@@ -545,10 +572,6 @@ def gemmtma_part(mods, scaled_mm_rowwise, results, seeds=(1, 2, 3)):
     fp8 = mods["fp8"]
     N = K = 8192
     tol = checks.tolerance_for(torch.bfloat16)
-
-    def tiles(t):
-        bm, bn, bk, nw, ns, fl = t
-        return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=nw, num_stages=ns, FLATTEN=fl)
 
     for M in (2048, 4096):
         gen = checks.generator(M, "cuda")
@@ -565,23 +588,11 @@ def gemmtma_part(mods, scaled_mm_rowwise, results, seeds=(1, 2, 3)):
 
         runs = [("matmul_kernel " + str(chapter.gemm_config(x.device)), tutorial)]
         runs += [
-            (f"tma {t}", lambda w, out, t=t: gemm.tma_matmul(x, w, out, **tiles(t))) for t in GEMM_TMA_TILES
+            (f"tma {t}", lambda w, out, t=t: gemm.tma_matmul(x, w, out, **tma_tiles(t)))
+            for t in GEMM_TMA_TILES
         ]
         runs += [("decoded_gemm (as shipped)", lambda w, out: gemm.decoded_gemm(x, w, out))]
-        for label, fn in runs:
-            try:
-                err = rel_err(fn(ws[0], torch.empty_like(out)).float(), ref)
-                ms = bench.graph_ms([lambda w=w: fn(w, out) for w in ws])
-            except Exception as exc:  # noqa: BLE001
-                results.append(dict(part="gemmtma", M=M, label=label, error=str(exc)[:300]))
-                print(f"gemm M={M} {label}: {type(exc).__name__}: {str(exc)[:200]}")
-                continue
-            results.append(
-                dict(part="gemmtma", M=M, label=label, us=ms * 1e3, cublas_frac=cublas / ms, err=err)
-            )
-            print(
-                f"gemm M={M} {label:60} {ms * 1e3:7.0f} us {100 * cublas / ms:4.0f} % of cuBLAS err {err:.1e}"
-            )
+        time_gemms("gemmtma", M, runs, ws, out, ref, cublas, results)
         for kind, grid_, fn_ in (("row", FP8_ROW_TILES, expert.fp8_matmul_tma),
                                  ("block", FP8_BLOCK_TILES, expert.fp8_block_matmul_tma)):  # fmt: skip
             rowwise = scaled_mm_rowwise(M)
@@ -591,9 +602,9 @@ def gemmtma_part(mods, scaled_mm_rowwise, results, seeds=(1, 2, 3)):
             for t in grid_:
                 try:
                     o = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
-                    ms = bench.graph_ms([lambda p=p: fn_(*p, out=o, **tiles(t)) for p in problems[:2]])
+                    ms = bench.graph_ms([lambda p=p: fn_(*p, out=o, **tma_tiles(t)) for p in problems[:2]])
                     bad = [
-                        int(checks.mismatch(fn_(*p, **tiles(t)), r, tol).sum())
+                        int(checks.mismatch(fn_(*p, **tma_tiles(t)), r, tol).sum())
                         for p, r in zip(problems, refs, strict=True)
                     ]
                 except Exception as exc:  # noqa: BLE001
@@ -635,26 +646,9 @@ def gemmgroup_part(results, G=128):
             dict(part="gemmgroup", M=M, label="tma, no scales", us=plain * 1e3, cublas_frac=cublas / plain)
         )
         print(f"group M={M} cuBLAS {cublas * 1e3:.0f} us, tma without scales {plain * 1e3:.0f} us")
-        for t in GROUP_TMA_TILES:
-            bm, bn, bk, nw, ns, fl = t
-            cfg = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=nw, num_stages=ns, FLATTEN=fl)
-
-            def fn(q, o, cfg=cfg):
-                return gemm.tma_matmul(x, q, o, sw=s, scales=gemm.GROUP_SCALES, group=G, **cfg)
-
-            try:
-                err = rel_err(fn(qs[0], torch.empty_like(out)).float(), ref)
-                ms = bench.graph_ms([lambda q=q: fn(q, out) for q in qs])
-            except Exception as exc:  # noqa: BLE001
-                results.append(dict(part="gemmgroup", M=M, label=f"group {t}", error=str(exc)[:300]))
-                print(f"group M={M} {t}: {type(exc).__name__}: {str(exc)[:200]}")
-                continue
-            results.append(
-                dict(part="gemmgroup", M=M, label=f"group {t}", us=ms * 1e3, cublas_frac=cublas / ms, err=err)
-            )
-            print(
-                f"group M={M} {str(t):34} {ms * 1e3:7.0f} us {100 * cublas / ms:4.0f} % of cuBLAS err {err:.1e}"
-            )
+        runs = [(f"group {t}", lambda q, o, t=t: gemm.tma_matmul(x, q, o, sw=s, scales=gemm.GROUP_SCALES, group=G,
+                                                                  **tma_tiles(t))) for t in GROUP_TMA_TILES]  # fmt: skip
+        time_gemms("gemmgroup", M, runs, qs, out, ref, cublas, results)
 
 
 def block_reference_fp32(xq, sx, wq, sw):
