@@ -611,3 +611,16 @@ def test_prefill_dequantize_first_path(w4a16_solution, G):
     assert torch.equal(w, (q - z.int().repeat_interleave(G, dim=1)).half())
     out = w4a16.decoded_gemm(x, w, torch.empty(37, 72, dtype=x.dtype), s=s, group_size=G)
     checks.compare(out, w4a16.reference(x, p, s, z, G), what="y", rtol=checks.tolerance_for(x.dtype))
+
+
+def test_the_given_decoded_gemm_opens_no_naive_path(w4a16_solution):
+    """decoded_gemm is given to the learner's cell (GIVEN) for the wrapper's M >= 512 path. A wrapper that takes that
+    path for every M decodes a weight-sized copy first, and the check refuses it by name as the naive path."""
+
+    def every_m(x, packed, scales, zeros, group_size, out=None):
+        M, N, K, out = w4a16.prepare(x, packed, scales, zeros, group_size, out)
+        w = w4a16_solution.w4a16_integers(packed, zeros, group_size, x.dtype)
+        return w4a16.decoded_gemm(x, w, out, s=scales, group_size=group_size)
+
+    with pytest.raises(CheckFailed, match="naive dequantize-then-matmul"):
+        w4a16.check_prefill(every_m, seed=3)
