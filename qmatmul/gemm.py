@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-NO_SCALES, ROW_SCALES, BLOCK_SCALES, COLUMN_SCALES, GROUP_SCALES = 0, 1, 2, 3, 4
+NO_SCALES, ROW_SCALES, BLOCK_SCALES, COLUMN_SCALES, GROUP_SCALES, PACKED_INT4 = 0, 1, 2, 3, 4, 5
 SCALE_BLOCK = 128  # the FP8 chapter's block-scaled GEMM: 1 x 128 activation blocks, 128 x 128 weight blocks
 
 
@@ -69,21 +69,51 @@ def matmul_kernel(
 
 @triton.jit
 def tma_kernel(
-    x_desc, w_desc, sx_ptr, sw_ptr, g_ptr, y_ptr, M, N, K, stride_ym, stride_sx, stride_sw,
+    x_desc, w_desc, sx_ptr, sw_ptr, z_ptr, g_ptr, y_ptr, M, N, K, stride_ym, stride_sx, stride_sw, stride_z,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_SMS: tl.constexpr, SCALES: tl.constexpr, HAS_G: tl.constexpr, PROMOTE: tl.constexpr,
-    FLATTEN: tl.constexpr, GROUP: tl.constexpr,
+    FLATTEN: tl.constexpr, GROUP: tl.constexpr, SWAP: tl.constexpr,
 ):  # fmt: skip
     num_m, num_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
     for tile in tl.range(tl.program_id(0), num_m * num_n, NUM_SMS, flatten=FLATTEN):
         pid_m, pid_n = grouped_tile(tile, num_m, num_n, GROUP_M)
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        if SWAP:  # acc[n, m]: w's tile is the MMA's first operand (on Hopper it may come from registers)
+            acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+        else:
+            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
             x = x_desc.load([pid_m * BLOCK_M, k0])
-            w = w_desc.load([pid_n * BLOCK_N, k0])
-            if SCALES == 2:  # this step's product times its blocks' scales (BLOCK_K is the scale block)
+            if (
+                SCALES == 5
+            ):  # W4A16 packed codes [N, K / 2], a nibble each, low first: q - z, exact in x's dtype
+                p = w_desc.load([pid_n * BLOCK_N, k0 // 2])
+                q = tl.reshape(tl.join(p & 0xF, p >> 4), (BLOCK_N, BLOCK_K)).to(tl.uint16)
+                z = tl.load(z_ptr + offs_n * stride_z + k0 // GROUP, mask=offs_n < N, other=0).to(tl.uint16)
+                # No int -> float conversion (a quarter-rate instruction): a code in the low mantissa bits of the
+                # 16-bit float 128 (bf16; 1024 in fp16) is 128 + q, and (128 + q) - (128 + z) is exact.
+                if x.dtype == tl.bfloat16:
+                    w = (q | 0x4300).to(tl.bfloat16, bitcast=True) - (z | 0x4300).to(
+                        tl.bfloat16, bitcast=True
+                    )[:, None]
+                else:
+                    w = (q | 0x6400).to(tl.float16, bitcast=True) - (z | 0x6400).to(tl.float16, bitcast=True)[
+                        :, None
+                    ]
+            else:
+                w = w_desc.load([pid_n * BLOCK_N, k0]).to(
+                    x.dtype
+                )  # int8 codes (W8A16) become x's dtype exactly
+            if SWAP:
+                if SCALES >= 4:  # the group's scales lie along acc's rows: two a thread
+                    sg = tl.load(sw_ptr + offs_n * stride_sw + k0 // GROUP, mask=offs_n < N, other=0.0)
+                    acc += tl.dot(w, x.T) * sg[:, None]
+                elif PROMOTE:
+                    acc = tl.dot(w, x.T, acc, max_num_imprecise_acc=BLOCK_K)
+                else:
+                    acc = tl.dot(w, x.T, acc)
+            elif SCALES == 2:  # this step's product times its blocks' scales (BLOCK_K is the scale block)
                 kb = k0 // BLOCK_K
                 sx = tl.load(sx_ptr + offs_m * stride_sx + kb, mask=offs_m < M, other=0.0)
                 if BLOCK_N <= BLOCK_K:  # the tile lies in one block row of w: one scale, one FMA an output
@@ -99,6 +129,8 @@ def tma_kernel(
                 acc = tl.dot(x, w.T, acc, max_num_imprecise_acc=BLOCK_K)
             else:
                 acc = tl.dot(x, w.T, acc)
+        if SWAP:
+            acc = tl.trans(acc)
         if SCALES == 1:
             sx = tl.load(sx_ptr + offs_m, mask=offs_m < M, other=0.0)
             acc = acc * sx[:, None]
@@ -154,6 +186,7 @@ def tma_matmul(
     *,
     sx=None,
     sw=None,
+    z=None,
     g=None,
     scales: int = NO_SCALES,
     promote: bool = False,
@@ -177,22 +210,29 @@ def tma_matmul(
         )
     cfg = dict(cfg or tma_config(x.dtype, scales, x.device))
     bm, bn, bk = cfg.pop("BLOCK_M"), cfg.pop("BLOCK_N"), cfg.pop("BLOCK_K")
-    if scales == GROUP_SCALES:
+    swap = cfg.pop("SWAP", False)
+    if scales == PACKED_INT4 and not swap:
+        raise ValueError("the packed 4-bit GEMM runs swapped only")
+    if scales in (GROUP_SCALES, PACKED_INT4):
         bk = min(bk, group)
         if group % bk:
             raise ValueError(f"the group-scaled GEMM needs BLOCK_K to divide the group size {group}")
+    if swap and scales == BLOCK_SCALES:
+        raise ValueError("the swapped TMA GEMM takes no block scales")
     if scales == BLOCK_SCALES and (bk != SCALE_BLOCK or (bn < bk and bk % bn)):
         raise ValueError(f"the block-scaled GEMM steps one scale block at a time: BLOCK_K must be {SCALE_BLOCK} "
                          "(and BLOCK_N divide it, or be a multiple of it)")  # fmt: skip
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else 4
-    programs = min(sms, triton.cdiv(M, bm) * triton.cdiv(N, bn))
+    programs = min(sms * cfg.pop("PER_SM", 1), triton.cdiv(M, bm) * triton.cdiv(N, bn))
     dummy = out  # an unused pointer argument
     tma_kernel[(programs,)](
-        TensorDescriptor.from_tensor(x, [bm, bk]), TensorDescriptor.from_tensor(w, [bn, bk]),
-        dummy if sx is None else sx, dummy if sw is None else sw, dummy if g is None else g, out, M, N, K,
-        out.stride(0), 0 if sx is None else sx.stride(0), 0 if sw is None else sw.stride(0),
+        TensorDescriptor.from_tensor(x, [bm, bk]),
+        TensorDescriptor.from_tensor(w, [bn, bk // 2 if scales == PACKED_INT4 else bk]),
+        dummy if sx is None else sx, dummy if sw is None else sw, dummy if z is None else z,
+        dummy if g is None else g, out, M, N, K, out.stride(0), 0 if sx is None else sx.stride(0),
+        0 if sw is None else sw.stride(0), 0 if z is None else z.stride(0),
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.pop("GROUP_M", 8), NUM_SMS=programs, SCALES=scales,
-        HAS_G=g is not None, PROMOTE=promote, FLATTEN=cfg.pop("FLATTEN", False), GROUP=group, **cfg,
+        HAS_G=g is not None, PROMOTE=promote, FLATTEN=cfg.pop("FLATTEN", False), GROUP=group, SWAP=swap, **cfg,
     )  # fmt: skip
     return out
 

@@ -6,6 +6,9 @@ and without the masked K tail, and the FP8 128 x 128 block-scaled kernel's tiles
     python tools/sweep_prefill.py --parts fp8tma     FP8 prefill: a persistent TMA candidate, promoted or not
     python tools/sweep_prefill.py --parts gemmtma    qmatmul.gemm's TMA GEMMs: bf16 (decoded weights), FP8 row, block
     python tools/sweep_prefill.py --parts gemmgroup  qmatmul.gemm's group-scaled TMA GEMM (W4A16's integers q - z)
+    python tools/sweep_prefill.py --parts w8tma      qmatmul.gemm's TMA GEMM on W8A16's int8 codes as they lie
+    python tools/sweep_prefill.py --parts w4tma      qmatmul.gemm's TMA GEMM on W4A16's packed codes as they lie
+    python tools/sweep_prefill.py --parts fp8row     the expert FP8 row-wise TMA GEMM, plain and swapped
 
 Prefill candidates, each with the weight read as it lies ([BLOCK_N, BLOCK_K(/2)] rows) and dequantized once per K
 step for a BLOCK_M of 128-256 rows:
@@ -535,9 +538,12 @@ FP8_BLOCK_TILES = [(128, 128, 128, 8, 3, False), (128, 128, 128, 8, 4, False), (
 
 
 def tma_tiles(t) -> dict:
-    """A row of the *_TILES lists above as tma_matmul's keyword arguments."""
-    bm, bn, bk, nw, ns, fl = t
-    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=nw, num_stages=ns, FLATTEN=fl)
+    """A row of the *_TILES lists above as tma_matmul's keyword arguments: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages,
+    flatten[, extras]), extras e.g. {"SWAP": True, "PER_SM": 2}."""
+    bm, bn, bk, nw, ns, fl, *extras = t
+    return dict(
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=nw, num_stages=ns, FLATTEN=fl, **(extras or [{}])[0]
+    )
 
 
 def time_gemms(part, M, runs, ws, out, ref, cublas, results):
@@ -567,11 +573,10 @@ def gemmtma_part(mods, scaled_mm_rowwise, results, seeds=(1, 2, 3)):
     row-wise and block-scaled TMA GEMMs against torch._scaled_mm row-wise, with their wrong outputs per seed."""
     import torch
 
-    from qmatmul import bench, chapter, checks, expert, gemm
+    from qmatmul import bench, chapter, checks, gemm
 
     fp8 = mods["fp8"]
     N = K = 8192
-    tol = checks.tolerance_for(torch.bfloat16)
 
     for M in (2048, 4096):
         gen = checks.generator(M, "cuda")
@@ -593,33 +598,67 @@ def gemmtma_part(mods, scaled_mm_rowwise, results, seeds=(1, 2, 3)):
         ]
         runs += [("decoded_gemm (as shipped)", lambda w, out: gemm.decoded_gemm(x, w, out))]
         time_gemms("gemmtma", M, runs, ws, out, ref, cublas, results)
-        for kind, grid_, fn_ in (("row", FP8_ROW_TILES, expert.fp8_matmul_tma),
-                                 ("block", FP8_BLOCK_TILES, expert.fp8_block_matmul_tma)):  # fmt: skip
-            rowwise = scaled_mm_rowwise(M)
-            make = fp8._timing_problem if kind == "row" else fp8._timing_block_problem
-            problems = [make(M, N, K, checks.generator(s, "cuda")) for s in seeds]
-            refs = [(fp8.reference if kind == "row" else block_reference_fp32)(*p) for p in problems]
-            for t in grid_:
-                try:
-                    o = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
-                    ms = bench.graph_ms([lambda p=p: fn_(*p, out=o, **tma_tiles(t)) for p in problems[:2]])
-                    bad = [
-                        int(checks.mismatch(fn_(*p, **tma_tiles(t)), r, tol).sum())
-                        for p, r in zip(problems, refs, strict=True)
-                    ]
-                except Exception as exc:  # noqa: BLE001
-                    results.append(dict(part="gemmtma", M=M, label=f"fp8 {kind} {t}", error=str(exc)[:300]))
-                    print(f"fp8 {kind} M={M} {t}: {type(exc).__name__}: {str(exc)[:200]}")
-                    continue
-                results.append(dict(part="gemmtma", M=M, label=f"fp8 {kind} {t}", us=ms * 1e3,
-                                    scaled_mm_frac=rowwise / ms, bad=bad))  # fmt: skip
-                print(f"fp8 {kind:5} M={M} {str(t):36} {ms * 1e3:7.0f} us {100 * rowwise / ms:4.0f} % of _scaled_mm "
-                      f"rowwise, wrong per seed {bad}")  # fmt: skip
+        for kind, tiles in (("row", FP8_ROW_TILES), ("block", FP8_BLOCK_TILES)):
+            fp8_tma_tiles(fp8, kind, tiles, M, scaled_mm_rowwise, results, seeds)
+
+
+def fp8_tma_tiles(fp8, kind, tiles, M, scaled_mm_rowwise, results, seeds=(1, 2, 3), N=8192, K=8192):
+    """The expert FP8 row-wise or block-scaled TMA GEMM at each of tiles, M x N x K, graph-timed against
+    torch._scaled_mm row-wise, with its wrong outputs per seed."""
+    import torch
+
+    from qmatmul import bench, checks, expert
+
+    tol = checks.tolerance_for(torch.bfloat16)
+    fn_ = expert.fp8_matmul_tma if kind == "row" else expert.fp8_block_matmul_tma
+    rowwise = scaled_mm_rowwise(M)
+    make = fp8._timing_problem if kind == "row" else fp8._timing_block_problem
+    problems = [make(M, N, K, checks.generator(s, "cuda")) for s in seeds]
+    refs = [(fp8.reference if kind == "row" else block_reference_fp32)(*p) for p in problems]
+    for t in tiles:
+        try:
+            o = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
+            ms = bench.graph_ms([lambda p=p: fn_(*p, out=o, **tma_tiles(t)) for p in problems[:2]])
+            bad = [
+                int(checks.mismatch(fn_(*p, **tma_tiles(t)), r, tol).sum())
+                for p, r in zip(problems, refs, strict=True)
+            ]
+        except Exception as exc:  # noqa: BLE001
+            results.append(dict(part="gemmtma", M=M, label=f"fp8 {kind} {t}", error=str(exc)[:300]))
+            print(f"fp8 {kind} M={M} {t}: {type(exc).__name__}: {str(exc)[:200]}")
+            continue
+        results.append(dict(part="gemmtma", M=M, label=f"fp8 {kind} {t}", us=ms * 1e3,
+                            scaled_mm_frac=rowwise / ms, bad=bad))  # fmt: skip
+        print(f"fp8 {kind:5} M={M} {str(t):36} {ms * 1e3:7.0f} us {100 * rowwise / ms:4.0f} % of _scaled_mm "
+              f"rowwise, wrong per seed {bad}")  # fmt: skip
+
+
+# Sixth round: FP8 row-wise swapped (acc[n, m]: each warp group one m64n256 wgmma a k-step where the plain 256 x 128
+# tile issues two m64n128), and two programs an SM.
+FP8_ROW_SWAP_TILES = [
+    (256, 128, 128, 8, 3, False),
+    (256, 128, 128, 8, 3, False, {"SWAP": True}),
+    (256, 128, 128, 8, 4, False, {"SWAP": True}),
+    (128, 256, 128, 8, 3, False, {"SWAP": True}),
+]
+
+
+def fp8row_part(mods, scaled_mm_rowwise, results):
+    """fp8_tma_tiles at FP8_ROW_SWAP_TILES, M = 2048, 4096 and 8192."""
+    for M in (2048, 4096, 8192):
+        fp8_tma_tiles(mods["fp8"], "row", FP8_ROW_SWAP_TILES, M, scaled_mm_rowwise, results)
 
 
 # qmatmul.gemm.tma_kernel's group-scaled mode (W4A16's q - z with a scale per column and 128-wide group of K)
-GROUP_TMA_TILES = [(128, 128, 128, 8, 3, False), (128, 128, 128, 8, 4, False), (128, 256, 64, 8, 3, False),
-                   (128, 256, 128, 8, 2, False), (256, 128, 128, 8, 2, False), (128, 128, 64, 8, 4, False)]  # fmt: skip
+# Sixth round: the swapped tile (acc[n, m], the group's scales two a thread where the plain tile loads 32 with their
+# address arithmetic: 178 against 265 SASS a step, compiled here) and two programs an SM, whose MMAs and scalings
+# may interleave where one program's cannot.
+SWAP, SWAP2 = {"SWAP": True}, {"SWAP": True, "PER_SM": 2}
+GROUP_TMA_TILES = [(128, 128, 128, 8, 3, False), (128, 128, 128, 8, 3, False, SWAP),
+                   (128, 128, 128, 8, 3, False, {"SWAP": True, "GROUP_M": 4}),
+                   (128, 128, 128, 8, 3, False, {"SWAP": True, "GROUP_M": 16}), (128, 128, 128, 8, 3, True, SWAP),
+                   (128, 128, 64, 8, 4, False, SWAP), (256, 64, 128, 8, 2, False, SWAP),
+                   (128, 64, 128, 4, 2, False, SWAP2), (128, 64, 64, 4, 4, False, SWAP2)]  # fmt: skip
 
 
 def gemmgroup_part(results, G=128):
@@ -649,6 +688,86 @@ def gemmgroup_part(results, G=128):
         runs = [(f"group {t}", lambda q, o, t=t: gemm.tma_matmul(x, q, o, sw=s, scales=gemm.GROUP_SCALES, group=G,
                                                                   **tma_tiles(t))) for t in GROUP_TMA_TILES]  # fmt: skip
         time_gemms("gemmgroup", M, runs, qs, out, ref, cublas, results)
+
+
+# W8A16's int8 codes fed to tma_kernel as they lie (no decoded copy), converted in registers; swapped, the converted
+# tile is the wgmma's first operand from registers (compiled here: 4 of 4 HGMMA take A from registers).
+W8_TMA_TILES = [(256, 128, 64, 8, 3, False, SWAP), (256, 128, 64, 8, 4, False, SWAP),
+                (256, 128, 64, 8, 3, False, {"SWAP": True, "GROUP_M": 4}),
+                (256, 128, 64, 8, 3, False, {"SWAP": True, "GROUP_M": 16}), (256, 128, 64, 8, 3, True, SWAP),
+                (256, 128, 128, 8, 2, False, SWAP), (128, 128, 64, 8, 4, False, SWAP), (128, 256, 64, 8, 3, False)]  # fmt: skip
+
+
+def w8tma_part(mods, results):
+    """W8A16 prefill at M = 2048 and 4096, N = K = 8192: tma_kernel on the int8 codes at each of W8_TMA_TILES, against
+    cuBLAS on bf16 weights, the expert's decode-first path and the chapter's naive path, graph-timed, each checked
+    against the reference first."""
+    import torch
+
+    from qmatmul import bench, checks, expert, gemm
+
+    w8 = mods["w8a16"]
+    N = K = 8192
+    gen = checks.generator(8, "cuda")
+    ws = [w8.timing_weights(N, K, gen) for _ in range(2)]
+    dense = [q.to(torch.bfloat16) for q, _ in ws]  # cuBLAS on a bf16 weight of the same shape
+    for M in (2048, 4096):
+        x = torch.randn(M, K, device="cuda", generator=gen).to(torch.bfloat16)
+        out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+        ref = w8.reference(x, *ws[0]).float()
+        cublas = bench.graph_ms([lambda d=d: torch.matmul(x, d.T, out=out) for d in dense])
+        results.append(dict(part="w8tma", M=M, label="cuBLAS bf16", us=cublas * 1e3))
+        print(f"w8tma M={M} cuBLAS {cublas * 1e3:.0f} us")
+        runs = [
+            ("expert w8a16_prefill_tma (decode first)", lambda w, o: expert.w8a16_prefill_tma(x, *w, out=o)),
+            ("naive (dequantize, cuBLAS)", lambda w, o: w8.naive(x, *w)),
+        ]
+        runs += [(f"int8 tma {t}", lambda w, o, t=t: gemm.tma_matmul(x, w[0], o, sw=w[1], scales=gemm.COLUMN_SCALES,
+                                                                     **tma_tiles(t))) for t in W8_TMA_TILES]  # fmt: skip
+        time_gemms("w8tma", M, runs, ws, out, ref, cublas, results)
+
+
+# W4A16's packed codes fed to tma_kernel as they lie (PACKED_INT4: no decoded copy), q - z made in registers by the
+# 16-bit magic number, swapped (the integers are the wgmma's first operand, from registers), each group's product scaled.
+W4_TMA_TILES = [(128, 128, 128, 8, 3, False, SWAP), (128, 128, 128, 8, 4, False, SWAP), (128, 128, 64, 8, 4, False, SWAP),
+                (256, 64, 128, 8, 3, False, SWAP), (128, 128, 128, 8, 2, False, SWAP2)]  # fmt: skip
+
+
+def w4tma_part(mods, results, sols):
+    """W4A16 prefill at M = 2048 and 4096, N = K = 8192, G = 128: tma_kernel on the packed codes at each of
+    W4_TMA_TILES and the group-scaled GEMM on decoded integers (swapped and not), against cuBLAS on bf16 weights and the
+    solution's decode-first path, graph-timed, each checked against the reference first."""
+    import torch
+
+    from qmatmul import bench, checks, gemm
+
+    w4, sol = mods["w4a16"], sols["w4a16"]
+    N = K = 8192
+    gen = checks.generator(9, "cuda")
+    ws = [w4.timing_weights(N, K, gen) for _ in range(2)]
+    dense = [torch.randn(N, K, device="cuda", generator=gen).to(torch.bfloat16) for _ in range(2)]
+    for M in (2048, 4096):
+        x = torch.randn(M, K, device="cuda", generator=gen).to(torch.bfloat16)
+        out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+        ref = w4.reference(x, *ws[0]).float()
+        cublas = bench.graph_ms([lambda d=d: torch.matmul(x, d.T, out=out) for d in dense])
+        results.append(dict(part="w4tma", M=M, label="cuBLAS bf16", us=cublas * 1e3))
+        print(f"w4tma M={M} cuBLAS {cublas * 1e3:.0f} us")
+        runs = [
+            ("solution w4a16_matmul (decode first, as shipped)", lambda w, o: sol.w4a16_matmul(x, *w, out=o))
+        ]
+        for swap in (
+            False,
+            True,
+        ):  # decode first, then the group-scaled GEMM at its shipped tiles, plain or swapped
+            cfg = dict(gemm.tma_config(x.dtype, gemm.GROUP_SCALES, x.device), SWAP=swap)
+            runs.append((f"decode first, group GEMM {cfg}", lambda w, o, cfg=cfg: gemm.tma_matmul(
+                x, sol.w4a16_integers(w[0], w[2], w[3], x.dtype), o, sw=w[1], scales=gemm.GROUP_SCALES, group=w[3],
+                **cfg)))  # fmt: skip
+        runs += [(f"packed tma {t}", lambda w, o, t=t: gemm.tma_matmul(x, w[0], o, sw=w[1], z=w[2], group=w[3],
+                                                                       scales=gemm.PACKED_INT4, **tma_tiles(t)))
+                 for t in W4_TMA_TILES]  # fmt: skip
+        time_gemms("w4tma", M, runs, ws, out, ref, cublas, results)
 
 
 def block_reference_fp32(xq, sx, wq, sw):
@@ -744,6 +863,15 @@ def main(argv=None) -> int:
         save()
     if "gemmgroup" in parts:
         gemmgroup_part(results)
+        save()
+    if "w8tma" in parts:
+        w8tma_part(mods, results)
+        save()
+    if "w4tma" in parts:
+        w4tma_part(mods, results, {"w4a16": course.load_notebook_code("w4a16", name="sweep_w4a16")})
+        save()
+    if "fp8row" in parts:
+        fp8row_part(mods, rowwise_ms, results)
         save()
     print(f"[{time.time() - t0:.0f} s] wrote {out}/sweep_prefill.json")
     return 0
