@@ -8,11 +8,14 @@
 * `tma_kernel`: a persistent grid, one program an SM walking its output tiles in grouped order, operands fed by
   TMA through tensor descriptors (which zero-fill past the edges: no masks and no address arithmetic in the loop).
   Scales: none (16-bit operands, an optional float32 tensor scale g in the epilogue), per column of w (W8A16's
-  integer codes as bf16), per row of x and column of w (FP8 row-wise, applied in the epilogue; the partial sums
+  int8 codes, read as they lie and converted in registers), per row of x and column of w (FP8 row-wise, applied in the epilogue; the partial sums
   promoted to float32 every BLOCK_K on request, as Hopper's fp8 MMA keeps fewer bits), or per 1 x 128 block of x and
   128 x 128 block of w (FP8 block-scaled: each K step's product scaled before it is added, so BLOCK_K is the scale
   block), or per column of w and group of K (W4A16's exact integer weights q - z: BLOCK_K divides the group, and
-  each step's product is scaled before it is added, as the chapter's fused kernel does).
+  each step's product is scaled before it is added, as the chapter's fused kernel does). SWAP (the config's) makes
+  the accumulator acc[n, m] = w · xᵀ: the weight tile is the wgmma's first operand, which Hopper takes from registers
+  (so a converted int8 tile need not return to shared memory), and per-column scales lie along acc's rows (two a
+  thread, where acc[m, n] holds 32).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-NO_SCALES, ROW_SCALES, BLOCK_SCALES, COLUMN_SCALES, GROUP_SCALES, PACKED_INT4 = 0, 1, 2, 3, 4, 5
+NO_SCALES, ROW_SCALES, BLOCK_SCALES, COLUMN_SCALES, GROUP_SCALES = 0, 1, 2, 3, 4
 SCALE_BLOCK = 128  # the FP8 chapter's block-scaled GEMM: 1 x 128 activation blocks, 128 x 128 weight blocks
 
 
@@ -69,7 +72,7 @@ def matmul_kernel(
 
 @triton.jit
 def tma_kernel(
-    x_desc, w_desc, sx_ptr, sw_ptr, z_ptr, g_ptr, y_ptr, M, N, K, stride_ym, stride_sx, stride_sw, stride_z,
+    x_desc, w_desc, sx_ptr, sw_ptr, g_ptr, y_ptr, M, N, K, stride_ym, stride_sx, stride_sw,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_SMS: tl.constexpr, SCALES: tl.constexpr, HAS_G: tl.constexpr, PROMOTE: tl.constexpr,
     FLATTEN: tl.constexpr, GROUP: tl.constexpr, SWAP: tl.constexpr,
@@ -85,28 +88,9 @@ def tma_kernel(
             acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
             x = x_desc.load([pid_m * BLOCK_M, k0])
-            if (
-                SCALES == 5
-            ):  # W4A16 packed codes [N, K / 2], a nibble each, low first: q - z, exact in x's dtype
-                p = w_desc.load([pid_n * BLOCK_N, k0 // 2])
-                q = tl.reshape(tl.join(p & 0xF, p >> 4), (BLOCK_N, BLOCK_K)).to(tl.uint16)
-                z = tl.load(z_ptr + offs_n * stride_z + k0 // GROUP, mask=offs_n < N, other=0).to(tl.uint16)
-                # No int -> float conversion (a quarter-rate instruction): a code in the low mantissa bits of the
-                # 16-bit float 128 (bf16; 1024 in fp16) is 128 + q, and (128 + q) - (128 + z) is exact.
-                if x.dtype == tl.bfloat16:
-                    w = (q | 0x4300).to(tl.bfloat16, bitcast=True) - (z | 0x4300).to(
-                        tl.bfloat16, bitcast=True
-                    )[:, None]
-                else:
-                    w = (q | 0x6400).to(tl.float16, bitcast=True) - (z | 0x6400).to(tl.float16, bitcast=True)[
-                        :, None
-                    ]
-            else:
-                w = w_desc.load([pid_n * BLOCK_N, k0]).to(
-                    x.dtype
-                )  # int8 codes (W8A16) become x's dtype exactly
+            w = w_desc.load([pid_n * BLOCK_N, k0]).to(x.dtype)  # int8 codes (W8A16) become x's dtype exactly
             if SWAP:
-                if SCALES >= 4:  # the group's scales lie along acc's rows: two a thread
+                if SCALES == 4:  # the group's scales lie along acc's rows: two a thread
                     sg = tl.load(sw_ptr + offs_n * stride_sw + k0 // GROUP, mask=offs_n < N, other=0.0)
                     acc += tl.dot(w, x.T) * sg[:, None]
                 elif PROMOTE:
@@ -156,16 +140,22 @@ def tma_status(device) -> tuple[bool, str]:
     return True, ""
 
 
-def tma_config(dtype, scales: int, device) -> dict:
-    """Tiles of tma_kernel. Interpreter: small. Hopper and newer: the H200's best (docs/perf-notes.md)."""
+def tma_config(dtype, scales: int, device, w_dtype=None) -> dict:
+    """Tiles of tma_kernel for x of `dtype` (w of w_dtype, default the same). Interpreter: small. Hopper and newer:
+    the H200's best (docs/perf-notes.md)."""
     if torch.device(device).type != "cuda":
         return dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=64 if scales != BLOCK_SCALES else SCALE_BLOCK, num_warps=4,
                     num_stages=1)  # fmt: skip
     if scales == GROUP_SCALES:
-        # Graph-timed on the H200 (docs/perf-notes.md, fifth round; tools/sweep_prefill.py --parts gemmgroup): 47-48 %
-        # of cuBLAS at M = 2048 and 4096 for 128-wide groups, the best of six tiles (128 x 256 x 64: 39 %); 4 stages
-        # do not fit in shared memory. Each step's MMA waits for the scaling of the step before.
-        return dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, num_warps=8, num_stages=3)
+        # Graph-timed on the H200 (docs/perf-notes.md, sixth round; tools/sweep_prefill.py --parts gemmgroup): 70-73 %
+        # of cuBLAS at M = 2048 and 4096 for 128-wide groups, swapped (the scales two a thread, not 32 with their
+        # address arithmetic); the same tile unswapped 46-48 %, two programs an SM 45-54 %.
+        return dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, num_warps=8, num_stages=3, SWAP=True)
+    if w_dtype == torch.int8:
+        # W8A16's codes as they lie, converted in registers and swapped (the wgmma's first operand from registers).
+        # Graph-timed on the H200 (sixth round, --parts w8tma): 84-85 % of cuBLAS at M = 2048, 76-77 % at 4096.
+        # 4 stages gave NaN outputs there, twice (triton 3.6); 3 are right.
+        return dict(BLOCK_M=256, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=3, SWAP=True)
     if scales == BLOCK_SCALES:
         # Graph-timed on the H200 (docs/perf-notes.md, fifth round; tools/sweep_prefill.py --parts gemmtma): 51 % of
         # torch._scaled_mm row-wise at M = 2048 and 4096, N = K = 8192 with a scale vector a step; 256 x 128 24 %.
@@ -186,7 +176,6 @@ def tma_matmul(
     *,
     sx=None,
     sw=None,
-    z=None,
     g=None,
     scales: int = NO_SCALES,
     promote: bool = False,
@@ -194,7 +183,8 @@ def tma_matmul(
     **cfg,
 ):
     """out = (x @ w.T) with the scales `scales` names, by tma_kernel. x [M, K] and w [N, K] row-major, of one dtype
-    (16-bit or fp8), K a multiple of 16 bytes' worth of elements; out row-major. Validation of shapes and dtypes is
+    (16-bit or fp8) or int8 codes under 16-bit x; cfg: tma_config's keys, and SWAP, GROUP_M, FLATTEN, PER_SM (programs
+    an SM); K a multiple of 16 bytes' worth of elements; out row-major. Validation of shapes and dtypes is
     the caller's (the chapters' `prepare`)."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
@@ -208,12 +198,10 @@ def tma_matmul(
             "the TMA GEMM needs rows of a multiple of 16 bytes (K % 16 == 0 for fp8, K % 8 == 0 for 16-bit), "
             "row-major x, w and output, and x and w starting and striding on 16-byte boundaries"
         )
-    cfg = dict(cfg or tma_config(x.dtype, scales, x.device))
+    cfg = dict(cfg or tma_config(x.dtype, scales, x.device, w.dtype))
     bm, bn, bk = cfg.pop("BLOCK_M"), cfg.pop("BLOCK_N"), cfg.pop("BLOCK_K")
     swap = cfg.pop("SWAP", False)
-    if scales == PACKED_INT4 and not swap:
-        raise ValueError("the packed 4-bit GEMM runs swapped only")
-    if scales in (GROUP_SCALES, PACKED_INT4):
+    if scales == GROUP_SCALES:
         bk = min(bk, group)
         if group % bk:
             raise ValueError(f"the group-scaled GEMM needs BLOCK_K to divide the group size {group}")
@@ -226,11 +214,9 @@ def tma_matmul(
     programs = min(sms * cfg.pop("PER_SM", 1), triton.cdiv(M, bm) * triton.cdiv(N, bn))
     dummy = out  # an unused pointer argument
     tma_kernel[(programs,)](
-        TensorDescriptor.from_tensor(x, [bm, bk]),
-        TensorDescriptor.from_tensor(w, [bn, bk // 2 if scales == PACKED_INT4 else bk]),
-        dummy if sx is None else sx, dummy if sw is None else sw, dummy if z is None else z,
-        dummy if g is None else g, out, M, N, K, out.stride(0), 0 if sx is None else sx.stride(0),
-        0 if sw is None else sw.stride(0), 0 if z is None else z.stride(0),
+        TensorDescriptor.from_tensor(x, [bm, bk]), TensorDescriptor.from_tensor(w, [bn, bk]),
+        dummy if sx is None else sx, dummy if sw is None else sw, dummy if g is None else g, out, M, N, K,
+        out.stride(0), 0 if sx is None else sx.stride(0), 0 if sw is None else sw.stride(0),
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.pop("GROUP_M", 8), NUM_SMS=programs, SCALES=scales,
         HAS_G=g is not None, PROMOTE=promote, FLATTEN=cfg.pop("FLATTEN", False), GROUP=group, SWAP=swap, **cfg,
     )  # fmt: skip

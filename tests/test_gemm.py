@@ -20,6 +20,9 @@ def test_both_gemms_compute_x_wt(tensor_scale):
     out = torch.full((50, 70), float("nan"), dtype=torch.float16)
     y = gemm.tma_matmul(x, w, out, g=g)
     checks.compare(y, want.float(), what="tma_matmul", rtol=checks.tolerance_for(x.dtype))
+    swapped = gemm.tma_matmul(x, w, torch.full_like(out, float("nan")), g=g, **gemm.tma_config(x.dtype, 0, "cpu"),
+                              SWAP=True)  # fmt: skip
+    checks.compare(swapped, want.float(), what="tma_matmul swapped", rtol=checks.tolerance_for(x.dtype))
     out2 = torch.full((50, 70), float("nan"), dtype=torch.float16)
     cfg = dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=64, num_warps=4, num_stages=1)
     gemm.tutorial_matmul(x, w, out2, g=g, **cfg)
@@ -57,10 +60,21 @@ def test_fp8_block_tma_matches_the_block_reference(block_n):
             expert.fp8_block_matmul_tma(*p, **(dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=128, num_warps=4) | bad))
 
 
-def test_w8a16_prefill_tma_matches_the_reference():
+@pytest.mark.parametrize("swap", [False, True])
+def test_w8a16_prefill_tma_matches_the_reference(swap):
+    """The int8 codes as they lie, converted in the kernel, the row scales in the epilogue; swapped as on Hopper."""
     x, q, s = w8a16.random_problem(40, 72, 256, torch.float16, "cpu", checks.generator(5))
-    y = expert.w8a16_prefill_tma(x, q, s)
+    cfg = dict(gemm.tma_config(x.dtype, gemm.COLUMN_SCALES, "cpu", q.dtype), SWAP=swap)
+    y = expert.w8a16_prefill_tma(x, q, s, **cfg)
     checks.compare(y, w8a16.reference(x, q, s), what="w8a16 prefill tma", rtol=checks.tolerance_for(x.dtype))
+    wrong = expert.w8a16_prefill_tma(x, q, s.flip(0), **cfg)  # each row's scale on another row: caught
+    assert checks.mismatch(wrong, w8a16.reference(x, q, s), checks.tolerance_for(x.dtype)).any()
+
+
+def test_the_swapped_gemm_refuses_block_scales():
+    p = fp8.random_block_problem(16, 128, 128, "cpu", checks.generator(4))
+    with pytest.raises(ValueError, match="no block scales"):
+        expert.fp8_block_matmul_tma(*p, BLOCK_M=16, BLOCK_N=128, BLOCK_K=128, num_warps=4, SWAP=True)
 
 
 def _near_cancelling_w4a16():
@@ -80,16 +94,16 @@ def test_folding_w4a16_scales_into_bf16_weights_misses_the_tolerance():
     assert bad.nonzero().tolist() == [[6, 10]]
 
 
-@pytest.mark.parametrize("tma", [False, True])
+@pytest.mark.parametrize("tma", [False, True, "swapped"])
 def test_group_scales_on_integer_weights(tma):
-    """decoded_gemm's group mode, both kernels (fp16 in the interpreter, whose bf16 dot is wrong): q - z exactly,
-    the scales of each 128-wide group applied to that group's partial sums."""
+    """decoded_gemm's group mode, both kernels, the TMA one plain and swapped as on Hopper (fp16 in the interpreter,
+    whose bf16 dot is wrong): q - z exactly, the scales of each 128-wide group applied to that group's partial sums."""
     x, p, s, z = _near_cancelling_w4a16()
     x = x.to(torch.float16)
     q = (w4a16.unpack(p).int() - z.int().repeat_interleave(128, dim=1)).to(torch.float16)
     out = torch.full((16, 32), float("nan"), dtype=torch.float16)
     if tma:
-        cfg = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=64, num_warps=4, num_stages=1)
+        cfg = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=64, num_warps=4, num_stages=1, SWAP=tma == "swapped")
         y = gemm.tma_matmul(x, q, out, sw=s, scales=gemm.GROUP_SCALES, group=128, **cfg)
     else:
         y = gemm.decoded_gemm(x, q, out, s=s, group_size=128)
