@@ -71,6 +71,14 @@ def test_w8a16_prefill_tma_matches_the_reference(swap):
     assert checks.mismatch(wrong, w8a16.reference(x, q, s), checks.tolerance_for(x.dtype)).any()
 
 
+def test_w8a16_prefill_tma_takes_int8_rows_no_descriptor_can_address():
+    """K = 264: 264-byte int8 rows (not a multiple of 16), 528-byte fp16 rows: the codes are converted first."""
+    x, q, s = w8a16.random_problem(20, 40, 264, torch.float16, "cpu", checks.generator(6))
+    assert not gemm.describable(q) and gemm.describable(x)
+    y = expert.w8a16_prefill_tma(x, q, s)
+    checks.compare(y, w8a16.reference(x, q, s), what="w8a16 prefill tma", rtol=checks.tolerance_for(x.dtype))
+
+
 def test_the_swapped_gemm_refuses_block_scales():
     p = fp8.random_block_problem(16, 128, 128, "cpu", checks.generator(4))
     with pytest.raises(ValueError, match="no block scales"):

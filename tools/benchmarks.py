@@ -116,7 +116,7 @@ def w8a16_rows(sol, record, env, quick: bool = False) -> None:
         tma, why = gemm.tma_status("cuda")
         record("prefill", "expert w8a16_prefill_tma (qmatmul/expert.py)" if tma else f"expert w8a16_prefill_tma: {why}",
                M, N, K, [lambda x=x, w=w: expert.w8a16_prefill_tma(x, *w) for w in ws] if tma else None, fused,
-               recheck(expert.w8a16_prefill_tma, problem(300, 1000, 776), ch.reference, dtype) if tma else None)  # fmt: skip
+               recheck(expert.w8a16_prefill_tma, problem(300, 1000, 784), ch.reference, dtype) if tma else None)  # fmt: skip
 
 
 def gemlite_peer(packed, scales, zeros, G, dtype):
