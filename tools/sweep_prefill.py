@@ -695,30 +695,37 @@ W8_TMA_TILES = [(256, 128, 64, 8, 3, False, SWAP), (256, 128, 64, 8, 4, False, S
                 (256, 128, 128, 8, 2, False, SWAP), (128, 128, 64, 8, 4, False, SWAP), (128, 256, 64, 8, 3, False)]  # fmt: skip
 
 
-def w8tma_part(mods, results):
-    """W8A16 prefill at M = 2048 and 4096, N = K = 8192: tma_kernel on the int8 codes at each of W8_TMA_TILES, against
-    cuBLAS on bf16 weights, the expert's decode-first path and the chapter's naive path, graph-timed, each checked
-    against the reference first."""
+def prefill_rounds(part, ws, dense, reference, gen, results, K=8192):
+    """For M = 2048 and 4096: (M, x, out, the float32 reference on ws[0], cuBLAS's time on the dense copies, recorded)."""
     import torch
 
-    from qmatmul import bench, checks, expert, gemm
+    from qmatmul import bench
 
-    w8 = mods["w8a16"]
-    N = K = 8192
-    gen = checks.generator(8, "cuda")
-    ws = [w8.timing_weights(N, K, gen) for _ in range(2)]
-    dense = [q.to(torch.bfloat16) for q, _ in ws]  # cuBLAS on a bf16 weight of the same shape
+    N = dense[0].shape[0]
     for M in (2048, 4096):
         x = torch.randn(M, K, device="cuda", generator=gen).to(torch.bfloat16)
         out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
-        ref = w8.reference(x, *ws[0]).float()
         cublas = bench.graph_ms([lambda d=d: torch.matmul(x, d.T, out=out) for d in dense])
-        results.append(dict(part="w8tma", M=M, label="cuBLAS bf16", us=cublas * 1e3))
-        print(f"w8tma M={M} cuBLAS {cublas * 1e3:.0f} us")
-        runs = [
-            ("expert w8a16_prefill_tma (decode first)", lambda w, o: expert.w8a16_prefill_tma(x, *w, out=o)),
-            ("naive (dequantize, cuBLAS)", lambda w, o: w8.naive(x, *w)),
-        ]
+        results.append(dict(part=part, M=M, label="cuBLAS bf16", us=cublas * 1e3))
+        print(f"{part} M={M} cuBLAS {cublas * 1e3:.0f} us")
+        yield M, x, out, reference(x, *ws[0]).float(), cublas
+
+
+def w8tma_part(mods, results):
+    """W8A16 prefill at M = 2048 and 4096, N = K = 8192: tma_kernel on the int8 codes at each of W8_TMA_TILES, against
+    cuBLAS on bf16 weights, the expert as shipped (before the sixth round: decode first) and the chapter's naive path,
+    graph-timed, each checked against the reference first."""
+    import torch
+
+    from qmatmul import checks, expert, gemm
+
+    w8 = mods["w8a16"]
+    gen = checks.generator(8, "cuda")
+    ws = [w8.timing_weights(8192, 8192, gen) for _ in range(2)]
+    dense = [q.to(torch.bfloat16) for q, _ in ws]  # cuBLAS on a bf16 weight of the same shape
+    for M, x, out, ref, cublas in prefill_rounds("w8tma", ws, dense, w8.reference, gen, results):
+        runs = [("expert w8a16_prefill_tma (as shipped)", lambda w, o: expert.w8a16_prefill_tma(x, *w, out=o)),
+                ("naive (dequantize, cuBLAS)", lambda w, o: w8.naive(x, *w))]  # fmt: skip
         runs += [(f"int8 tma {t}", lambda w, o, t=t: gemm.tma_matmul(x, w[0], o, sw=w[1], scales=gemm.COLUMN_SCALES,
                                                                      **tma_tiles(t))) for t in W8_TMA_TILES]  # fmt: skip
         time_gemms("w8tma", M, runs, ws, out, ref, cublas, results)
@@ -731,27 +738,16 @@ def w4tma_part(mods, results, sols):
     to tma_kernel as they lie, q - z made in registers: 37-48 %, against 67-68 % decoded first; commit a62863b.)"""
     import torch
 
-    from qmatmul import bench, checks, gemm
+    from qmatmul import checks, gemm
 
     w4, sol = mods["w4a16"], sols["w4a16"]
-    N = K = 8192
     gen = checks.generator(9, "cuda")
-    ws = [w4.timing_weights(N, K, gen) for _ in range(2)]
-    dense = [torch.randn(N, K, device="cuda", generator=gen).to(torch.bfloat16) for _ in range(2)]
-    for M in (2048, 4096):
-        x = torch.randn(M, K, device="cuda", generator=gen).to(torch.bfloat16)
-        out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
-        ref = w4.reference(x, *ws[0]).float()
-        cublas = bench.graph_ms([lambda d=d: torch.matmul(x, d.T, out=out) for d in dense])
-        results.append(dict(part="w4tma", M=M, label="cuBLAS bf16", us=cublas * 1e3))
-        print(f"w4tma M={M} cuBLAS {cublas * 1e3:.0f} us")
-        runs = [
-            ("solution w4a16_matmul (decode first, as shipped)", lambda w, o: sol.w4a16_matmul(x, *w, out=o))
-        ]
-        for swap in (
-            False,
-            True,
-        ):  # decode first, then the group-scaled GEMM at its shipped tiles, plain or swapped
+    ws = [w4.timing_weights(8192, 8192, gen) for _ in range(2)]
+    dense = [torch.randn(8192, 8192, device="cuda", generator=gen).to(torch.bfloat16) for _ in range(2)]
+    for M, x, out, ref, cublas in prefill_rounds("w4tma", ws, dense, w4.reference, gen, results):
+        runs = [("solution w4a16_matmul (as shipped)", lambda w, o: sol.w4a16_matmul(x, *w, out=o))]
+        # decode first, then the group-scaled GEMM at its shipped tiles, plain or swapped
+        for swap in (False, True):
             cfg = dict(gemm.tma_config(x.dtype, gemm.GROUP_SCALES, x.device), SWAP=swap)
             runs.append((f"decode first, group GEMM {cfg}", lambda w, o, cfg=cfg: gemm.tma_matmul(
                 x, sol.w4a16_integers(w[0], w[2], w[3], x.dtype), o, sw=w[1], scales=gemm.GROUP_SCALES, group=w[3],
