@@ -8,14 +8,13 @@
 * `tma_kernel`: a persistent grid, one program an SM walking its output tiles in grouped order, operands fed by
   TMA through tensor descriptors (which zero-fill past the edges: no masks and no address arithmetic in the loop).
   Scales: none (16-bit operands, an optional float32 tensor scale g in the epilogue), per column of w (W8A16's
-  int8 codes, read as they lie and converted in registers), per row of x and column of w (FP8 row-wise, applied in the epilogue; the partial sums
+  integer codes as bf16), per row of x and column of w (FP8 row-wise, applied in the epilogue; the partial sums
   promoted to float32 every BLOCK_K on request, as Hopper's fp8 MMA keeps fewer bits), or per 1 x 128 block of x and
   128 x 128 block of w (FP8 block-scaled: each K step's product scaled before it is added, so BLOCK_K is the scale
   block), or per column of w and group of K (W4A16's exact integer weights q - z: BLOCK_K divides the group, and
   each step's product is scaled before it is added, as the chapter's fused kernel does). SWAP (the config's) makes
-  the accumulator acc[n, m] = w · xᵀ: the weight tile is the wgmma's first operand, which Hopper takes from registers
-  (so a converted int8 tile need not return to shared memory), and per-column scales lie along acc's rows (two a
-  thread, where acc[m, n] holds 32).
+  the accumulator acc[n, m] = w · xᵀ: per-column scales then lie along acc's rows (two a thread, where acc[m, n]
+  holds 32, each loaded with its own address every K step).
 """
 
 from __future__ import annotations
@@ -88,7 +87,7 @@ def tma_kernel(
             acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
             x = x_desc.load([pid_m * BLOCK_M, k0])
-            w = w_desc.load([pid_n * BLOCK_N, k0]).to(x.dtype)  # int8 codes (W8A16) become x's dtype exactly
+            w = w_desc.load([pid_n * BLOCK_N, k0])
             if SWAP:
                 if SCALES == 4:  # the group's scales lie along acc's rows: two a thread
                     sg = tl.load(sw_ptr + offs_n * stride_sw + k0 // GROUP, mask=offs_n < N, other=0.0)
@@ -140,9 +139,8 @@ def tma_status(device) -> tuple[bool, str]:
     return True, ""
 
 
-def tma_config(dtype, scales: int, device, w_dtype=None) -> dict:
-    """Tiles of tma_kernel for x of `dtype` (w of w_dtype, default the same). Interpreter: small. Hopper and newer:
-    the H200's best (docs/perf-notes.md)."""
+def tma_config(dtype, scales: int, device) -> dict:
+    """Tiles of tma_kernel. Interpreter: small. Hopper and newer: the H200's best (docs/perf-notes.md)."""
     if torch.device(device).type != "cuda":
         return dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=64 if scales != BLOCK_SCALES else SCALE_BLOCK, num_warps=4,
                     num_stages=1)  # fmt: skip
@@ -151,11 +149,6 @@ def tma_config(dtype, scales: int, device, w_dtype=None) -> dict:
         # of cuBLAS at M = 2048 and 4096 for 128-wide groups, swapped (the scales two a thread, not 32 with their
         # address arithmetic); the same tile unswapped 46-48 %, two programs an SM 45-54 %.
         return dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, num_warps=8, num_stages=3, SWAP=True)
-    if w_dtype == torch.int8:
-        # W8A16's codes as they lie, converted in registers and swapped (the wgmma's first operand from registers).
-        # Graph-timed on the H200 (sixth round, --parts w8tma): 84-85 % of cuBLAS at M = 2048, 76-77 % at 4096.
-        # 4 stages gave NaN outputs there, twice (triton 3.6); 3 are right.
-        return dict(BLOCK_M=256, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=3, SWAP=True)
     if scales == BLOCK_SCALES:
         # Graph-timed on the H200 (docs/perf-notes.md, fifth round; tools/sweep_prefill.py --parts gemmtma): 51 % of
         # torch._scaled_mm row-wise at M = 2048 and 4096, N = K = 8192 with a scale vector a step; 256 x 128 24 %.
@@ -183,8 +176,7 @@ def tma_matmul(
     **cfg,
 ):
     """out = (x @ w.T) with the scales `scales` names, by tma_kernel. x [M, K] and w [N, K] row-major, of one dtype
-    (16-bit or fp8) or int8 codes under 16-bit x; cfg: tma_config's keys, and SWAP, GROUP_M, FLATTEN, PER_SM (programs
-    an SM); K a multiple of 16 bytes' worth of elements; out row-major. Validation of shapes and dtypes is
+    (16-bit or fp8); cfg: tma_config's keys, and SWAP, GROUP_M, FLATTEN, PER_SM (programs an SM); K a multiple of 16 bytes' worth of elements; out row-major. Validation of shapes and dtypes is
     the caller's (the chapters' `prepare`)."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
@@ -193,12 +185,16 @@ def tma_matmul(
         raise RuntimeError(f"tma_matmul: {why}")
     M, K = x.shape
     N = w.shape[0]
+    if (
+        w.dtype != x.dtype
+    ):  # int8 codes converted in the kernel ran wrong on ragged shapes (docs/perf-notes.md)
+        raise ValueError(f"tma_matmul multiplies operands of one dtype, got x {x.dtype} and w {w.dtype}")
     if not (describable(x) and describable(w)) or out.stride(1) != 1:
         raise ValueError(
             "the TMA GEMM needs rows of a multiple of 16 bytes (K % 16 == 0 for fp8, K % 8 == 0 for 16-bit), "
             "row-major x, w and output, and x and w starting and striding on 16-byte boundaries"
         )
-    cfg = dict(cfg or tma_config(x.dtype, scales, x.device, w.dtype))
+    cfg = dict(cfg or tma_config(x.dtype, scales, x.device))
     bm, bn, bk = cfg.pop("BLOCK_M"), cfg.pop("BLOCK_N"), cfg.pop("BLOCK_K")
     swap = cfg.pop("SWAP", False)
     if scales == GROUP_SCALES:

@@ -62,21 +62,21 @@ def test_fp8_block_tma_matches_the_block_reference(block_n):
 
 @pytest.mark.parametrize("swap", [False, True])
 def test_w8a16_prefill_tma_matches_the_reference(swap):
-    """The int8 codes as they lie, converted in the kernel, the row scales in the epilogue; swapped as on Hopper."""
+    """The codes as exact fp16, the row scales in the epilogue; plain and swapped."""
     x, q, s = w8a16.random_problem(40, 72, 256, torch.float16, "cpu", checks.generator(5))
-    cfg = dict(gemm.tma_config(x.dtype, gemm.COLUMN_SCALES, "cpu", q.dtype), SWAP=swap)
+    cfg = dict(gemm.tma_config(x.dtype, gemm.COLUMN_SCALES, "cpu"), SWAP=swap)
     y = expert.w8a16_prefill_tma(x, q, s, **cfg)
     checks.compare(y, w8a16.reference(x, q, s), what="w8a16 prefill tma", rtol=checks.tolerance_for(x.dtype))
     wrong = expert.w8a16_prefill_tma(x, q, s.flip(0), **cfg)  # each row's scale on another row: caught
     assert checks.mismatch(wrong, w8a16.reference(x, q, s), checks.tolerance_for(x.dtype)).any()
 
 
-def test_w8a16_prefill_tma_takes_int8_rows_no_descriptor_can_address():
-    """K = 264: 264-byte int8 rows (not a multiple of 16), 528-byte fp16 rows: the codes are converted first."""
-    x, q, s = w8a16.random_problem(20, 40, 264, torch.float16, "cpu", checks.generator(6))
-    assert not gemm.describable(q) and gemm.describable(x)
-    y = expert.w8a16_prefill_tma(x, q, s)
-    checks.compare(y, w8a16.reference(x, q, s), what="w8a16 prefill tma", rtol=checks.tolerance_for(x.dtype))
+def test_tma_refuses_operands_of_two_dtypes():
+    """int8 codes converted inside the TMA kernel returned wrong outputs on ragged shapes on the H200 (triton 3.6):
+    the expert converts them first."""
+    x, q, s = w8a16.random_problem(16, 64, 128, torch.float16, "cpu", checks.generator(6))
+    with pytest.raises(ValueError, match="one dtype"):
+        gemm.tma_matmul(x, q, torch.empty(16, 64, dtype=torch.float16), sw=s, scales=gemm.COLUMN_SCALES)
 
 
 def test_the_swapped_gemm_refuses_block_scales():

@@ -6,7 +6,6 @@ and without the masked K tail, and the FP8 128 x 128 block-scaled kernel's tiles
     python tools/sweep_prefill.py --parts fp8tma     FP8 prefill: a persistent TMA candidate, promoted or not
     python tools/sweep_prefill.py --parts gemmtma    qmatmul.gemm's TMA GEMMs: bf16 (decoded weights), FP8 row, block
     python tools/sweep_prefill.py --parts gemmgroup  qmatmul.gemm's group-scaled TMA GEMM (W4A16's integers q - z)
-    python tools/sweep_prefill.py --parts w8tma      qmatmul.gemm's TMA GEMM on W8A16's int8 codes as they lie
     python tools/sweep_prefill.py --parts w4tma      W4A16 decoded first: the group-scaled GEMM plain and swapped
     python tools/sweep_prefill.py --parts fp8row     the expert FP8 row-wise TMA GEMM, plain and swapped
 
@@ -687,14 +686,6 @@ def gemmgroup_part(results, G=128):
         time_gemms("gemmgroup", M, runs, qs, out, ref, cublas, results)
 
 
-# W8A16's int8 codes fed to tma_kernel as they lie (no decoded copy), converted in registers; swapped, the converted
-# tile is the wgmma's first operand from registers (compiled here: 4 of 4 HGMMA take A from registers).
-W8_TMA_TILES = [(256, 128, 64, 8, 3, False, SWAP), (256, 128, 64, 8, 4, False, SWAP),
-                (256, 128, 64, 8, 3, False, {"SWAP": True, "GROUP_M": 4}),
-                (256, 128, 64, 8, 3, False, {"SWAP": True, "GROUP_M": 16}), (256, 128, 64, 8, 3, True, SWAP),
-                (256, 128, 128, 8, 2, False, SWAP), (128, 128, 64, 8, 4, False, SWAP), (128, 256, 64, 8, 3, False)]  # fmt: skip
-
-
 def prefill_rounds(part, ws, dense, reference, gen, results, K=8192):
     """For M = 2048 and 4096: (M, x, out, the float32 reference on ws[0], cuBLAS's time on the dense copies, recorded)."""
     import torch
@@ -709,26 +700,6 @@ def prefill_rounds(part, ws, dense, reference, gen, results, K=8192):
         results.append(dict(part=part, M=M, label="cuBLAS bf16", us=cublas * 1e3))
         print(f"{part} M={M} cuBLAS {cublas * 1e3:.0f} us")
         yield M, x, out, reference(x, *ws[0]).float(), cublas
-
-
-def w8tma_part(mods, results):
-    """W8A16 prefill at M = 2048 and 4096, N = K = 8192: tma_kernel on the int8 codes at each of W8_TMA_TILES, against
-    cuBLAS on bf16 weights, the expert as shipped (before the sixth round: decode first) and the chapter's naive path,
-    graph-timed, each checked against the reference first."""
-    import torch
-
-    from qmatmul import checks, expert, gemm
-
-    w8 = mods["w8a16"]
-    gen = checks.generator(8, "cuda")
-    ws = [w8.timing_weights(8192, 8192, gen) for _ in range(2)]
-    dense = [q.to(torch.bfloat16) for q, _ in ws]  # cuBLAS on a bf16 weight of the same shape
-    for M, x, out, ref, cublas in prefill_rounds("w8tma", ws, dense, w8.reference, gen, results):
-        runs = [("expert w8a16_prefill_tma (as shipped)", lambda w, o: expert.w8a16_prefill_tma(x, *w, out=o)),
-                ("naive (dequantize, cuBLAS)", lambda w, o: w8.naive(x, *w))]  # fmt: skip
-        runs += [(f"int8 tma {t}", lambda w, o, t=t: gemm.tma_matmul(x, w[0], o, sw=w[1], scales=gemm.COLUMN_SCALES,
-                                                                     **tma_tiles(t))) for t in W8_TMA_TILES]  # fmt: skip
-        time_gemms("w8tma", M, runs, ws, out, ref, cublas, results)
 
 
 def w4tma_part(mods, results, sols):
@@ -848,9 +819,6 @@ def main(argv=None) -> int:
         save()
     if "gemmgroup" in parts:
         gemmgroup_part(results)
-        save()
-    if "w8tma" in parts:
-        w8tma_part(mods, results)
         save()
     if "w4tma" in parts:
         w4tma_part(mods, results, {"w4a16": course.load_notebook_code("w4a16", name="sweep_w4a16")})
