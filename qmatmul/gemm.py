@@ -81,7 +81,7 @@ def tma_kernel(
         pid_m, pid_n = grouped_tile(tile, num_m, num_n, GROUP_M)
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        if SWAP:  # acc[n, m]: w's tile is the MMA's first operand (on Hopper it may come from registers)
+        if SWAP:  # acc[n, m] = w · xᵀ: per-column scales lie along its rows
             acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
         else:
             acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -176,8 +176,9 @@ def tma_matmul(
     **cfg,
 ):
     """out = (x @ w.T) with the scales `scales` names, by tma_kernel. x [M, K] and w [N, K] row-major, of one dtype
-    (16-bit or fp8); cfg: tma_config's keys, and SWAP, GROUP_M, FLATTEN, PER_SM (programs an SM); K a multiple of 16 bytes' worth of elements; out row-major. Validation of shapes and dtypes is
-    the caller's (the chapters' `prepare`)."""
+    (16-bit or fp8), K a multiple of 16 bytes' worth of elements; out row-major. cfg: tma_config's keys, and SWAP,
+    GROUP_M, FLATTEN, PER_SM (programs an SM). Validation of shapes and dtypes is the caller's (the chapters'
+    `prepare`)."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     ok, why = tma_status(x.device)
@@ -185,9 +186,8 @@ def tma_matmul(
         raise RuntimeError(f"tma_matmul: {why}")
     M, K = x.shape
     N = w.shape[0]
-    if (
-        w.dtype != x.dtype
-    ):  # int8 codes converted in the kernel ran wrong on ragged shapes (docs/perf-notes.md)
+    # int8 codes converted inside the kernel ran wrong on ragged shapes on the H200 (docs/perf-notes.md, sixth round)
+    if w.dtype != x.dtype:
         raise ValueError(f"tma_matmul multiplies operands of one dtype, got x {x.dtype} and w {w.dtype}")
     if not (describable(x) and describable(w)) or out.stride(1) != 1:
         raise ValueError(
