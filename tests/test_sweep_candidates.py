@@ -86,3 +86,25 @@ def test_the_gemmtma_block_reference_is_the_course_reference():
     p = fp8.random_block_problem(40, 200, 320, "cpu", checks.generator(6))
     checks.compare(sweep_prefill.block_reference_fp32(*p), fp8.block_reference(*p), what="fp32 block reference",
                    rtol=1e-5)  # fmt: skip
+
+
+def test_the_prefill_sweep_counts_wrong_outputs_at_a_shape_no_tile_divides():
+    """tools/sweep_prefill.py checks each GEMM candidate at RAGGED too (a sixth-round candidate was right at the
+    timed shape and wrong off it): that shape is ragged for every tile the sweep lists, and the count it takes is 0
+    for the group-scaled GEMM and not 0 with the scales on the wrong rows (fp16: the interpreter's bf16 dot is wrong)."""
+    import sweep_prefill
+
+    from qmatmul import checks, gemm
+
+    Mr, Nr, _ = sweep_prefill.RAGGED
+    for tile in sweep_prefill.GROUP_TMA_TILES + sweep_prefill.GEMM_TMA_TILES:
+        assert Mr % tile[0] and Nr % tile[1], tile
+    x, (q, s), ref = sweep_prefill.group_problem(30, 100, 256, 128, "cpu", checks.generator(3))
+    x, w = x.half(), (q.half(), s)
+    cfg = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=64, num_warps=4, num_stages=1, SWAP=True)
+
+    def fn(x, w, o):
+        return gemm.tma_matmul(x, w[0], o, sw=w[1], scales=gemm.GROUP_SCALES, group=128, **cfg)
+
+    assert sweep_prefill.ragged_mismatches(fn, x, w, ref) == 0
+    assert sweep_prefill.ragged_mismatches(lambda x, w, o: fn(x, (w[0], w[1].flip(0)), o), x, w, ref) > 0

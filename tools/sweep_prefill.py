@@ -545,25 +545,55 @@ def tma_tiles(t) -> dict:
     )
 
 
-def time_gemms(part, M, runs, ws, out, ref, cublas, results):
-    """Each (label, fn(w, out)) of runs: checked against the float32 product ref on ws[0], then graph-timed over the
-    weights ws against cuBLAS's time; a run that fails is recorded with its error."""
+# A shape no tile divides (M and N ragged against every tile; K a multiple of 128, so one W4A16 group a K step, but not
+# of 256). The timed shapes are multiples of every tile: a sixth-round candidate passed there and was wrong here.
+RAGGED = (300, 1000, 768)
+
+
+def ragged_mismatches(fn, x, w, ref) -> int:
+    """How many outputs of fn(x, w, out) miss the course's tolerance against ref, the float32 product."""
+    import torch
+
+    from qmatmul import checks
+
+    out = torch.full((x.shape[0], ref.shape[1]), float("nan"), dtype=x.dtype, device=x.device)
+    return int(checks.mismatch(fn(x, w, out), ref, checks.tolerance_for(x.dtype)).sum())
+
+
+def time_gemms(part, M, runs, x, ws, out, ref, cublas, results, ragged=None):
+    """Each (label, fn(x, w, out)) of runs: checked against the float32 product ref on ws[0] and, with ragged =
+    (x, w, ref) at the RAGGED shape, counted for wrong outputs there; then graph-timed over the weights ws against
+    cuBLAS's time. A run that fails is recorded with its error."""
     import torch
 
     from qmatmul import bench
 
     for label, fn in runs:
         try:
-            err = rel_err(fn(ws[0], torch.empty_like(out)).float(), ref)
-            ms = bench.graph_ms([lambda w=w: fn(w, out) for w in ws])
+            err = rel_err(fn(x, ws[0], torch.empty_like(out)).float(), ref)
+            bad = None if ragged is None else ragged_mismatches(fn, *ragged)
+            ms = bench.graph_ms([lambda w=w: fn(x, w, out) for w in ws])
         except Exception as exc:  # noqa: BLE001
             results.append(dict(part=part, M=M, label=label, error=str(exc)[:300]))
             print(f"{part} M={M} {label}: {type(exc).__name__}: {str(exc)[:200]}")
             continue
-        results.append(dict(part=part, M=M, label=label, us=ms * 1e3, cublas_frac=cublas / ms, err=err))
+        results.append(dict(part=part, M=M, label=label, us=ms * 1e3, cublas_frac=cublas / ms, err=err,
+                            ragged_bad=bad))  # fmt: skip
+        wrong = "" if not bad else f"  WRONG at {RAGGED}: {bad} outputs"
         print(
-            f"{part} M={M} {label:60} {ms * 1e3:7.0f} us {100 * cublas / ms:4.0f} % of cuBLAS err {err:.1e}"
+            f"{part} M={M} {label:60} {ms * 1e3:7.0f} us {100 * cublas / ms:4.0f} % of cuBLAS err {err:.1e}{wrong}"
         )
+
+
+def group_problem(M, N, K, G, device, gen):
+    """x [M, K] bf16, a weight of integers -15..15 [N, K] as bf16 and float32 scales [N, K / G], and the float32
+    product of x with the scaled weight: the group-scaled GEMM's inputs (W4A16's q - z and its scales)."""
+    import torch
+
+    x = torch.randn(M, K, device=device, generator=gen).to(torch.bfloat16)
+    q = torch.randint(-15, 16, (N, K), device=device, generator=gen).to(torch.bfloat16)
+    s = torch.rand(N, K // G, device=device, generator=gen) * 0.01
+    return x, (q, s), x.float() @ (q.float() * s.repeat_interleave(G, dim=1)).T
 
 
 def gemmtma_part(mods, scaled_mm_rowwise, results, seeds=(1, 2, 3)):
@@ -587,16 +617,18 @@ def gemmtma_part(mods, scaled_mm_rowwise, results, seeds=(1, 2, 3)):
         results.append(dict(part="gemmtma", M=M, label="cuBLAS bf16", us=cublas * 1e3, cublas_frac=1.0))
         print(f"gemm M={M} cuBLAS {cublas * 1e3:7.0f} us")
 
-        def tutorial(w, out):
-            return gemm.tutorial_matmul(x, w, out)
-
-        runs = [("matmul_kernel " + str(chapter.gemm_config(x.device)), tutorial)]
+        runs = [("matmul_kernel " + str(chapter.gemm_config(x.device)), gemm.tutorial_matmul)]
         runs += [
-            (f"tma {t}", lambda w, out, t=t: gemm.tma_matmul(x, w, out, **tma_tiles(t)))
+            (f"tma {t}", lambda x, w, out, t=t: gemm.tma_matmul(x, w, out, **tma_tiles(t)))
             for t in GEMM_TMA_TILES
         ]
-        runs += [("decoded_gemm (as shipped)", lambda w, out: gemm.decoded_gemm(x, w, out))]
-        time_gemms("gemmtma", M, runs, ws, out, ref, cublas, results)
+        runs += [("decoded_gemm (as shipped)", gemm.decoded_gemm)]
+        Mr, Nr, Kr = RAGGED
+        xr = torch.randn(Mr, Kr, device="cuda", generator=gen, dtype=torch.bfloat16)
+        wr = torch.randn(Nr, Kr, device="cuda", generator=gen, dtype=torch.bfloat16) * 0.02
+        time_gemms(
+            "gemmtma", M, runs, x, ws, out, ref, cublas, results, ragged=(xr, wr, xr.float() @ wr.float().T)
+        )
         for kind, tiles in (("row", FP8_ROW_TILES), ("block", FP8_BLOCK_TILES)):
             fp8_tma_tiles(fp8, kind, tiles, M, scaled_mm_rowwise, results, seeds)
 
@@ -659,7 +691,7 @@ GROUP_TMA_TILES = [(128, 128, 128, 8, 3, False), (128, 128, 128, 8, 3, False, SW
 
 def gemmgroup_part(results, G=128):
     """decoded_gemm's group-scaled TMA GEMM at M = 2048 and 4096, N = K = 8192, against cuBLAS on bf16 weights and
-    the same kernel without the scales, graph-timed, each checked against the fp32 product first."""
+    the same kernel without the scales, graph-timed, each checked against the fp32 product first (and at RAGGED)."""
     import torch
 
     from qmatmul import bench, checks, gemm
@@ -667,23 +699,20 @@ def gemmgroup_part(results, G=128):
     N = K = 8192
     for M in (2048, 4096):
         gen = checks.generator(M, "cuda")
-        x = torch.randn(M, K, device="cuda", generator=gen, dtype=torch.bfloat16)
-        qs = [
-            torch.randint(-15, 16, (N, K), device="cuda", generator=gen).to(torch.bfloat16) for _ in range(2)
-        ]
-        s = torch.rand(N, K // G, device="cuda", generator=gen) * 0.01
+        x, w0, ref = group_problem(M, N, K, G, "cuda", gen)
+        ws = [w0, group_problem(1, N, K, G, "cuda", gen)[1]]
         out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
-        ref = x.float() @ (qs[0].float() * s.repeat_interleave(G, dim=1)).T
-        cublas = bench.graph_ms([lambda q=q: torch.matmul(x, q.T, out=out) for q in qs])
-        plain = bench.graph_ms([lambda q=q: gemm.tma_matmul(x, q, out) for q in qs])
+        cublas = bench.graph_ms([lambda w=w: torch.matmul(x, w[0].T, out=out) for w in ws])
+        plain = bench.graph_ms([lambda w=w: gemm.tma_matmul(x, w[0], out) for w in ws])
         results.append(dict(part="gemmgroup", M=M, label="cuBLAS bf16", us=cublas * 1e3))
         results.append(
             dict(part="gemmgroup", M=M, label="tma, no scales", us=plain * 1e3, cublas_frac=cublas / plain)
         )
         print(f"group M={M} cuBLAS {cublas * 1e3:.0f} us, tma without scales {plain * 1e3:.0f} us")
-        runs = [(f"group {t}", lambda q, o, t=t: gemm.tma_matmul(x, q, o, sw=s, scales=gemm.GROUP_SCALES, group=G,
-                                                                  **tma_tiles(t))) for t in GROUP_TMA_TILES]  # fmt: skip
-        time_gemms("gemmgroup", M, runs, qs, out, ref, cublas, results)
+        runs = [(f"group {t}", lambda x, w, o, t=t: gemm.tma_matmul(x, w[0], o, sw=w[1], scales=gemm.GROUP_SCALES,
+                                                                     group=G, **tma_tiles(t))) for t in GROUP_TMA_TILES]  # fmt: skip
+        ragged = group_problem(*RAGGED, G, "cuda", gen)
+        time_gemms("gemmgroup", M, runs, x, ws, out, ref, cublas, results, ragged=ragged)
 
 
 def prefill_rounds(part, ws, dense, reference, gen, results, K=8192):
@@ -716,14 +745,18 @@ def w4tma_part(mods, results, sols):
     ws = [w4.timing_weights(8192, 8192, gen) for _ in range(2)]
     dense = [torch.randn(8192, 8192, device="cuda", generator=gen).to(torch.bfloat16) for _ in range(2)]
     for M, x, out, ref, cublas in prefill_rounds("w4tma", ws, dense, w4.reference, gen, results):
-        runs = [("solution w4a16_matmul (as shipped)", lambda w, o: sol.w4a16_matmul(x, *w, out=o))]
+        runs = [("solution w4a16_matmul (as shipped)", lambda x, w, o: sol.w4a16_matmul(x, *w, out=o))]
         # decode first, then the group-scaled GEMM at its shipped tiles, plain or swapped
         for swap in (False, True):
             cfg = dict(gemm.tma_config(x.dtype, gemm.GROUP_SCALES, x.device), SWAP=swap)
-            runs.append((f"decode first, group GEMM {cfg}", lambda w, o, cfg=cfg: gemm.tma_matmul(
+            runs.append((f"decode first, group GEMM {cfg}", lambda x, w, o, cfg=cfg: gemm.tma_matmul(
                 x, sol.w4a16_integers(w[0], w[2], w[3], x.dtype), o, sw=w[1], scales=gemm.GROUP_SCALES, group=w[3],
                 **cfg)))  # fmt: skip
-        time_gemms("w4tma", M, runs, ws, out, ref, cublas, results)
+        Mr, Nr, Kr = RAGGED
+        wr = (*w4.random_packed(Nr, Kr, 128, "cuda", gen), 128)
+        xr = torch.randn(Mr, Kr, device="cuda", generator=gen).to(torch.bfloat16)
+        ragged = (xr, wr, w4.reference(xr, *wr).float())
+        time_gemms("w4tma", M, runs, x, ws, out, ref, cublas, results, ragged=ragged)
 
 
 def block_reference_fp32(xq, sx, wq, sw):
