@@ -34,6 +34,26 @@ def test_decode_kernels_keep_their_registers():
     assert not spilled, "\n".join(spilled)
 
 
+def test_the_tma_gemm_transposed_loads_two_group_scales_a_step():
+    """qmatmul.gemm's TMA kernel compiled for sm_90 (tools/sass.py --tma): the group-scaled mode as shipped
+    (accumulator transposed) loads each thread's two group scales a K step where the untransposed loop loads 32 with
+    their addresses (docs/perf-notes.md, sixth round: 47 -> 72 % of cuBLAS on the H200); every shipped mode fits
+    Hopper's shared memory without spills."""
+    env = {
+        k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"
+    }  # compiled for the GPU, in a new process
+    env.update(PYTHONPATH=f"{ROOT / 'tools'}{os.pathsep}{ROOT}", TRITON_DEFAULT_FP_FUSION="1")
+    script = "import json, sass\nprint(json.dumps(sass.tma_report()))\n"
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    report = json.loads(out.stdout.splitlines()[-1])
+    group, plain = report["tma-group"], report["tma-group-plain"]
+    assert (group["ldg"], plain["ldg"]) == (2, 32)
+    assert group["loop"] < plain["loop"] and group["ffma"] == plain["ffma"] == 64
+    shipped = {k: v for k, v in report.items() if k != "tma-group-plain"}
+    assert all(v["spills"] == 0 and v["shared"] <= sass.GPUS[90][1] for v in shipped.values()), shipped
+
+
 def test_dot_scaled_multiplies_in_bf16_everywhere_as_the_chapter_says(monkeypatch):
     """mxfp4.dot_scaled_status tells a learner that Triton upcasts e2m1 to bf16 before the MMA, on Blackwell too;
     the compiled MMAs are what says so."""

@@ -3,6 +3,7 @@
     python tools/sass.py [--arch 90] [--ops 12] [--set BLOCK_N=64,num_warps=2] [NAME ...]
     python tools/sass.py --fit [--write]      every graded launch on every GPU class (docs/gpu-fit.md)
     python tools/sass.py --sweep w4a16,mxfp4,nvfp4   tools/sweep_decode.py's candidates, as candidates() lists them
+    python tools/sass.py --tma                 qmatmul.gemm's TMA GEMM: its K loop per scale mode
 
 A 4-bit decode kernel at M <= 16 has nothing for the tensor cores to do and too little time per weight for its
 decoding: at the H200's copy bandwidth a weight arrives every 1 / 7.9e12 s, and 132 SMs x 128 lanes x 1.98 GHz
@@ -333,6 +334,81 @@ def measure(name: str, row: dict, arch: int = 90) -> dict:
     )
 
 
+def tma_rows() -> dict:
+    """NAME -> (scales, x's dtype, config): qmatmul.gemm's TMA kernel with the tiles tma_config gives on a GPU, and the
+    group-scaled mode untransposed (the fifth round's) beside the transposed one (the sixth's)."""
+    import torch
+
+    from qmatmul import gemm
+
+    bf16, fp8 = torch.bfloat16, torch.float8_e4m3fn
+    rows = {"tma-bf16": (gemm.NO_SCALES, bf16), "tma-group": (gemm.GROUP_SCALES, bf16),
+            "tma-fp8-row": (gemm.ROW_SCALES, fp8), "tma-fp8-block": (gemm.BLOCK_SCALES, fp8)}  # fmt: skip
+    out = {name: (scales, dt, gemm.tma_config(dt, scales, "cuda")) for name, (scales, dt) in rows.items()}
+    out["tma-group-plain"] = (gemm.GROUP_SCALES, bf16, out["tma-group"][2] | {"SWAP": False})
+    return out
+
+
+def compile_tma(scales: int, dtype, cfg: dict, arch: int = 90):
+    """qmatmul.gemm.tma_kernel compiled for sm_<arch> as tma_matmul would launch it (132 programs, 128-wide groups)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from qmatmul import gemm
+
+    cfg = dict(cfg)
+    options = {k: cfg.pop(k) for k in ("num_warps", "num_stages")}
+    bm, bn, bk = cfg.pop("BLOCK_M"), cfg.pop("BLOCK_N"), cfg.pop("BLOCK_K")
+    dt = "bf16" if dtype.itemsize == 2 else "fp8e4nv"
+    constants = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.pop("GROUP_M", 8), NUM_SMS=132, SCALES=scales,
+                     HAS_G=False, PROMOTE=dtype.itemsize == 1 and scales == gemm.ROW_SCALES,
+                     FLATTEN=cfg.pop("FLATTEN", False), GROUP=128 if scales == gemm.GROUP_SCALES else 0,
+                     SWAP=cfg.pop("SWAP", False))  # fmt: skip
+    fn = gemm.tma_kernel
+    signature, attrs = {}, {}
+    for i, name in enumerate(fn.arg_names):
+        if name in constants:
+            signature[name] = "constexpr"
+        elif name.endswith("_desc"):
+            signature[name] = f"tensordesc<{dt}[{bm if name == 'x_desc' else bn}, {bk}]>"
+        else:
+            signature[name] = "*bf16" if name == "y_ptr" else "*fp32" if name.endswith("_ptr") else "i32"
+            if name != "M":
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    return triton.compile(ASTSource(fn, signature, constants, attrs), target=GPUTarget("cuda", arch, 32),
+                          options=options)  # fmt: skip
+
+
+def mma_loop(code: list[tuple[int, str]]) -> list[str]:
+    """The instructions of the innermost loop that issues the MMAs (a persistent kernel's K loop)."""
+    loops = []
+    for addr, ins in code:
+        m = re.search(r"\bBRA(?:\.\w+)*\s+(?:!?U?P\w+,\s*)?(0x[0-9a-f]+)", ins)
+        if m and int(m.group(1), 16) < addr:
+            loops.append((int(m.group(1), 16), addr))
+    with_mma = [r for r in loops if any("GMMA" in i for a, i in code if r[0] <= a <= r[1])]
+    if not with_mma:
+        raise ValueError("no loop with an MMA in this kernel's SASS")
+    start, end = min(with_mma, key=lambda r: r[1] - r[0])
+    return [ins for addr, ins in code if start <= addr <= end]
+
+
+def tma_report(arch: int = 90) -> dict:
+    """NAME -> the K loop of each tma_rows() kernel: instructions a thread issues a step, MMAs, global loads, waits for
+    the MMAs, spilled registers, shared memory."""
+    out = {}
+    for name, (scales, dtype, cfg) in tma_rows().items():
+        k = compile_tma(scales, dtype, cfg, arch)
+        code = disassemble(k.asm["cubin"])
+        loop = mma_loop(code)
+        ops = collections.Counter(opcode(i) for i in loop)
+        out[name] = dict(cfg=cfg, loop=len(loop), mma=sum("GMMA" in op for op in ops.elements()), ldg=ops["LDG"],
+                         waits=sum("WARPGROUP.DEPBAR" in i for i in loop), ffma=ops["FFMA"],
+                         spills=sum(opcode(i) in ("LDL", "STL") for _, i in code), shared=k.metadata.shared)  # fmt: skip
+    return out
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -357,10 +433,21 @@ def main(argv=None) -> int:
         metavar="FMT,...",
         help="instead of kernels(): tools/sweep_decode.py's candidates for these formats (w4a16, mxfp4, nvfp4)",
     )
+    parser.add_argument(
+        "--tma",
+        action="store_true",
+        help="instead: qmatmul.gemm's TMA GEMM, its K loop per mode (tma_rows())",
+    )
     parser.add_argument("names", nargs="*", help="rows of kernels() (default: all)")
     args = parser.parse_args(argv)
     os.environ.pop("TRITON_INTERPRET", None)  # compile for the GPU, whatever the shell says
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # the JIT's default, said aloud (no warning)
+    if args.tma:
+        print(f"sm_{args.arch}: qmatmul.gemm.tma_kernel, the K loop a thread issues per step")
+        for name, r in tma_report(args.arch).items():
+            print(f"{name:16} loop {r['loop']:4}  MMA {r['mma']:2}  LDG {r['ldg']:2}  FFMA {r['ffma']:3}  "
+                  f"waits {r['waits']}  spills {r['spills']:3}  shared {r['shared'] // 1024} KB  {r['cfg']}")  # fmt: skip
+        return 0
     if args.fit:
         return fit_report(args.write)
     if args.sweep:
