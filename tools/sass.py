@@ -291,17 +291,22 @@ def disassemble(cubin: bytes) -> list[tuple[int, str]]:
     return [(int(a, 16), ins.strip()) for a, ins in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", text)]
 
 
-def main_loop(code: list[tuple[int, str]]) -> list[str]:
-    """The instructions of the longest loop: from a backward branch's target to the branch."""
-    loops = []
+def loops(code: list[tuple[int, str]]) -> list[tuple[int, int]]:
+    """(first, last) address of every loop: from a backward branch's target to the branch."""
+    found = []
     for addr, ins in code:
         # "@!P5 BRA 0x..." (sm_90), "BRA.U !UP0, 0x..." (sm_100, sm_120)
         m = re.search(r"\bBRA(?:\.\w+)*\s+(?:!?U?P\w+,\s*)?(0x[0-9a-f]+)", ins)
         if m and int(m.group(1), 16) < addr:
-            loops.append((int(m.group(1), 16), addr))
-    if not loops:
+            found.append((int(m.group(1), 16), addr))
+    return found
+
+
+def main_loop(code: list[tuple[int, str]]) -> list[str]:
+    """The instructions of the longest loop."""
+    if not (found := loops(code)):
         raise ValueError("no loop in this kernel's SASS")
-    start, end = max(loops, key=lambda r: r[1] - r[0])
+    start, end = max(found, key=lambda r: r[1] - r[0])
     return [ins for addr, ins in code if start <= addr <= end]
 
 
@@ -382,12 +387,7 @@ def compile_tma(scales: int, dtype, cfg: dict, arch: int = 90):
 
 def mma_loop(code: list[tuple[int, str]]) -> list[str]:
     """The instructions of the innermost loop that issues the MMAs (a persistent kernel's K loop)."""
-    loops = []
-    for addr, ins in code:
-        m = re.search(r"\bBRA(?:\.\w+)*\s+(?:!?U?P\w+,\s*)?(0x[0-9a-f]+)", ins)
-        if m and int(m.group(1), 16) < addr:
-            loops.append((int(m.group(1), 16), addr))
-    with_mma = [r for r in loops if any("GMMA" in i for a, i in code if r[0] <= a <= r[1])]
+    with_mma = [r for r in loops(code) if any("GMMA" in i for a, i in code if r[0] <= a <= r[1])]
     if not with_mma:
         raise ValueError("no loop with an MMA in this kernel's SASS")
     start, end = min(with_mma, key=lambda r: r[1] - r[0])
