@@ -88,11 +88,14 @@ def tma_kernel(
         for k0 in range(0, K, BLOCK_K):
             x = x_desc.load([pid_m * BLOCK_M, k0])
             w = w_desc.load([pid_n * BLOCK_N, k0])
-            if SWAP:
-                if SCALES == 4:  # the group's scales lie along acc's rows: two a thread
-                    sg = tl.load(sw_ptr + offs_n * stride_sw + k0 // GROUP, mask=offs_n < N, other=0.0)
+            if SCALES == 4:  # this step lies in one group of K: its product times the group's column scales
+                sg = tl.load(sw_ptr + offs_n * stride_sw + k0 // GROUP, mask=offs_n < N, other=0.0)
+                if SWAP:  # along acc's rows: two a thread
                     acc += tl.dot(w, x.T) * sg[:, None]
-                elif PROMOTE:
+                else:
+                    acc += tl.dot(x, w.T) * sg[None, :]
+            elif SWAP:
+                if PROMOTE:
                     acc = tl.dot(w, x.T, acc, max_num_imprecise_acc=BLOCK_K)
                 else:
                     acc = tl.dot(w, x.T, acc)
@@ -105,9 +108,6 @@ def tma_kernel(
                 else:
                     sw = tl.load(sw_ptr + (offs_n // BLOCK_K) * stride_sw + kb, mask=offs_n < N, other=0.0)
                     acc += tl.dot(x, w.T) * sx[:, None] * sw[None, :]
-            elif SCALES == 4:  # this step lies in one group of K: its product times the group's column scales
-                sg = tl.load(sw_ptr + offs_n * stride_sw + k0 // GROUP, mask=offs_n < N, other=0.0)
-                acc += tl.dot(x, w.T) * sg[None, :]
             elif PROMOTE:
                 acc = tl.dot(x, w.T, acc, max_num_imprecise_acc=BLOCK_K)
             else:
@@ -198,9 +198,7 @@ def tma_matmul(
     bm, bn, bk = cfg.pop("BLOCK_M"), cfg.pop("BLOCK_N"), cfg.pop("BLOCK_K")
     swap = cfg.pop("SWAP", False)
     if scales == GROUP_SCALES:
-        bk = min(bk, group)
-        if group % bk:
-            raise ValueError(f"the group-scaled GEMM needs BLOCK_K to divide the group size {group}")
+        bk = group_step(bk, group)
     if swap and scales == BLOCK_SCALES:
         raise ValueError("the swapped TMA GEMM takes no block scales")
     if scales == BLOCK_SCALES and (bk != SCALE_BLOCK or (bn < bk and bk % bn)):
@@ -217,6 +215,14 @@ def tma_matmul(
         HAS_G=g is not None, PROMOTE=promote, FLATTEN=cfg.pop("FLATTEN", False), GROUP=group, SWAP=swap, **cfg,
     )  # fmt: skip
     return out
+
+
+def group_step(block_k: int, group: int) -> int:
+    """BLOCK_K of a group-scaled GEMM: at most one group, and dividing it, so that each K step has one scale."""
+    block_k = min(block_k, group)
+    if group % block_k:
+        raise ValueError(f"the group-scaled GEMM needs BLOCK_K to divide the group size {group}")
+    return block_k
 
 
 def describable(t: torch.Tensor) -> bool:
@@ -245,7 +251,7 @@ def tutorial_matmul(x, w, out, g=None, s=None, group: int = 0, **cfg):
     N = w.shape[0]
     cfg = dict(cfg or chapter.gemm_config(x.device, grouped=bool(group)))
     if group:
-        cfg["BLOCK_K"] = min(cfg["BLOCK_K"], group)
+        cfg["BLOCK_K"] = group_step(cfg["BLOCK_K"], group)
     grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]),)
     matmul_kernel[grid](x, w, w if g is None else g, w if s is None else s, out, M, N, K, x.stride(0), x.stride(1),
                         w.stride(0), w.stride(1), 0 if s is None else s.stride(0), out.stride(0), out.stride(1),

@@ -118,3 +118,17 @@ def test_group_scales_on_integer_weights(tma):
     checks.compare(
         y, w4a16.reference(x, p, s, z, 128), what="group-scaled GEMM", rtol=checks.tolerance_for(x.dtype)
     )
+
+
+@pytest.mark.parametrize("tma", [False, True])
+def test_a_group_step_that_does_not_divide_the_group_is_refused(tma):
+    """Both GEMMs take one rule (gemm.group_step): each K step lies in one group, or its product would take one
+    group's scales for two."""
+    x, p, s, z = _near_cancelling_w4a16()
+    q = torch.zeros(32, 768, dtype=torch.float16)
+    out = torch.empty(16, 32, dtype=torch.float16)
+    cfg = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=96, num_warps=4, num_stages=1)
+    run = gemm.tma_matmul if tma else gemm.tutorial_matmul
+    kwargs = dict(sw=s, scales=gemm.GROUP_SCALES, group=128) if tma else dict(s=s, group=128)
+    with pytest.raises(ValueError, match="divide the group size 128"):
+        run(x.half(), q, out, **kwargs, **cfg)

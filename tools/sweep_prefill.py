@@ -606,7 +606,11 @@ def gemmtma_part(mods, scaled_mm_rowwise, results, seeds=(1, 2, 3)):
 
     fp8 = mods["fp8"]
     N = K = 8192
-
+    Mr, Nr, Kr = RAGGED
+    gen = checks.generator(Mr, "cuda")
+    xr = torch.randn(Mr, Kr, device="cuda", generator=gen, dtype=torch.bfloat16)
+    wr = torch.randn(Nr, Kr, device="cuda", generator=gen, dtype=torch.bfloat16) * 0.02
+    ragged = (xr, wr, xr.float() @ wr.float().T)
     for M in (2048, 4096):
         gen = checks.generator(M, "cuda")
         x = torch.randn(M, K, device="cuda", generator=gen, dtype=torch.bfloat16)
@@ -623,12 +627,7 @@ def gemmtma_part(mods, scaled_mm_rowwise, results, seeds=(1, 2, 3)):
             for t in GEMM_TMA_TILES
         ]
         runs += [("decoded_gemm (as shipped)", gemm.decoded_gemm)]
-        Mr, Nr, Kr = RAGGED
-        xr = torch.randn(Mr, Kr, device="cuda", generator=gen, dtype=torch.bfloat16)
-        wr = torch.randn(Nr, Kr, device="cuda", generator=gen, dtype=torch.bfloat16) * 0.02
-        time_gemms(
-            "gemmtma", M, runs, x, ws, out, ref, cublas, results, ragged=(xr, wr, xr.float() @ wr.float().T)
-        )
+        time_gemms("gemmtma", M, runs, x, ws, out, ref, cublas, results, ragged=ragged)
         for kind, tiles in (("row", FP8_ROW_TILES), ("block", FP8_BLOCK_TILES)):
             fp8_tma_tiles(fp8, kind, tiles, M, scaled_mm_rowwise, results, seeds)
 
@@ -697,6 +696,7 @@ def gemmgroup_part(results, G=128):
     from qmatmul import bench, checks, gemm
 
     N = K = 8192
+    ragged = group_problem(*RAGGED, G, "cuda", checks.generator(RAGGED[0], "cuda"))
     for M in (2048, 4096):
         gen = checks.generator(M, "cuda")
         x, w0, ref = group_problem(M, N, K, G, "cuda", gen)
@@ -711,24 +711,7 @@ def gemmgroup_part(results, G=128):
         print(f"group M={M} cuBLAS {cublas * 1e3:.0f} us, tma without scales {plain * 1e3:.0f} us")
         runs = [(f"group {t}", lambda x, w, o, t=t: gemm.tma_matmul(x, w[0], o, sw=w[1], scales=gemm.GROUP_SCALES,
                                                                      group=G, **tma_tiles(t))) for t in GROUP_TMA_TILES]  # fmt: skip
-        ragged = group_problem(*RAGGED, G, "cuda", gen)
         time_gemms("gemmgroup", M, runs, x, ws, out, ref, cublas, results, ragged=ragged)
-
-
-def prefill_rounds(part, ws, dense, reference, gen, results, K=8192):
-    """For M = 2048 and 4096: (M, x, out, the float32 reference on ws[0], cuBLAS's time on the dense copies, recorded)."""
-    import torch
-
-    from qmatmul import bench
-
-    N = dense[0].shape[0]
-    for M in (2048, 4096):
-        x = torch.randn(M, K, device="cuda", generator=gen).to(torch.bfloat16)
-        out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
-        cublas = bench.graph_ms([lambda d=d: torch.matmul(x, d.T, out=out) for d in dense])
-        results.append(dict(part=part, M=M, label="cuBLAS bf16", us=cublas * 1e3))
-        print(f"{part} M={M} cuBLAS {cublas * 1e3:.0f} us")
-        yield M, x, out, reference(x, *ws[0]).float(), cublas
 
 
 def w4tma_part(mods, results, sols):
@@ -738,13 +721,24 @@ def w4tma_part(mods, results, sols):
     to tma_kernel as they lie, q - z made in registers: 37-48 %, against 67-68 % decoded first; commit a62863b.)"""
     import torch
 
-    from qmatmul import checks, gemm
+    from qmatmul import bench, checks, gemm
 
     w4, sol = mods["w4a16"], sols["w4a16"]
+    N = K = 8192
     gen = checks.generator(9, "cuda")
-    ws = [w4.timing_weights(8192, 8192, gen) for _ in range(2)]
-    dense = [torch.randn(8192, 8192, device="cuda", generator=gen).to(torch.bfloat16) for _ in range(2)]
-    for M, x, out, ref, cublas in prefill_rounds("w4tma", ws, dense, w4.reference, gen, results):
+    ws = [w4.timing_weights(N, K, gen) for _ in range(2)]
+    dense = [torch.randn(N, K, device="cuda", generator=gen).to(torch.bfloat16) for _ in range(2)]
+    Mr, Nr, Kr = RAGGED
+    wr = (*w4.random_packed(Nr, Kr, 128, "cuda", gen), 128)
+    xr = torch.randn(Mr, Kr, device="cuda", generator=gen).to(torch.bfloat16)
+    ragged = (xr, wr, w4.reference(xr, *wr).float())
+    for M in (2048, 4096):
+        x = torch.randn(M, K, device="cuda", generator=gen).to(torch.bfloat16)
+        out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+        cublas = bench.graph_ms([lambda d=d: torch.matmul(x, d.T, out=out) for d in dense])
+        results.append(dict(part="w4tma", M=M, label="cuBLAS bf16", us=cublas * 1e3))
+        print(f"w4tma M={M} cuBLAS {cublas * 1e3:.0f} us")
+        ref = w4.reference(x, *ws[0]).float()
         runs = [("solution w4a16_matmul (as shipped)", lambda x, w, o: sol.w4a16_matmul(x, *w, out=o))]
         # decode first, then the group-scaled GEMM at its shipped tiles, plain or swapped
         for swap in (False, True):
@@ -752,10 +746,6 @@ def w4tma_part(mods, results, sols):
             runs.append((f"decode first, group GEMM {cfg}", lambda x, w, o, cfg=cfg: gemm.tma_matmul(
                 x, sol.w4a16_integers(w[0], w[2], w[3], x.dtype), o, sw=w[1], scales=gemm.GROUP_SCALES, group=w[3],
                 **cfg)))  # fmt: skip
-        Mr, Nr, Kr = RAGGED
-        wr = (*w4.random_packed(Nr, Kr, 128, "cuda", gen), 128)
-        xr = torch.randn(Mr, Kr, device="cuda", generator=gen).to(torch.bfloat16)
-        ragged = (xr, wr, w4.reference(xr, *wr).float())
         time_gemms("w4tma", M, runs, x, ws, out, ref, cublas, results, ragged=ragged)
 
 
