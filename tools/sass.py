@@ -49,6 +49,8 @@ _W4A16_WORDS = {**_W4A16, "w_ptr": "*i32"}
 # qmatmul.gemm.matmul_kernel, which multiplies the 4-bit chapters' decoded weight (off Hopper: TMA there).
 _GEMM = {"x_ptr": "*bf16", "w_ptr": "*bf16", "g_ptr": "*fp32", "s_ptr": "*fp32", "y_ptr": "*bf16"}
 _W8A16 = {"x_ptr": "*bf16", "q_ptr": "*i8", "s_ptr": "*fp32", "y_ptr": "*bf16"}
+# qmatmul.mma_decode's Gluon kernel: the repacked words, the split-K workspace and counters.
+_MMA = {**_W4A16, "w_ptr": "*i32", "ws_ptr": "*fp32", "cnt_ptr": "*i32"}
 
 
 # The strides the JIT sees as 1 (contiguous rows of x, y, the weights and the scales): it specializes them.
@@ -113,6 +115,21 @@ def kernels(arch: int = 90) -> dict:
             cfg = {k: v for k, v in _expert("fp4_config", N, K).items() if k != "SPLIT_K"}
             rows[f"expert-{fmt}"] = dict(_row("expert", "_fp4_decode_kernel", cfg | {"SB": sb, "NV": fmt == "nvfp4"}),
                                          types=_NVFP4 | {"p_ptr": "*i32"})  # fmt: skip
+    rows.update(mma_rows(N, K))
+    return rows
+
+
+def mma_rows(N: int = 28672, K: int = 8192) -> dict:
+    """qmatmul.mma_decode's Gluon kernel as its config() launches it at M = 1 and M = 16 (needs triton with Gluon)."""
+    from qmatmul import mma_decode
+
+    if mma_decode.gluon is None:
+        return {}
+    rows = {}
+    for M, bm in ((1, 8), (16, 16)):
+        cfg = {k: v for k, v in mma_decode.config(M, N, K).items() if k != "SPLIT_K"}
+        rows[f"mma-w4a16-m{M}"] = dict(_row("mma_decode", "_w4_mma_kernel", cfg | {"GROUP": 128, "BM": bm}),
+                                       types=_MMA, ones=())  # fmt: skip
     return rows
 
 
@@ -231,7 +248,7 @@ def jit_functions(chapter: str) -> dict:
     cells (its setup cell picks the interpreter on a CPU) are left out."""
     from qmatmul import course
 
-    if chapter in ("expert", "gemm"):
+    if chapter in ("expert", "gemm", "mma_decode"):
         return importlib.import_module(f"qmatmul.{chapter}")
     if chapter == "sweep":
         sys.path.insert(0, str(ROOT / "tools"))
@@ -274,8 +291,13 @@ def compile_row(row: dict, arch: int = 90):
             signature[name] = types.get(name, "i32")
             if signature[name].startswith("*") or name in ("N", "K") or name.startswith("stride_"):
                 attrs[(i,)] = [["tt.divisibility", 16]]
+    source = ASTSource
+    if (
+        type(fn).__name__ == "GluonJITFunction"
+    ):  # qmatmul.mma_decode: layouts stated, no Triton passes choose them
+        from triton.experimental.gluon._runtime import GluonASTSource as source
     return triton.compile(
-        ASTSource(fn, signature, constants, attrs), target=GPUTarget("cuda", arch, 32), options=options
+        source(fn, signature, constants, attrs), target=GPUTarget("cuda", arch, 32), options=options
     )
 
 
@@ -319,6 +341,8 @@ def weights_per_thread(row: dict) -> float:
     """One loop iteration decodes BLOCK_N rows x BLOCK_K (the expert kernels: GPI groups of GROUP) weights."""
     cfg = row["cfg"]
     along_k = cfg["BLOCK_K"] if "BLOCK_K" in cfg else cfg["GROUP"] * cfg.get("GPI", 1)
+    if "BLOCK_N" not in cfg:  # qmatmul.mma_decode: R 16-row tiles a warp
+        return 16 * cfg["R"] * along_k / 32
     return cfg["BLOCK_N"] * along_k / (32 * cfg["num_warps"])
 
 

@@ -1,0 +1,116 @@
+"""qmatmul.mma_decode without a GPU: the repacked layout against the chapter's, the fragment layout against the PTX
+ISA's table, the kernel compiled for sm_90 (its layouts proven trivial by the compiler), and its argument checks.
+On a GPU, tests/test_gpu.py runs it against the reference."""
+
+import pytest
+import torch
+
+from qmatmul import mma_decode, w4a16
+
+
+def codes(packed):
+    """The chapter's unpacking: element 2i in the low nibble."""
+    return torch.stack((packed & 0xF, packed >> 4), dim=-1).reshape(packed.shape[0], -1).int()
+
+
+@pytest.mark.parametrize("N, K", [(16, 64), (1000, 1024), (33, 192), (8, 128), (17, 64)])
+def test_the_kernels_tensor_program_reads_back_the_chapters_codes(N, K):
+    g = torch.Generator().manual_seed(N + K)
+    packed = torch.randint(0, 256, (N, K // 2), dtype=torch.uint8, generator=g)
+    words = mma_decode.repack(packed)
+    assert words.shape == ((N + 15) // 16, K // 64, 32, 4) and words.dtype == torch.int32
+    assert torch.equal(mma_decode.unpack_like_kernel(words, N), codes(packed))
+
+
+def test_every_code_in_every_position_survives_the_repack():
+    packed = (
+        (torch.arange(16 * 32, dtype=torch.int32) % 256).to(torch.uint8).reshape(16, 32)
+    )  # all byte values
+    for flip in (packed, packed.flip(0), 255 - packed):
+        assert torch.equal(mma_decode.unpack_like_kernel(mma_decode.repack(flip), 16), codes(flip))
+
+
+def test_a_wrong_layout_is_caught():
+    packed = torch.randint(0, 256, (32, 64), dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
+    words = mma_decode.repack(packed)
+    swapped = ((words & 0x0F0F0F0F) << 4) | ((words >> 4) & 0x0F0F0F0F)  # nibbles swapped within each byte
+    assert not torch.equal(mma_decode.unpack_like_kernel(swapped, 32), codes(packed))
+    shuffled = words.flip(2)  # the lanes' words in the wrong order
+    assert not torch.equal(mma_decode.unpack_like_kernel(shuffled, 32), codes(packed))
+
+
+def test_the_fragment_is_the_ptx_isas_mma_m16n8k16_a_operand():
+    """PTX ISA, "Matrix Fragments for mma.m16n8k16" (.bf16 A): groupID = lane / 4, t = lane % 4; a0, a1 at
+    (groupID, 2t + i), a2, a3 at (groupID + 8, 2t + i), a4, a5 at (groupID, 2t + 8 + i), a6, a7 at (groupID + 8,
+    2t + 8 + i)."""
+    rows, cols = mma_decode._tile_index()
+    for lane in range(32):
+        gid, t = divmod(lane, 4)
+        want = [(gid, 2 * t), (gid, 2 * t + 1), (gid + 8, 2 * t), (gid + 8, 2 * t + 1),
+                (gid, 2 * t + 8), (gid, 2 * t + 9), (gid + 8, 2 * t + 8), (gid + 8, 2 * t + 9)]  # fmt: skip
+        assert list(zip(rows[lane].tolist(), cols[lane].tolist(), strict=True)) == want
+    # value v = 2j + h lies in nibble j + 4h: pair j (one shift and LOP3) gives values 2j (low half), 2j + 1 (high)
+    assert mma_decode.SLOTS == [0, 4, 1, 5, 2, 6, 3, 7]
+
+
+def test_repack_refuses_k_not_a_multiple_of_64():
+    with pytest.raises(ValueError, match="multiple of 64"):
+        mma_decode.repack(torch.zeros(16, 48, dtype=torch.uint8))
+
+
+def test_decode_refuses_bad_arguments_before_launching():
+    N, K, G = 32, 256, 128
+    packed, s, z = w4a16.random_packed(N, K, G, "cpu", torch.Generator().manual_seed(0))
+    words = mma_decode.repack(packed)
+    x = torch.randn(1, K).bfloat16()
+    with pytest.raises(ValueError, match="bf16"):
+        mma_decode.decode(x.half(), words, s, z, G, N)
+    with pytest.raises(ValueError, match="at most 16 rows"):
+        mma_decode.decode(torch.randn(17, K).bfloat16(), words, s, z, G, N)
+    with pytest.raises(ValueError, match="do not fit"):
+        mma_decode.decode(x, words, s, z, G, N + 16)
+    with pytest.raises(ValueError, match="do not fit"):
+        mma_decode.decode(x, words, s, z, 32, N)  # groups of 32: not a whole 64-wide chunk
+    with pytest.raises(ValueError, match=r"\[N, K/G\]"):
+        mma_decode.decode(x, words, s[:, :1], z, G, N)
+
+
+@pytest.mark.skipif(mma_decode.gluon is None, reason="triton without Gluon")
+def test_the_kernel_compiles_for_hopper_with_its_layouts_trivial():
+    """convert_layout(..., assert_trivial=True) fails the compile if the unpacked tile is not already the MMA's
+    operand; the loop then issues under three instructions a weight, half the Triton tensor-core kernel's count."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+    import sass
+
+    rows = sass.mma_rows()
+    for name in ("mma-w4a16-m1", "mma-w4a16-m16"):
+        got = sass.measure(name, rows[name])
+        assert got["spills"] == 0
+        assert got["per_weight"] < 3.0, got
+        # the halves go to the MMA as they are: split into 16-bit values and packed again, a PRMT a pair (~0.5 a weight)
+        assert got["ops"]["HMMA"] > 0 and got["ops"]["PRMT"] / got["weights"] < 0.1, got
+
+
+@pytest.mark.skipif(
+    not mma_decode.available(), reason="needs a CUDA GPU of sm_80 or newer and triton with Gluon"
+)
+@pytest.mark.parametrize("M", [1, 5, 16])
+@pytest.mark.parametrize("G", [64, 128])
+@pytest.mark.parametrize("split", [1, 3, 8])
+def test_on_a_gpu_the_kernel_matches_the_reference(M, G, split):
+    """Ragged N (not a multiple of any tile), split-K with the last program of a strip adding the parts, and both
+    ways of reading x."""
+    from qmatmul import checks
+
+    g = checks.generator(M * G + split)
+    x, p, s, z = w4a16.random_problem(M, 1000, 1024, G, torch.bfloat16, "cuda", g)
+    ref = w4a16.reference(x, p, s, z, G)
+    words = mma_decode.repack(p)
+    for xc in (False, True):
+        cfg = dict(mma_decode.config(M, 1000, 1024), SPLIT_K=split, X_COALESCED=xc)
+        for _ in range(2):  # the counters start at zero on every call
+            y = mma_decode.decode(x, words, s, z, G, 1000, **cfg)
+            checks.compare(y, ref, what=f"mma decode {cfg}", rtol=checks.tolerance_for(x.dtype))
