@@ -541,6 +541,11 @@ def config_sweeps():
             (64, 512, 4, 3),
             (32, 512, 2, 5),
             (64, 1024, 8, 3),
+            (32, 1024, 4, 3),
+            (32, 512, 4, 6),
+            (64, 512, 4, 6),
+            (64, 512, 8, 4),
+            (32, 1024, 8, 4),
         ]
     ]
     f8d = [dict(c, FP8_DOT=True) for c in w8d]
@@ -619,7 +624,7 @@ def config_check(chapter, mods, fn, M, N, K, dtype, device="cuda"):
     checks.compare(y, ref, what="sweep", rtol=checks.tolerance_for(dtype))
 
 
-def run_config_sweeps(mods, sols, dtype, copy_bw, cublas, budget_s, results, warm=None):
+def run_config_sweeps(mods, sols, dtype, copy_bw, cublas, budget_s, results, warm=None, only=""):
     import torch
 
     from qmatmul import bench, checks
@@ -627,7 +632,7 @@ def run_config_sweeps(mods, sols, dtype, copy_bw, cublas, budget_s, results, war
     t0 = time.time()
     g = checks.generator(0, "cuda")
     jobs = [(tag, ch, fname, cname, cfg, timed) for tag, ch, fname, cname, cfgs, timed in config_sweeps()
-            for cfg in cfgs]  # fmt: skip
+            for cfg in cfgs if only in tag]  # fmt: skip
     if warm is not None:
         i, n = warm
         jobs = jobs[i::n]
@@ -695,6 +700,7 @@ def main(argv=None) -> int:
     parser.add_argument("--budget-s", type=float, default=300)
     parser.add_argument("--formats", default="w4a16,mxfp4,nvfp4")
     parser.add_argument("--configs-s", type=float, default=90, help="seconds for the config sweeps (0: none)")
+    parser.add_argument("--configs", default="", help="only the config sweeps whose tag contains this")
     parser.add_argument(
         "--warm", default="", help="i/n: only compile (through the checks) every n-th candidate"
     )
@@ -706,7 +712,7 @@ def main(argv=None) -> int:
 
         t = time.time()
         procs = [subprocess.Popen([sys.executable, __file__, "--warm", f"{i}/{args.workers}", "--formats",
-                                   args.formats, "--configs-s", str(args.configs_s)],
+                                   args.formats, "--configs-s", str(args.configs_s), "--configs", args.configs],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                  for i in range(args.workers)]  # fmt: skip
         for proc in procs:
@@ -734,8 +740,8 @@ def main(argv=None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     results = []
     g = checks.generator(0, "cuda")
-    formats = args.formats.split(",")
-    per_format = args.budget_s / len(formats)
+    formats = [f for f in args.formats.split(",") if f]
+    per_format = args.budget_s / max(1, len(formats))
     if args.warm:
         i, n = (int(v) for v in args.warm.split("/"))
         jobs = [(fmt, c) for fmt in formats for c in candidates(fmt)]
@@ -747,7 +753,7 @@ def main(argv=None) -> int:
                 except Exception:  # noqa: BLE001 - reported by the timing pass
                     pass
         if args.configs_s > 0:
-            run_config_sweeps(mods, sols, dtype, None, None, 0, [], warm=(i, n))
+            run_config_sweeps(mods, sols, dtype, None, None, 0, [], warm=(i, n), only=args.configs)
         return 0
     for fmt in formats:
         t_fmt = time.time()
@@ -812,7 +818,14 @@ def main(argv=None) -> int:
     if args.configs_s > 0:
         configs = []
         run_config_sweeps(
-            mods, sols, dtype, copy_bw, bench.matmul_flops(dtype=dtype), args.configs_s, configs
+            mods,
+            sols,
+            dtype,
+            copy_bw,
+            bench.matmul_flops(dtype=dtype),
+            args.configs_s,
+            configs,
+            only=args.configs,
         )
         results += configs
         (out_dir / "sweep_decode.json").write_text(

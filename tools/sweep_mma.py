@@ -1,0 +1,148 @@
+"""On a CUDA GPU: the Gluon W4A16 decode (qmatmul/mma_decode.py) per configuration, graph-timed beside the expert
+Triton kernel and tinygemm, every configuration checked against the chapter's reference before and after timing.
+
+    python tools/sweep_mma.py [--out DIR] [--budget-s SECONDS]
+
+Writes sweep_mma.json (rows like tools/sweep_decode.py's) and prints each configuration's % of the copy bandwidth
+at M = 1 / 16 on the three decode shapes.
+"""
+
+# ruff: noqa: B023 - every closure below is timed before the loop moves on
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+SHAPES = [(28672, 8192), (8192, 28672), (8192, 8192)]
+G = 128
+
+
+def configs():
+    """Every configuration the sweep times (each with split-K 1, 2, 4 and 8): sweep 13's best, and its neighbours."""
+    return [dict(R=r, num_warps=nw, X_COALESCED=xc)
+            for xc, nw, r in [(False, 8, 1), (False, 4, 1), (True, 8, 2), (True, 4, 2), (True, 8, 1)]]  # fmt: skip
+
+
+def check(fn, M, N, K, group, seed):
+    import torch
+
+    from qmatmul import checks, mma_decode, w4a16
+
+    g = checks.generator(seed)
+    x, p, s, z = w4a16.random_problem(M, N, K, group, torch.bfloat16, "cuda", g)
+    y = fn(x, mma_decode.repack(p), s, z, group, N)
+    checks.compare(
+        y, w4a16.reference(x, p, s, z, group), what="mma decode", rtol=checks.tolerance_for(x.dtype)
+    )
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", default="build/bench")
+    parser.add_argument("--budget-s", type=float, default=240)
+    args = parser.parse_args(argv)
+
+    import torch
+
+    from qmatmul import bench, checks, expert, mma_decode, w4a16
+
+    if not mma_decode.available():
+        print("needs a CUDA GPU of sm_80 or newer and triton with Gluon")
+        return 1
+    t0 = time.time()
+    copy_bw = bench.copy_bandwidth()
+    g = checks.generator(0, "cuda")
+    results = []
+    problems = {}
+    for N, K in SHAPES:
+        problems[(N, K)] = []
+        for _ in range(bench.copies_needed(N * K // 2)):
+            p, s, z = w4a16.random_packed(N, K, G, "cuda", g)
+            problems[(N, K)].append((p, mma_decode.repack(p), s, z))
+    xs = {
+        (M, K): torch.randn(M, K, device="cuda", generator=g).bfloat16() for M in (1, 16) for _, K in SHAPES
+    }
+
+    def timed(name, make, cfg=None, split=None):
+        line = []
+        for (N, K), ws in problems.items():
+            for M in (1, 16):
+                x = xs[(M, K)]
+                outs = [torch.empty(M, N, dtype=torch.bfloat16, device="cuda") for _ in ws]
+                try:
+                    ms = bench.graph_ms([make(x, w, o, N, K) for w, o in zip(ws, outs, strict=True)],
+                                        target_ms=1.0, replays=7)  # fmt: skip
+                except Exception as exc:  # noqa: BLE001
+                    results.append(dict(name=name, cfg=cfg, split=split, N=N, K=K, M=M, error=str(exc)[:300]))
+                    line.append(f"{N // 1024}k×{K // 1024}k/M{M}:ERR")
+                    continue
+                frac = w4a16.bytes_moved(M, N, K, G) / (ms * 1e-3) / copy_bw
+                results.append(
+                    dict(name=name, cfg=cfg, split=split, N=N, K=K, M=M, us=ms * 1e3, copy_frac=frac)
+                )
+                line.append(f"{N // 1024}k×{K // 1024}k/M{M}:{100 * frac:.0f}")
+        return " ".join(line)
+
+    print(f"copy {copy_bw / 1e12:.2f} TB/s", flush=True)
+    print("expert Triton:", timed("expert", lambda x, w, o, N, K: lambda: expert.w4a16_decode(x, w[0], w[2], w[3], G,
+                                                                                           out=o)), flush=True)  # fmt: skip
+    print("tinygemm:", timed("tinygemm", lambda x, w, o, N, K: _tinygemm(x, w, N, K)), flush=True)
+    for cfg in configs():
+        for split in (1, 2, 4, 8):
+            if time.time() - t0 > args.budget_s:
+                print("budget spent")
+                break
+            c = dict(cfg, SPLIT_K=split)
+            fn = lambda x, words, s, z, group, N, out=None: mma_decode.decode(
+                x, words, s, z, group, N, out=out, **c
+            )
+            tag = f"mma {cfg} split={split}"
+            try:
+                for M, grp in ((1, 128), (5, 64), (16, 128)):
+                    check(fn, M, 1000, 1024, grp, 10 + M)
+            except Exception as exc:  # noqa: BLE001
+                print(f"{tag}: FAILS ({type(exc).__name__}: {str(exc).splitlines()[0][:160]})", flush=True)
+                results.append(dict(name="mma", cfg=cfg, split=split, error=str(exc)[:300]))
+                continue
+            line = timed(
+                "mma", lambda x, w, o, N, K: lambda: fn(x, w[1], w[2], w[3], G, N, out=o), cfg, split
+            )
+            try:
+                for M, grp in ((1, 128), (16, 64)):
+                    check(fn, M, 1000, 1024, grp, 20 + M)
+                ok = ""
+            except Exception:  # noqa: BLE001
+                ok = "  WRONG AFTER TIMING"
+            print(f"{tag}: {line}{ok}  [{time.time() - t0:.0f} s]", flush=True)
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "sweep_mma.json").write_text(
+        json.dumps(dict(copy_TBps=copy_bw / 1e12, rows=results), indent=1)
+    )
+    print(f"done in {time.time() - t0:.0f} s")
+    return 0
+
+
+def _tinygemm(x, w, N, K):
+    import torch
+
+    from qmatmul import w4a16
+
+    key = id(w[0])
+    if key not in _TINY:
+        _TINY[key] = w4a16.tinygemm_operands(w[0], w[2], w[3], G)
+    tiny = _TINY[key]
+    return lambda: torch._weight_int4pack_mm(x, *tiny)
+
+
+_TINY = {}
+
+if __name__ == "__main__":
+    sys.exit(main())
