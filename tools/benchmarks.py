@@ -13,7 +13,7 @@ import os
 
 import torch
 
-from qmatmul import bench, checks, expert, fp8, gemm, mxfp4, nvfp4, w4a16, w8a16
+from qmatmul import bench, checks, expert, fp8, gemm, mma_decode, mxfp4, nvfp4, w4a16, w8a16
 from qmatmul.checks import CheckFailed
 from qmatmul.floor import bytes_moved_dense
 
@@ -145,6 +145,9 @@ def gemlite_peer(packed, scales, zeros, G, dtype):
     return layer, f"gemlite {gemlite.__version__}"
 
 
+MMA_ROW = "expert w4a16 MMA decode, weight repacked at load (qmatmul/mma_decode.py, Gluon)"
+
+
 def w4a16_rows(sol, record, env, quick: bool = False) -> None:
     """The solution beside the dense matmul, the naive path, PyTorch's int4 kernel (tinygemm), gemlite (where it
     imports) and the expert kernels."""
@@ -172,6 +175,9 @@ def w4a16_rows(sol, record, env, quick: bool = False) -> None:
         dense = dense_copies(N, K, dtype, g)
         tiny = [ch.tinygemm_operands(*w) for w in ws] if dtype == torch.bfloat16 else None
         peers = [gemlite_peer(*w, dtype) for w in ws]
+        mma = mma_decode.available() and dtype == torch.bfloat16 and mma_decode.supports(G, K)
+        # Repacked once per copy, as a deployment repacks at load time (untimed, like tinygemm's operands).
+        words = [(mma_decode.repack(p), s, z) for p, s, z, _ in ws] if mma else None
         for M in (1, 4, 16):
             x = torch.randn(M, K, device="cuda", generator=g).to(dtype)
             fused = ch.bytes_moved(M, N, K, G)
@@ -193,6 +199,9 @@ def w4a16_rows(sol, record, env, quick: bool = False) -> None:
             record("decode", "expert w4a16_decode (qmatmul/expert.py)", M, N, K,
                    [lambda x=x, w=w: expert.w4a16_decode(x, *w) for w in ws], fused,
                    recheck(expert.w4a16_decode, problem(M, 1000, 1024), ch.reference, dtype))  # fmt: skip
+            record("decode", MMA_ROW if mma else f"{MMA_ROW}: {mma_decode.why_not(dtype, G, K)}", M, N, K,
+                   [lambda x=x, w=w, N=N: mma_decode.decode(x, *w, G, N) for w in words] if mma else None, fused,
+                   recheck(mma_decode.w4a16_decode, problem(M, 1000, 1024), ch.reference, dtype) if mma else None)  # fmt: skip
     N, K = PREFILL_SHAPE
     ws = [(*ch.random_packed(N, K, G, "cuda", g), G) for _ in range(2)]
     dense = dense_copies(N, K, dtype, g, 2)

@@ -155,6 +155,7 @@ DECODE_ROWS = [
     ("w8a16 decode", "gemlite A16W8 (pure Triton)"),
     ("w4a16 decode", "solution w4a16_decode"),
     ("w4a16 decode", "expert w4a16_decode (qmatmul/expert.py)"),
+    ("w4a16 decode", "expert w4a16 MMA decode, weight repacked at load (qmatmul/mma_decode.py, Gluon)"),
     ("w4a16 decode", "torch._weight_int4pack_mm"),
     ("w4a16 decode", "gemlite 0.6.0.post2 (pure Triton)"),
     ("w4a16 decode", "naive: dequantize, matmul"),
