@@ -30,9 +30,6 @@ try:  # Gluon: triton 3.5 and newer
 except ImportError:  # pragma: no cover - older triton: the callers take another path
     gluon = None
 
-# The formats the kernel decodes (its FMT), as in the chapters' layouts.
-W4A16, MXFP4, NVFP4 = 0, 1, 2
-
 # Nibble slot of value v = b0 + 2 b1 + 4 b2 of a lane's A fragment (rows g + 8 b1, columns 2 t + b0 + 8 b2 of a
 # 16 x 16 tile, lane 4 g + t): pair j = b1 + 2 b2 is nibbles j and j + 4, b0 chooses the half.
 SLOTS = [(v >> 1 & 1) + 2 * (v >> 2) + 4 * (v & 1) for v in range(8)]
@@ -112,23 +109,6 @@ if gluon is not None:
     PAIR2 = gl.constexpr(_PAIR[2])
     PAIR3 = gl.constexpr(_PAIR[3])
 
-    def _e2m1_asm(j: int) -> str:
-        """Nibbles j and j + 4, e2m1 codes, as bf16 code * 2^-126 in the low and high half: exponent and mantissa
-        bits (nibble bits 0-2) to bf16's bits 6-8, the sign (bit 3) to bit 15; two shifts, an AND, a LOP3."""
-        mag = f"shl.b32 m, $2, {6 - 4 * j};" if j < 2 else f"shr.u32 m, $2, {4 * j - 6};"
-        sign = (
-            f"shl.b32 s, $2, {12 - 4 * j}; and.b32 s, s, 0x80008000;"
-            if j < 3
-            else "and.b32 s, $2, 0x80008000;"
-        )
-        return ("{ .reg .b32 m, s; " + mag + " " + sign + " lop3.b32 m, m, 0x01C001C0, s, 0xea; "
-                "mov.b32 {$0, $1}, m; }")  # fmt: skip
-
-    E2M1_0 = gl.constexpr(_e2m1_asm(0))
-    E2M1_1 = gl.constexpr(_e2m1_asm(1))
-    E2M1_2 = gl.constexpr(_e2m1_asm(2))
-    E2M1_3 = gl.constexpr(_e2m1_asm(3))
-
     @gluon.jit
     def _pair(words, ASM: gl.constexpr):
         lo, hi = gl.inline_asm_elementwise(
@@ -137,26 +117,14 @@ if gluon is not None:
         return gl.join(lo, hi)
 
     _barrier = getattr(gl, "thread_barrier", None) or gl.barrier  # renamed after triton 3.6
-    _W4A16, _MXFP4, _NVFP4 = gl.constexpr(W4A16), gl.constexpr(MXFP4), gl.constexpr(NVFP4)
 
     @gluon.jit
-    def _block_scale(e, FMT: gl.constexpr):
-        """Block-scale codes (uint8) as bf16, exactly: e8m0 2^(e - 127) (e = 0: 2^-127, a bf16 subnormal), or e4m3."""
-        if FMT == _MXFP4:
-            bits = gl.where(e == 0, 0x40, e.to(gl.int16) << 7).to(gl.int16)
-            return bits.to(gl.bfloat16, bitcast=True)
-        return e.to(gl.float8e4nv, bitcast=True).to(gl.bfloat16)
-
-    @gluon.jit
-    def _mma_decode_kernel(
+    def _w4_mma_kernel(
         x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, K,
         stride_xm, stride_sn, stride_ym,
-        FMT: gl.constexpr, GROUP: gl.constexpr, SB: gl.constexpr, R: gl.constexpr, BM: gl.constexpr,
-        X_COALESCED: gl.constexpr,
+        GROUP: gl.constexpr, R: gl.constexpr, BM: gl.constexpr, X_COALESCED: gl.constexpr,
     ):  # fmt: skip
-        """FMT W4A16: y[m, n] = sum over groups g of s[n, g] * sum_k (q[n, k] - z[n, g]) x[m, k], a group a step.
-        FMT MXFP4 / NVFP4: y[m, n] = g * sum_k e2m1[n, k] * s[n, k / SB] x[m, k] (z_ptr: NVFP4's global scale g),
-        GROUP = 128 values of K a step; s holds the e8m0 / e4m3 block-scale codes.
+        """y[m, n] = sum over groups g of s[n, g] * sum_k (q[n, k] - z[n, g]) x[m, k].
 
         Program (pid_n, pid_k): BLOCK_N = 16 x warps x R rows of N and the pid_k-th of num_programs(1) even runs of
         groups. Split, each program writes its float32 part to ws [split, M, N] and counts itself in cnt[pid_n]
@@ -165,7 +133,7 @@ if gluon is not None:
         W: gl.constexpr = gl.num_warps()
         TN: gl.constexpr = W * R  # 16-row tiles a program
         BLOCK_N: gl.constexpr = 16 * TN
-        KC: gl.constexpr = GROUP // 64  # 64-wide chunks a step
+        KC: gl.constexpr = GROUP // 64  # 64-wide chunks a group
         mma: gl.constexpr = gl.NVMMADistributedLayout(
             version=[2, 0], warps_per_cta=[W, 1], instr_shape=[16, 8]
         )
@@ -211,31 +179,15 @@ if gluon is not None:
             else:  # each lane reads its own fragment, two bf16 a load
                 xk = gl.load(x_ptr + offs_m[None, :] * stride_xm + (g * GROUP + offs_k)[:, None], mask=x_mask,
                              other=0.0)  # fmt: skip
-            if FMT == _W4A16:
-                v = gl.join(gl.join(_pair(words, PAIR0), _pair(words, PAIR1)),
-                            gl.join(_pair(words, PAIR2), _pair(words, PAIR3)))  # [TN, KC, lane, c, b0, b1, b2]  # fmt: skip
-            else:
-                v = gl.join(gl.join(_pair(words, E2M1_0), _pair(words, E2M1_1)),
-                            gl.join(_pair(words, E2M1_2), _pair(words, E2M1_3)))  # fmt: skip
+            z = gl.load(z_ptr + rows_a * stride_sn + g, mask=rows_a < N, other=0)
+            s = gl.load(s_ptr + rows_c * stride_sn + g, mask=rows_c < N, other=0.0)
+            v = gl.join(gl.join(_pair(words, PAIR0), _pair(words, PAIR1)),
+                        gl.join(_pair(words, PAIR2), _pair(words, PAIR3)))  # [TN, KC, lane, c, b0, b1, b2]  # fmt: skip
             v = gl.permute(gl.reshape(v, [TN, KC, 8, 4, 4, 2, 2, 2]), [0, 6, 2, 1, 4, 7, 3, 5])
             a = gl.convert_layout(gl.reshape(v, [BLOCK_N, GROUP]), a_l, assert_trivial=True)
-            if FMT == _W4A16:
-                z = gl.load(z_ptr + rows_a * stride_sn + g, mask=rows_a < N, other=0)
-                s = gl.load(s_ptr + rows_c * stride_sn + g, mask=rows_c < N, other=0.0)
-                a = a - (z.to(gl.float32) + 128.0).to(gl.bfloat16)[:, None]  # q - z, exact
-                part = mma_v2(a, xk, gl.zeros([BLOCK_N, BM], gl.float32, layout=mma))
-                acc = acc + part * s[:, None]
-            else:  # the e2m1 values (times 2^126: exact), then each block's scale (exact: at most 5 significant bits)
-                a3 = gl.reshape(a * 2.0**126, [BLOCK_N, GROUP // SB, SB])
-                sc_l: gl.constexpr = gl.SliceLayout(2, a3.type.layout)
-                sr = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, sc_l))
-                sk = g * (GROUP // SB) + gl.arange(0, GROUP // SB, layout=gl.SliceLayout(0, sc_l))
-                e = gl.load(s_ptr + sr[:, None] * stride_sn + sk[None, :], mask=(sr < N)[:, None], other=0)
-                a3 = a3 * _block_scale(e, FMT)[:, :, None]
-                a = gl.convert_layout(gl.reshape(a3, [BLOCK_N, GROUP]), a_l, assert_trivial=True)
-                acc = mma_v2(a, xk, acc)
-        if FMT == _NVFP4:
-            acc = acc * gl.load(z_ptr)
+            a = a - (z.to(gl.float32) + 128.0).to(gl.bfloat16)[:, None]  # q - z, exact
+            part = mma_v2(a, xk, gl.zeros([BLOCK_N, BM], gl.float32, layout=mma))
+            acc = acc + part * s[:, None]
         cols = gl.arange(0, BM, layout=gl.SliceLayout(0, mma))
         y = y_ptr + cols[None, :] * stride_ym + rows_c[:, None]
         y_mask = (rows_c < N)[:, None] & (cols < M)[None, :]
@@ -271,70 +223,34 @@ def w4a16_decode(x, packed, scales, zeros, group_size, out=None):
     return decode(x, repack(packed), scales, zeros, group_size, packed.shape[0], out=out)
 
 
-def mxfp4_decode(x, packed, scales, out=None):
-    """The MXFP4 chapter's signature (repacks on every call: for checks)."""
-    return decode_fp4(x, repack(packed), scales, None, packed.shape[0], out=out)
-
-
-def nvfp4_decode(x, packed, scales, g, out=None):
-    """The NVFP4 chapter's signature (repacks on every call: for checks)."""
-    return decode_fp4(x, repack(packed), scales, g, packed.shape[0], out=out)
-
-
 def decode(x: torch.Tensor, words: torch.Tensor, scales, zeros, group_size: int, N: int, out=None, **cfg):
-    """W4A16: y = x @ dequantize(W)^T for M <= 16 rows of bf16 x, W given as `repack`'s words (N its rows), its float32
-    scales and uint8 zeros [N, K/G] as the chapter stores them."""
-    M, K = _checked(x, words, N)
-    if not supports(group_size, K):
-        raise ValueError(f"groups of G = {group_size} do not fit the kernel's 64-wide chunks of K = {K}")
-    groups = K // group_size
-    if tuple(scales.shape) != (N, groups) or tuple(zeros.shape) != (N, groups) or zeros.dtype != torch.uint8:
-        raise ValueError(f"scales (float32) and zeros (uint8) must be [N, K/G] = [{N}, {groups}]")
-    return _launch(x, words, scales.float().contiguous(), zeros.contiguous(), N, W4A16, group_size, group_size,
-                   out, cfg)  # fmt: skip
-
-
-def decode_fp4(x: torch.Tensor, words: torch.Tensor, scales, g, N: int, out=None, **cfg):
-    """MXFP4 (g None: e8m0 block-scale codes [N, K/32]) or NVFP4 (e4m3 codes [N, K/16] and the float32 global scale g):
-    y = x @ W^T for M <= 16 rows of bf16 x, W given as `repack`'s words of the chapter's packed e2m1 codes."""
-    M, K = _checked(x, words, N)
-    sb = 32 if g is None else 16
-    if K % 128 or tuple(scales.shape) != (N, K // sb) or scales.dtype != torch.uint8:
-        raise ValueError(
-            f"K = {K} must be a multiple of 128 and the scales uint8 [N, K/{sb}] = [{N}, {K // sb}]"
-        )
-    fmt = MXFP4 if g is None else NVFP4
-    z = scales if g is None else g.float().reshape(1)
-    return _launch(x, words, scales.contiguous(), z, N, fmt, 128, sb, out, cfg)
-
-
-def _checked(x, words, N):
-    """M, K of bf16 activations of at most 16 rows, for words that `repack` made of an [N, K/2] weight."""
+    """y = x @ dequantize(W)^T for M <= 16 rows of bf16 x, W given as `repack`'s words (N its rows)."""
     if x.dtype != torch.bfloat16:
         raise ValueError(f"the MMA decode takes bf16 activations, got {x.dtype}")
     M, K = x.shape
     if M > 16:
         raise ValueError(f"the MMA decode takes at most 16 rows, got M = {M}")
-    if tuple(words.shape) != (triton.cdiv(N, 16), K // 64, 32, 4) or K % 64:
-        raise ValueError(f"words of shape {list(words.shape)} do not fit N = {N}, K = {K}")
-    return M, K
-
-
-def _launch(x, words, s, z, N, fmt, step, sb, out, cfg):
-    M, K = x.shape
+    if not supports(group_size, K) or tuple(words.shape) != (triton.cdiv(N, 16), K // 64, 32, 4):
+        raise ValueError(f"words of shape {list(words.shape)} do not fit N = {N}, K = {K}, G = {group_size}")
+    groups = K // group_size
+    if tuple(scales.shape) != (N, groups) or tuple(zeros.shape) != (N, groups) or zeros.dtype != torch.uint8:
+        raise ValueError(f"scales (float32) and zeros (uint8) must be [N, K/G] = [{N}, {groups}]")
     x = x if x.stride(1) == 1 else x.contiguous()  # rows may be strided
+    scales, zeros = scales.float().contiguous(), zeros.contiguous()
     out = torch.empty(M, N, dtype=x.dtype, device=x.device) if out is None else out
     if tuple(out.shape) != (M, N) or out.stride(1) != 1:
         raise ValueError(f"out must be [{M}, {N}] with unit stride along N")
     cfg = dict(cfg or config(M, N, K))
-    split = min(cfg.pop("SPLIT_K", 1), K // step)
+    split = min(cfg.pop("SPLIT_K", 1), K // group_size)
+    bm = 8 if M <= 8 else 16
     block_n = 16 * cfg["num_warps"] * cfg["R"]
+
     n_blocks = triton.cdiv(N, block_n)
     one = split == 1  # then neither is touched: empty() launches nothing
     ws = torch.empty(1 if one else (split, M, N), dtype=torch.float32, device=x.device)
     cnt = (torch.empty if one else torch.zeros)(1 if one else n_blocks, dtype=torch.int32, device=x.device)
-    _mma_decode_kernel[(n_blocks, split)](
-        x, words, s, z, out, ws, cnt, M, N, K, x.stride(0), s.stride(0), out.stride(0),
-        FMT=fmt, GROUP=step, SB=sb, BM=8 if M <= 8 else 16, **cfg,
+    _w4_mma_kernel[(n_blocks, split)](
+        x, words, scales, zeros, out, ws, cnt, M, N, K, x.stride(0), scales.stride(0), out.stride(0),
+        GROUP=group_size, BM=bm, **cfg,
     )  # fmt: skip
     return out

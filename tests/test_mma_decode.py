@@ -5,7 +5,7 @@ On a GPU, tests/test_gpu.py runs it against the reference."""
 import pytest
 import torch
 
-from qmatmul import mma_decode, mxfp4, nvfp4, w4a16
+from qmatmul import mma_decode, w4a16
 
 
 def codes(packed):
@@ -69,7 +69,7 @@ def test_decode_refuses_bad_arguments_before_launching():
         mma_decode.decode(torch.randn(17, K).bfloat16(), words, s, z, G, N)
     with pytest.raises(ValueError, match="do not fit"):
         mma_decode.decode(x, words, s, z, G, N + 16)
-    with pytest.raises(ValueError, match="64-wide chunks"):
+    with pytest.raises(ValueError, match="do not fit"):
         mma_decode.decode(x, words, s, z, 32, N)  # groups of 32: not a whole 64-wide chunk
     with pytest.raises(ValueError, match=r"\[N, K/G\]"):
         mma_decode.decode(x, words, s[:, :1], z, G, N)
@@ -114,80 +114,3 @@ def test_on_a_gpu_the_kernel_matches_the_reference(M, G, split):
         for _ in range(2):  # the counters start at zero on every call
             y = mma_decode.decode(x, words, s, z, G, 1000, **cfg)
             checks.compare(y, ref, what=f"mma decode {cfg}", rtol=checks.tolerance_for(x.dtype))
-
-
-def test_fp4_decode_refuses_bad_arguments_before_launching():
-    x, packed, scales, g = nvfp4.random_problem(
-        1, 32, 256, torch.bfloat16, "cpu", torch.Generator().manual_seed(0)
-    )
-    words = mma_decode.repack(packed)
-    with pytest.raises(ValueError, match="multiple of 128"):
-        mma_decode.decode_fp4(x, words, scales[:, :8], g, 32)  # NVFP4 wants K/16 scales
-    with pytest.raises(ValueError, match="bf16"):
-        mma_decode.decode_fp4(x.half(), words, scales, g, 32)
-    with pytest.raises(ValueError, match="multiple of 128"):
-        mma_decode.decode_fp4(x, words, scales, None, 32)  # MXFP4 wants K/32 scales
-
-
-@pytest.mark.skipif(mma_decode.gluon is None, reason="triton without Gluon")
-def test_the_fp4_forms_compile_for_hopper_with_their_layouts_trivial():
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
-    import sass
-
-    rows = sass.mma_rows()
-    for name in ("mma-mxfp4-m1", "mma-nvfp4-m16"):
-        got = sass.measure(name, rows[name])
-        assert got["spills"] == 0 and got["ops"]["HMMA"] > 0, got
-
-
-FP4 = {"mxfp4": (mxfp4, mma_decode.mxfp4_decode), "nvfp4": (nvfp4, mma_decode.nvfp4_decode)}
-
-
-@pytest.mark.skipif(
-    not mma_decode.available(), reason="needs a CUDA GPU of sm_80 or newer and triton with Gluon"
-)
-@pytest.mark.parametrize("fmt", sorted(FP4))
-@pytest.mark.parametrize("M, split", [(1, 1), (5, 3), (16, 8)])
-def test_on_a_gpu_the_fp4_forms_match_the_reference(fmt, M, split):
-    from qmatmul import checks
-
-    ch, _ = FP4[fmt]
-    x, packed, *w = ch.random_problem(M, 1000, 1024, torch.bfloat16, "cuda", checks.generator(M + split))
-    ref = ch.reference(x, packed, *w)
-    words = mma_decode.repack(packed)
-    g = w[1] if fmt == "nvfp4" else None
-    for xc in (False, True):
-        cfg = dict(mma_decode.config(M, 1000, 1024), SPLIT_K=split, X_COALESCED=xc)
-        y = mma_decode.decode_fp4(x, words, w[0], g, 1000, **cfg)
-        checks.compare(y, ref, what=f"mma {fmt} {cfg}", rtol=checks.tolerance_for(x.dtype))
-
-
-@pytest.mark.skipif(
-    not mma_decode.available(), reason="needs a CUDA GPU of sm_80 or newer and triton with Gluon"
-)
-@pytest.mark.parametrize("fmt", sorted(FP4))
-def test_on_a_gpu_the_fp4_forms_decode_every_code_to_the_bit(fmt):
-    """One-hot rows of x pick single weight columns: y is the dequantized weight exactly, for all sixteen codes in
-    both nibbles and every block scale in bf16's range (e8m0 2^-127 .. 2^10; every positive e4m3 and zero)."""
-    from qmatmul import checks
-
-    ch, decode = FP4[fmt]
-    gen = checks.generator(12)
-    N, K = 64, 256
-    packed = torch.randint(0, 256, (N, K // 2), dtype=torch.uint8, generator=gen)
-    if fmt == "mxfp4":
-        scales = torch.randint(0, 138, (N, K // ch.BLOCK), dtype=torch.uint8, generator=gen)
-        args = (packed, scales)
-    else:
-        scales = torch.randint(0, 0x7F, (N, K // ch.BLOCK), dtype=torch.uint8, generator=gen)
-        args = (packed, scales, torch.ones(1))
-    w = ch.dequantize(*args)
-    cuda = [a.cuda() for a in args]
-    for ks in (torch.arange(0, 16), torch.arange(K - 16, K), torch.randperm(K, generator=gen)[:16]):
-        x = torch.zeros(16, K, dtype=torch.bfloat16)
-        x[torch.arange(16), ks] = 1.0
-        y = decode(x.cuda(), *cuda).cpu()
-        assert torch.equal(y.float(), w[:, ks].T.bfloat16().float()), f"{fmt}: columns {ks.tolist()}"

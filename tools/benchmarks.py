@@ -295,15 +295,9 @@ def _fp4_rows(ch, kernels, sol, record, env, quick: bool) -> None:
         return lambda: ch.random_problem(M, N, K, dtype, "cuda", checks.generator(1))
 
     decode, prefill = kernels
-    nv = ch is nvfp4
-    mma_check = mma_decode.nvfp4_decode if nv else mma_decode.mxfp4_decode
-    row = f"expert {ch.__name__.split('.')[-1]} MMA decode, weight repacked at load (qmatmul/mma_decode.py, Gluon)"
     for N, K in [ch.BANDWIDTH_SHAPE] if quick else DECODE_SHAPES:
         ws = [ch.timing_weights(N, K, g) for _ in range(bench.copies_needed(ch.bytes_moved(1, N, K)))]
         dense = dense_copies(N, K, dtype, g)
-        mma = mma_decode.available() and dtype == torch.bfloat16 and K % 128 == 0
-        # Repacked once per copy, as a deployment repacks at load time (untimed).
-        words = [(mma_decode.repack(w[0]), w[1], w[2] if nv else None) for w in ws] if mma else None
         for M in (1, 16) if quick else (1, 4, 16):
             x = torch.randn(M, K, device="cuda", generator=g).to(dtype)
             fused = ch.bytes_moved(M, N, K)
@@ -311,9 +305,6 @@ def _fp4_rows(ch, kernels, sol, record, env, quick: bool) -> None:
             for label, fn, checked in decode:
                 record("decode", label, M, N, K, [lambda x=x, w=w, fn=fn: fn(x, *w) for w in ws], fused,
                        recheck(fn, problem(M, N, K), ch.reference, dtype) if checked else None)  # fmt: skip
-            record("decode", row if mma else f"{row}: {mma_decode.why_not(dtype, 128, K)}", M, N, K,
-                   [lambda x=x, w=w, N=N: mma_decode.decode_fp4(x, *w, N) for w in words] if mma else None, fused,
-                   recheck(mma_check, problem(M, 1000, 1024), ch.reference, dtype) if mma else None)  # fmt: skip
     if not prefill:
         return
     N, K = PREFILL_SHAPE

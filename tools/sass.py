@@ -127,17 +127,9 @@ def mma_rows(N: int = 28672, K: int = 8192) -> dict:
         return {}
     rows = {}
     for M, bm in ((1, 8), (16, 16)):
-        cfg = {k: v for k, v in mma_decode.config(M, N, K).items() if k != "SPLIT_K"} | {
-            "GROUP": 128,
-            "BM": bm,
-        }
-        for fmt, sb, name in ((mma_decode.W4A16, 128, "w4a16"), (mma_decode.MXFP4, 32, "mxfp4"),
-                              (mma_decode.NVFP4, 16, "nvfp4")):  # fmt: skip
-            types = (
-                _MMA if name == "w4a16" else _MMA | {"s_ptr": "*u8", "z_ptr": "*u8" if sb == 32 else "*fp32"}
-            )
-            rows[f"mma-{name}-m{M}"] = dict(_row("mma_decode", "_mma_decode_kernel", cfg | {"FMT": fmt, "SB": sb}),
-                                            types=types, ones=())  # fmt: skip
+        cfg = {k: v for k, v in mma_decode.config(M, N, K).items() if k != "SPLIT_K"}
+        rows[f"mma-w4a16-m{M}"] = dict(_row("mma_decode", "_w4_mma_kernel", cfg | {"GROUP": 128, "BM": bm}),
+                                       types=_MMA, ones=())  # fmt: skip
     return rows
 
 
