@@ -208,14 +208,15 @@ if gluon is not None:
 
 def config(M: int, N: int, K: int) -> dict:
     """Row tiles a warp (R), warps, how x is read, split-K. Graph-timed on the H200 (docs/perf-notes.md, seventh
-    round, sweeps 14-15), % of copy at M = 1 on 28672 x 8192, 8192 x 28672, 8192 x 8192: at M <= 8 one tile a warp,
-    each lane reading its own x fragment, K split 2 ways where N is long and 8 where it is short (71 / 72 / 53). At
-    M = 16 every lane reading its own fragment costs 32 loads a group (17-19 %): two tiles a warp and x read in rows,
-    moved through shared memory (52 / 55 / 39)."""
+    round, sweeps 14-17), % of copy on 28672 x 8192, 8192 x 28672, 8192 x 8192, K split 2 ways where N is long and 8
+    where it is short. M = 1: one tile a warp, each lane reading its own x fragment (71 / 73 / 55). M = 2..16: x read
+    in 16-byte rows and moved to the MMA's layout through shared memory (a lane's own fragments cost 32 loads a
+    group at M = 16): one tile a warp up to M = 8 (M = 4: 62 / 65 / 50, against 48 / 51 / 41 reading per lane), two
+    at M = 16 (52 / 55 / 39)."""
     split = 2 if N >= 16384 else 8
-    if M <= 8:
+    if M == 1:
         return dict(R=1, num_warps=4, X_COALESCED=False, SPLIT_K=split)
-    return dict(R=2, num_warps=4, X_COALESCED=True, SPLIT_K=split)
+    return dict(R=1 if M <= 8 else 2, num_warps=4, X_COALESCED=True, SPLIT_K=split)
 
 
 def w4a16_decode(x, packed, scales, zeros, group_size, out=None):
