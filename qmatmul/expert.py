@@ -1,6 +1,7 @@
 """Expert decode kernels: faster than the chapters' readable solutions, and harder to read.
 
-They are not graded and not in the notebooks; `make bench` times them beside the readable solutions. Each
+They are not graded and not in the notebooks; `make bench` times them beside the readable solutions. (The fastest
+W4A16 decode is `qmatmul/mma_decode.py`, on a weight repacked into the tensor cores' operand layout, in Gluon.) Each
 reads the chapter's own layout (W4A16: packed uint8 [N, K/2], element 2i in the low nibble, float32 scales and
 uint8 zeros [N, K/G]) and runs under the interpreter too (tests/test_expert.py).
 

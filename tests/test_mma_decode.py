@@ -94,6 +94,21 @@ def test_the_kernel_compiles_for_hopper_with_its_layouts_trivial():
         assert got["ops"]["HMMA"] > 0 and got["ops"]["PRMT"] / got["weights"] < 0.1, got
 
 
+@pytest.mark.skipif(mma_decode.gluon is None, reason="triton without Gluon")
+def test_every_configuration_the_sweep_times_compiles_for_hopper():
+    """tools/sweep_mma.py's candidates stay valid as the kernel changes (a GPU call is too dear to find out there)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+    import sass
+    import sweep_mma
+
+    for cfg in sweep_mma.configs():
+        for bm in (8, 16):
+            assert sass.measure(f"{cfg} bm={bm}", sass.mma_row(cfg, bm))["spills"] == 0, (cfg, bm)
+
+
 @pytest.mark.skipif(
     not mma_decode.available(), reason="needs a CUDA GPU of sm_80 or newer and triton with Gluon"
 )

@@ -125,12 +125,13 @@ def mma_rows(N: int = 28672, K: int = 8192) -> dict:
 
     if mma_decode.gluon is None:
         return {}
-    rows = {}
-    for M, bm in ((1, 8), (16, 16)):
-        cfg = {k: v for k, v in mma_decode.config(M, N, K).items() if k != "SPLIT_K"}
-        rows[f"mma-w4a16-m{M}"] = dict(_row("mma_decode", "_w4_mma_kernel", cfg | {"GROUP": 128, "BM": bm}),
-                                       types=_MMA, ones=())  # fmt: skip
-    return rows
+    return {f"mma-w4a16-m{M}": mma_row(mma_decode.config(M, N, K), 8 if M <= 8 else 16) for M in (1, 16)}
+
+
+def mma_row(cfg: dict, bm: int) -> dict:
+    """qmatmul.mma_decode's kernel with a config of its config() (or tools/sweep_mma.py's), x padded to bm columns."""
+    cfg = {k: v for k, v in cfg.items() if k != "SPLIT_K"}  # split-K shapes the grid, not the loop
+    return dict(_row("mma_decode", "_w4_mma_kernel", cfg | {"GROUP": 128, "BM": bm}), types=_MMA, ones=())
 
 
 # The GPU classes a learner may have (compute capability: a card of that class, the most shared memory one
