@@ -293,9 +293,8 @@ def compile_row(row: dict, arch: int = 90):
             if signature[name].startswith("*") or name in ("N", "K") or name.startswith("stride_"):
                 attrs[(i,)] = [["tt.divisibility", 16]]
     source = ASTSource
-    if (
-        type(fn).__name__ == "GluonJITFunction"
-    ):  # qmatmul.mma_decode: layouts stated, no Triton passes choose them
+    # qmatmul.mma_decode is a Gluon kernel: its layouts are stated, no Triton pass chooses them
+    if type(fn).__name__ == "GluonJITFunction":
         from triton.experimental.gluon._runtime import GluonASTSource as source
     return triton.compile(
         source(fn, signature, constants, attrs), target=GPUTarget("cuda", arch, 32), options=options
