@@ -23,6 +23,8 @@ from __future__ import annotations
 import torch
 import triton
 
+from qmatmul.formats.w4a16 import unpack
+
 try:  # Gluon: triton 3.5 and newer
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
@@ -35,9 +37,17 @@ except ImportError:  # pragma: no cover - older triton: the callers take another
 SLOTS = [(v >> 1 & 1) + 2 * (v >> 2) + 4 * (v & 1) for v in range(8)]
 
 
+def _missing() -> str:
+    """What this machine lacks to run the kernel (Gluon, a CUDA GPU with mma.sync bf16: sm_80 or newer), or ""."""
+    if gluon is None:
+        return f"needs triton with Gluon (3.5 or newer), have {triton.__version__}"
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (8, 0):
+        return "needs a CUDA GPU of sm_80 or newer"
+    return ""
+
+
 def available() -> bool:
-    """Gluon importable, a CUDA GPU with mma.sync bf16 (sm_80 or newer)."""
-    return gluon is not None and torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 0)
+    return not _missing()
 
 
 def supports(group_size: int, K: int) -> bool:
@@ -46,11 +56,9 @@ def supports(group_size: int, K: int) -> bool:
 
 
 def why_not(dtype, group_size: int, K: int) -> str:
-    """Why the MMA decode does not run here (for a table's row), or "" when it does."""
-    if gluon is None:
-        return f"needs triton with Gluon (3.5 or newer), have {triton.__version__}"
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (8, 0):
-        return "needs a CUDA GPU of sm_80 or newer"
+    """Why the MMA decode does not run here on these operands (for a table's row), or "" when it does."""
+    if missing := _missing():
+        return missing
     if dtype != torch.bfloat16:
         return f"takes bf16 activations, not {str(dtype).replace('torch.', '')}"
     if not supports(group_size, K):
@@ -75,7 +83,7 @@ def repack(packed: torch.Tensor) -> torch.Tensor:
     K = 2 * K2
     if K % 64:
         raise ValueError(f"repack needs K to be a multiple of 64, got K = {K}")
-    q = torch.stack((packed & 0xF, packed >> 4), dim=-1).reshape(N, K).to(torch.int32)
+    q = unpack(packed).to(torch.int32)
     TN = triton.cdiv(N, 16)
     q = torch.nn.functional.pad(q, (0, 0, 0, 16 * TN - N)).reshape(TN, 16, K // 16, 16).permute(0, 2, 1, 3)
     r, c = _tile_index(packed.device)

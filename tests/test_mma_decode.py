@@ -2,15 +2,23 @@
 ISA's table, the kernel compiled for sm_90 (its layouts proven trivial by the compiler), and its argument checks.
 On a GPU, tests/test_gpu.py runs it against the reference."""
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
 from qmatmul import mma_decode, w4a16
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+
+import sass  # noqa: E402 - tools/sass.py
+import sweep_mma  # noqa: E402 - tools/sweep_mma.py
+
 
 def codes(packed):
-    """The chapter's unpacking: element 2i in the low nibble."""
-    return torch.stack((packed & 0xF, packed >> 4), dim=-1).reshape(packed.shape[0], -1).int()
+    """The chapter's unpacking (element 2i in the low nibble), as int32."""
+    return w4a16.unpack(packed).int()
 
 
 @pytest.mark.parametrize("N, K", [(16, 64), (1000, 1024), (33, 192), (8, 128), (17, 64)])
@@ -79,12 +87,6 @@ def test_decode_refuses_bad_arguments_before_launching():
 def test_the_kernel_compiles_for_hopper_with_its_layouts_trivial():
     """convert_layout(..., assert_trivial=True) fails the compile if the unpacked tile is not already the MMA's
     operand; the loop then issues under three instructions a weight, half the Triton tensor-core kernel's count."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
-    import sass
-
     rows = sass.mma_rows()
     for name in ("mma-w4a16-m1", "mma-w4a16-m16"):
         got = sass.measure(name, rows[name])
@@ -97,13 +99,6 @@ def test_the_kernel_compiles_for_hopper_with_its_layouts_trivial():
 @pytest.mark.skipif(mma_decode.gluon is None, reason="triton without Gluon")
 def test_every_configuration_the_sweep_times_compiles_for_hopper():
     """tools/sweep_mma.py's candidates stay valid as the kernel changes (a GPU call is too dear to find out there)."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
-    import sass
-    import sweep_mma
-
     for cfg in sweep_mma.configs():
         for bm in (8, 16):
             assert sass.measure(f"{cfg} bm={bm}", sass.mma_row(cfg, bm))["spills"] == 0, (cfg, bm)

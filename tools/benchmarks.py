@@ -175,7 +175,8 @@ def w4a16_rows(sol, record, env, quick: bool = False) -> None:
         dense = dense_copies(N, K, dtype, g)
         tiny = [ch.tinygemm_operands(*w) for w in ws] if dtype == torch.bfloat16 else None
         peers = [gemlite_peer(*w, dtype) for w in ws]
-        mma = mma_decode.available() and dtype == torch.bfloat16 and mma_decode.supports(G, K)
+        why = mma_decode.why_not(dtype, G, K)
+        mma = not why
         # Repacked once per copy, as a deployment repacks at load time (untimed, like tinygemm's operands).
         words = [(mma_decode.repack(p), s, z) for p, s, z, _ in ws] if mma else None
         for M in (1, 4, 16):
@@ -199,7 +200,7 @@ def w4a16_rows(sol, record, env, quick: bool = False) -> None:
             record("decode", "expert w4a16_decode (qmatmul/expert.py)", M, N, K,
                    [lambda x=x, w=w: expert.w4a16_decode(x, *w) for w in ws], fused,
                    recheck(expert.w4a16_decode, problem(M, 1000, 1024), ch.reference, dtype))  # fmt: skip
-            record("decode", MMA_ROW if mma else f"{MMA_ROW}: {mma_decode.why_not(dtype, G, K)}", M, N, K,
+            record("decode", MMA_ROW if mma else f"{MMA_ROW}: {why}", M, N, K,
                    [lambda x=x, w=w, N=N: mma_decode.decode(x, *w, G, N) for w in words] if mma else None, fused,
                    recheck(mma_decode.w4a16_decode, problem(M, 1000, 1024), ch.reference, dtype) if mma else None)  # fmt: skip
     N, K = PREFILL_SHAPE

@@ -131,7 +131,9 @@ def mma_rows(N: int = 28672, K: int = 8192) -> dict:
 def mma_row(cfg: dict, bm: int) -> dict:
     """qmatmul.mma_decode's kernel with a config of its config() (or tools/sweep_mma.py's), x padded to bm columns."""
     cfg = {k: v for k, v in cfg.items() if k != "SPLIT_K"}  # split-K shapes the grid, not the loop
-    return dict(_row("mma_decode", "_w4_mma_kernel", cfg | {"GROUP": 128, "BM": bm}), types=_MMA, ones=())
+    # BLOCK_N is not the kernel's parameter (16 rows x R tiles a warp); weights_per_thread reads it
+    cfg |= {"GROUP": 128, "BM": bm, "BLOCK_N": 16 * cfg["R"] * cfg["num_warps"]}
+    return dict(_row("mma_decode", "_w4_mma_kernel", cfg), types=_MMA, ones=())
 
 
 # The GPU classes a learner may have (compute capability: a card of that class, the most shared memory one
@@ -341,8 +343,6 @@ def weights_per_thread(row: dict) -> float:
     """One loop iteration decodes BLOCK_N rows x BLOCK_K (the expert kernels: GPI groups of GROUP) weights."""
     cfg = row["cfg"]
     along_k = cfg["BLOCK_K"] if "BLOCK_K" in cfg else cfg["GROUP"] * cfg.get("GPI", 1)
-    if "BLOCK_N" not in cfg:  # qmatmul.mma_decode: R 16-row tiles a warp
-        return 16 * cfg["R"] * along_k / 32
     return cfg["BLOCK_N"] * along_k / (32 * cfg["num_warps"])
 
 
