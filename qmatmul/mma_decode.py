@@ -6,16 +6,20 @@ kernel's: `repack` stores each 16 x 16 weight tile as 32 int32 words, one a lane
 the eight values that lane holds of `mma.sync.m16n8k16`'s first operand, ordered so that one shift and one LOP3 make
 two of them at once (nibble j in the low half of a register, nibble j + 4 in the high half, as bf16 128 + q). The
 weights are the MMA's rows (N, 16 a tile), the activations its 8 or 16 columns (M padded); each group of K is one
-chain of MMAs into a float32 partial sum that its scale multiplies, exactly as the chapter's reference scales.
+chain of MMAs into a float32 partial sum that its scale multiplies, exactly as the chapter's reference scales. The
+repack also reorders K inside each 64-wide chunk (`x_order`, the same for weights and activations, so the sum is
+unchanged) so that each lane's part of the MMA's second operand is 16 consecutive values of x: two 16-byte loads
+instead of eight 4-byte ones.
 
 Gluon (triton.experimental.gluon, triton 3.5 or newer) states every layout; `convert_layout(..., assert_trivial=True)`
 makes the compiler prove the unpacked tile already is the MMA operand (no data moves). Gluon has no interpreter, so
 the CPU tests run `unpack_like_kernel` (the kernel's tensor program in torch, op for op) against the chapter's layout
 and compile the kernel for sm_90 (tests/test_mma_decode.py); the GPU tests run it.
 
-Per 8 weights a lane issues 3 shifts, 4 LOP3, 4 HADD2 (q - z, exact) and one or two HMMAs: 2.4-2.7 SASS instructions
+Per 8 weights a lane issues 3 shifts, 4 LOP3, 4 HADD2 (q - z, exact) and one or two HMMAs: 2.2-2.4 SASS instructions
 a weight in the loop with its loads (sm_90, `tools/sass.py mma-w4a16-m1 mma-w4a16-m16`), against 4.9 for
-qmatmul.expert's Triton tensor-core kernel. What it measured on the H200: docs/perf-notes.md, seventh round.
+qmatmul.expert's Triton tensor-core kernel. What it measured on the H200: docs/perf-notes.md, seventh and eighth
+rounds.
 """
 
 from __future__ import annotations
@@ -51,8 +55,8 @@ def available() -> bool:
 
 
 def supports(group_size: int, K: int) -> bool:
-    """The kernel's step is one group of K, a whole number of 64-wide chunks."""
-    return group_size % 64 == 0 and K % group_size == 0
+    """The kernel's step is one group of K, a power-of-two number of 64-wide chunks (a Gluon tensor's shape)."""
+    return group_size % 64 == 0 and group_size & (group_size - 1) == 0 and K % group_size == 0
 
 
 def why_not(dtype, group_size: int, K: int) -> str:
@@ -62,7 +66,7 @@ def why_not(dtype, group_size: int, K: int) -> str:
     if dtype != torch.bfloat16:
         return f"takes bf16 activations, not {str(dtype).replace('torch.', '')}"
     if not supports(group_size, K):
-        return f"needs groups of a multiple of 64 (G = {group_size}) dividing K = {K}"
+        return f"needs groups of 64 times a power of two (G = {group_size}) dividing K = {K}"
     return ""
 
 
@@ -75,15 +79,22 @@ def _tile_index(device=None):
     return g + 8 * b1, 2 * t + b0 + 8 * b2
 
 
+def x_order(device=None) -> torch.Tensor:
+    """Which of a 64-wide chunk's elements of x the kernel's K position k (in the MMA's order) holds: the kernel's
+    reshape and permute of its x tile, op for op. Lane t's B fragment (K positions 2t, 2t + 1, 2t + 8, 2t + 9 of
+    each 16-wide tile c) is x[16 t + 4 c ..][:4], so a lane's 16 values lie side by side (two 16-byte loads)."""
+    return torch.arange(64, device=device).reshape(4, 4, 2, 2).permute(1, 2, 0, 3).reshape(64)
+
+
 def repack(packed: torch.Tensor) -> torch.Tensor:
     """The chapter's packed uint8 [N, K/2] (element 2i in the low nibble) -> int32 [ceil(N/16), K/64, 32, 4]:
-    word [tn, kc, lane, c] holds the lane's eight values of the 16 x 16 tile (rows 16 tn.., columns 64 kc + 16 c..).
-    Rows past N are zero. Bit-exact and done once, when the weights are loaded."""
+    word [tn, kc, lane, c] holds the lane's eight values of the 16 x 16 tile (rows 16 tn.., K positions 64 kc + 16 c..
+    of `x_order`). Rows past N are zero. Bit-exact and done once, when the weights are loaded."""
     N, K2 = packed.shape
     K = 2 * K2
     if K % 64:
         raise ValueError(f"repack needs K to be a multiple of 64, got K = {K}")
-    q = unpack(packed).to(torch.int32)
+    q = unpack(packed).to(torch.int32).reshape(N, K // 64, 64)[:, :, x_order(packed.device)].reshape(N, K)
     TN = triton.cdiv(N, 16)
     q = torch.nn.functional.pad(q, (0, 0, 0, 16 * TN - N)).reshape(TN, 16, K // 16, 16).permute(0, 2, 1, 3)
     r, c = _tile_index(packed.device)
@@ -103,8 +114,10 @@ def unpack_like_kernel(words: torch.Tensor, N: int) -> torch.Tensor:
         t = (words >> (4 * j)) & 0x000F000F
         pairs.append(torch.stack((t & 0xFFFF, t >> 16), dim=-1))  # join(low half, high half)
     v = torch.stack((torch.stack((pairs[0], pairs[1]), -1), torch.stack((pairs[2], pairs[3]), -1)), -1)
-    v = v.reshape(TN, KCH, 8, 4, 4, 2, 2, 2).permute(0, 6, 2, 1, 4, 7, 3, 5)
-    return v.reshape(16 * TN, 64 * KCH)[:N]
+    v = v.reshape(TN, KCH, 8, 4, 4, 2, 2, 2).permute(0, 6, 2, 1, 4, 7, 3, 5).reshape(16 * TN, KCH, 64)
+    q = torch.empty_like(v)
+    q[:, :, x_order(words.device)] = v  # the code position k multiplies is x's element x_order[k]
+    return q.reshape(16 * TN, 64 * KCH)[:N]
 
 
 if gluon is not None:
@@ -124,13 +137,24 @@ if gluon is not None:
         )
         return gl.join(lo, hi)
 
+    @gluon.constexpr_function
+    def _x_layout(KC, BM, W):
+        """[KC, 4, 16, BM] x values of a group as repack orders K: lane 4 g + t holds row g's (g + 8 too at BM = 16)
+        16 consecutive values t of each 64-wide chunk in consecutive registers; every warp holds the same."""
+        KC, BM, W = (int(getattr(v, "value", v)) for v in (KC, BM, W))
+        regs = [[0, 0, 1 << i, 0] for i in range(4)] + [[1 << i, 0, 0, 0] for i in range(KC.bit_length() - 1)]
+        regs += [[0, 0, 0, 8]] if BM == 16 else []
+        lanes = [[0, 1, 0, 0], [0, 2, 0, 0], [0, 0, 0, 1], [0, 0, 0, 2], [0, 0, 0, 4]]
+        warps = [[0, 0, 0, 0]] * (W.bit_length() - 1)
+        return gl.DistributedLinearLayout(regs, lanes, warps, [], [KC, 4, 16, BM])
+
     _barrier = getattr(gl, "thread_barrier", None) or gl.barrier  # renamed after triton 3.6
 
     @gluon.jit
     def _w4_mma_kernel(
         x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, K,
         stride_xm, stride_sn, stride_ym,
-        GROUP: gl.constexpr, R: gl.constexpr, BM: gl.constexpr, X_COALESCED: gl.constexpr,
+        GROUP: gl.constexpr, R: gl.constexpr, BM: gl.constexpr, X_SHARED: gl.constexpr,
     ):  # fmt: skip
         """y[m, n] = sum over groups g of s[n, g] * sum_k (q[n, k] - z[n, g]) x[m, k].
 
@@ -156,9 +180,11 @@ if gluon is not None:
         g0 = pid_k * per
         g1 = gl.minimum(n_groups, g0 + per)
 
+        # tiles past N read the last one again (never stored): no mask
         tn = pid_n * TN + gl.arange(
             0, TN, layout=gl.SliceLayout(1, gl.SliceLayout(2, gl.SliceLayout(3, w_l)))
         )
+        tn = gl.minimum(tn, gl.cdiv(N, 16) - 1)
         kc = gl.arange(0, KC, layout=gl.SliceLayout(0, gl.SliceLayout(2, gl.SliceLayout(3, w_l))))
         ln = gl.arange(0, 32, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(3, w_l))))
         cc = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, w_l))))
@@ -166,29 +192,45 @@ if gluon is not None:
             (tn[:, None, None, None] * (K // 64) + kc[None, :, None, None]) * 32 + ln[None, None, :, None]
         ) * 4
         w_off = w_off + cc[None, None, None, :]
-        w_mask = (tn < gl.cdiv(N, 16))[:, None, None, None]
-        offs_k = gl.arange(0, GROUP, layout=gl.SliceLayout(1, b_l))
-        XT: gl.constexpr = min(32, GROUP // 8)  # lanes along K, eight values each
-        x_l: gl.constexpr = gl.BlockedLayout([8, 1], [XT, 32 // XT], [1, W], [0, 1])
-        xk_ = gl.arange(0, GROUP, layout=gl.SliceLayout(1, x_l))
-        xm = gl.arange(0, BM, layout=gl.SliceLayout(0, x_l))
-        offs_m = gl.arange(0, BM, layout=gl.SliceLayout(0, b_l))
-        x_mask = (offs_m < M)[None, :]
-        rows_a = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, a_l))
+        rows_a = gl.minimum(pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, a_l)), N - 1)
         rows_c = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, mma))
+        rows_s = gl.minimum(rows_c, N - 1)  # rows past N: the last row's scales (never stored)
 
+        # x as [chunk, t, 16, row] in the order repack gave K: the MMA lane t's 16 values of a 64-wide chunk lie
+        # side by side. Either each lane reads them itself (two 16-byte loads; every warp reads the same x) or
+        # the program reads x once, in 16-byte pieces, and stores it in shared memory in the MMA's K order. Rows
+        # past M read row M - 1 (no mask, no zeroed registers): their columns are never stored.
+        if X_SHARED:
+            x_l: gl.constexpr = gl.BlockedLayout([1, 1, 8, 1], [1, 4, 2, 4], [1, 1, 1, W], [2, 1, 0, 3])
+        else:
+            x_l: gl.constexpr = _x_layout(KC, BM, W)
+        xc = gl.arange(0, KC, layout=gl.SliceLayout(1, gl.SliceLayout(2, gl.SliceLayout(3, x_l))))
+        xt = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, gl.SliceLayout(3, x_l))))
+        xj = gl.arange(0, 16, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(3, x_l))))
+        xm = gl.arange(0, BM, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, x_l))))
+        x_off = (xc[:, None, None, None] * 64 + xt[None, :, None, None] * 16 + xj[None, None, :, None]
+                 + gl.minimum(xm, M - 1)[None, None, None, :] * stride_xm)  # fmt: skip
+
+        if X_SHARED:
+            # one row of x a 256-byte line, its 16-byte pieces swizzled: ldmatrix reads them without conflicts
+            x_sl: gl.constexpr = gl.SwizzledSharedLayout(8, 1, 8, [0, 1])
+            x_smem = gl.allocate_shared_memory(gl.bfloat16, [GROUP, BM], x_sl)
         acc = gl.zeros([BLOCK_N, BM], gl.float32, layout=mma)
         for g in range(g0, g1):
-            words = gl.load(w_ptr + w_off + g * (KC * 128), mask=w_mask, other=0)
-            if X_COALESCED:  # x read in 16-byte rows, then moved to the MMA's layout through shared memory
-                xk = gl.load(x_ptr + xm[None, :] * stride_xm + (g * GROUP + xk_)[:, None], mask=(xm < M)[None, :],
-                             other=0.0)  # fmt: skip
-                xk = gl.convert_layout(xk, b_l)
-            else:  # each lane reads its own fragment, two bf16 a load
-                xk = gl.load(x_ptr + offs_m[None, :] * stride_xm + (g * GROUP + offs_k)[:, None], mask=x_mask,
-                             other=0.0)  # fmt: skip
-            z = gl.load(z_ptr + rows_a * stride_sn + g, mask=rows_a < N, other=0)
-            s = gl.load(s_ptr + rows_c * stride_sn + g, mask=rows_c < N, other=0.0)
+            words = gl.load(w_ptr + w_off + g * (KC * 128))
+            # [chunk, t, (c, b2, b0), row] -> [(chunk, c, b2, t, b0), row]: the MMA's K order
+            xk = gl.load(x_ptr + x_off + g * GROUP)
+            xk = gl.permute(gl.reshape(xk, [KC, 4, 4, 2, 2, BM]), [0, 2, 3, 1, 4, 5])
+            xk = gl.reshape(xk, [GROUP, BM])
+            if X_SHARED:
+                _barrier()  # every warp has read the last group's x
+                x_smem.store(xk)
+                _barrier()
+                xk = x_smem.load(b_l)
+            else:
+                xk = gl.convert_layout(xk, b_l, assert_trivial=True)
+            z = gl.load(z_ptr + rows_a * stride_sn + g)
+            s = gl.load(s_ptr + rows_s * stride_sn + g)
             v = gl.join(gl.join(_pair(words, PAIR0), _pair(words, PAIR1)),
                         gl.join(_pair(words, PAIR2), _pair(words, PAIR3)))  # [TN, KC, lane, c, b0, b1, b2]  # fmt: skip
             v = gl.permute(gl.reshape(v, [TN, KC, 8, 4, 4, 2, 2, 2]), [0, 6, 2, 1, 4, 7, 3, 5])
@@ -215,16 +257,16 @@ if gluon is not None:
 
 
 def config(M: int, N: int, K: int) -> dict:
-    """Row tiles a warp (R), warps, how x is read, split-K. Graph-timed on the H200 (docs/perf-notes.md, seventh
-    round, sweeps 14-17), % of copy on 28672 x 8192, 8192 x 28672, 8192 x 8192, K split 2 ways where N is long and 8
-    where it is short. M = 1: one tile a warp, each lane reading its own x fragment (71 / 73 / 55). M = 2..16: x read
-    in 16-byte rows and moved to the MMA's layout through shared memory (a lane's own fragments cost 32 loads a
-    group at M = 16): one tile a warp up to M = 8 (M = 4: 62 / 65 / 50, against 48 / 51 / 41 reading per lane), two
-    at M = 16 (52 / 55 / 39)."""
+    """Row tiles a warp (R), warps, how x is read, split-K: graph-timed on the H200 (docs/perf-notes.md, eighth round,
+    sweep 20), % of copy on 28672 x 8192, 8192 x 28672, 8192 x 8192, with K split 2 ways where N is long and 8 where
+    it is short. Up to M = 4 each lane reads its own x (M = 1: 74 / 76 / 56; M = 4: 71 / 66 / 47, two tiles a warp
+    where N is short: 56 / 44 with one); from M = 5 the program reads x once through shared memory, where per lane
+    every warp's reads of x outgrow the weight's (M = 16, two tiles a warp: 54 / 57 / 39; per lane at best
+    45 / 48 / 39)."""
     split = 2 if N >= 16384 else 8
-    if M == 1:
-        return dict(R=1, num_warps=4, X_COALESCED=False, SPLIT_K=split)
-    return dict(R=1 if M <= 8 else 2, num_warps=4, X_COALESCED=True, SPLIT_K=split)
+    if M <= 4:
+        return dict(R=1 if M == 1 or N >= 16384 else 2, num_warps=4, X_SHARED=False, SPLIT_K=split)
+    return dict(R=1 if M <= 8 else 2, num_warps=4, X_SHARED=True, SPLIT_K=split)
 
 
 def w4a16_decode(x, packed, scales, zeros, group_size, out=None):

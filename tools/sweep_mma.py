@@ -28,8 +28,8 @@ G = 128
 
 def configs():
     """Every configuration the sweep times (each with every split of SPLITS): the shipped ones and their neighbours."""
-    return [dict(R=r, num_warps=nw, X_COALESCED=xc)
-            for xc, nw, r in [(False, 4, 1), (False, 2, 1), (False, 4, 2), (True, 4, 1), (True, 4, 2)]]  # fmt: skip
+    return [dict(R=r, num_warps=nw, X_SHARED=xs)
+            for xs, nw, r in [(False, 4, 1), (False, 4, 2), (True, 4, 1), (True, 4, 2), (True, 8, 1)]]  # fmt: skip
 
 
 def check(fn, M, N, K, group, seed):
