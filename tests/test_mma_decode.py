@@ -131,7 +131,7 @@ def test_on_a_gpu_the_kernel_matches_the_reference(M, G, split):
     x, p, s, z = w4a16.random_problem(M, 1000, 1024, G, torch.bfloat16, "cuda", g)
     ref = w4a16.reference(x, p, s, z, G)
     words = mma_decode.repack(p)
-    for r, shared in ((1, False), (2, True)):
+    for r, shared in ((1, False), (2, False), (1, True), (2, True)):
         cfg = dict(mma_decode.config(M, 1000, 1024), SPLIT_K=split, R=r, X_SHARED=shared)
         for _ in range(2):  # the counters start at zero on every call
             y = mma_decode.decode(x, words, s, z, G, 1000, **cfg)
