@@ -106,8 +106,9 @@ def repack(packed: torch.Tensor) -> torch.Tensor:
 
 
 def unpack_like_kernel(words: torch.Tensor, N: int) -> torch.Tensor:
-    """The kernel's tensor program in torch, op for op (shifts, masks, join, reshape, permute): int32 words of
-    `repack` -> the codes q [N, K] as int32. The CPU tests hold it equal to the chapter's unpacking."""
+    """The kernel's tensor program in torch, op for op (shifts, masks, join, reshape, permute), with K put back from
+    `x_order`: int32 words of `repack` -> the codes q [N, K] as int32. The CPU tests hold it equal to the chapter's
+    unpacking."""
     TN, KCH = words.shape[:2]
     pairs = []
     for j in range(4):
@@ -141,7 +142,6 @@ if gluon is not None:
     def _x_layout(KC, BM, W):
         """[KC, 4, 16, BM] x values of a group as repack orders K: lane 4 g + t holds row g's (g + 8 too at BM = 16)
         16 consecutive values t of each 64-wide chunk in consecutive registers; every warp holds the same."""
-        KC, BM, W = (int(getattr(v, "value", v)) for v in (KC, BM, W))
         regs = [[0, 0, 1 << i, 0] for i in range(4)] + [[1 << i, 0, 0, 0] for i in range(KC.bit_length() - 1)]
         regs += [[0, 0, 0, 8]] if BM == 16 else []
         lanes = [[0, 1, 0, 0], [0, 2, 0, 0], [0, 0, 0, 1], [0, 0, 0, 2], [0, 0, 0, 4]]

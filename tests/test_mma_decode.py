@@ -1,6 +1,6 @@
-"""qmatmul.mma_decode without a GPU: the repacked layout against the chapter's, the fragment layout against the PTX
-ISA's table, the kernel compiled for sm_90 (its layouts proven trivial by the compiler), and its argument checks.
-On a GPU, tests/test_gpu.py runs it against the reference."""
+"""qmatmul.mma_decode without a GPU: the repacked layout against the chapter's, the fragment layouts against the PTX
+ISA's tables, the kernel compiled for sm_90 (its layouts proven trivial by the compiler), and its argument checks.
+On a GPU, the last test here runs it against the reference."""
 
 import sys
 from pathlib import Path
