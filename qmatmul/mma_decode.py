@@ -1,4 +1,4 @@
-"""Expert W4A16 decode on warp-level tensor-core MMAs, written in Gluon, on a weight repacked once at load time.
+"""Expert W4A16, MXFP4 and NVFP4 decode on warp-level tensor-core MMAs, in Gluon, on a weight repacked once at load.
 
 The readable kernels leave the register layout to Triton, which builds the MMA's operands from the loaded tile through
 moves, permutes and shared memory (5-13 instructions a weight on sm_90, `tools/sass.py`). Here the layout is the
@@ -20,6 +20,13 @@ Per 8 weights a lane issues 3 shifts, 4 LOP3, 4 HADD2 (q - z, exact) and one or 
 a weight in the loop with its loads (sm_90, `tools/sass.py mma-w4a16-m1 mma-w4a16-m16`), against 4.9 for
 qmatmul.expert's Triton tensor-core kernel. What it measured on the H200: docs/perf-notes.md, seventh and eighth
 rounds.
+
+MXFP4 and NVFP4 (`repack_fp4`, `decode_fp4`) take the same tiles with K reordered inside each scale block (32 or 16
+values) and each e2m1 code's bits stored where the kernel wants them in a bf16 (FP4_BITS): pair by pair an AND, a
+rotate and an AND, or an AND, a multiply and an AND give two bf16 holding the values times 2^-126, and one bf16x2
+multiply by 2^126 makes them exact (the subnormal 0.5 included). Each scale block is one MMA chain whose float32 sum
+its scale multiplies. About 2.9 (MXFP4) and 3.6 (NVFP4) SASS instructions a weight at M = 1; docs/perf-notes.md,
+ninth round.
 """
 
 from __future__ import annotations
@@ -70,6 +77,15 @@ def why_not(dtype, group_size: int, K: int) -> str:
     return ""
 
 
+def why_not_fp4(dtype, K: int) -> str:
+    """Why the fp4 MMA decode does not run here on these operands, or "" when it does."""
+    if missing := _missing():
+        return missing
+    if dtype != torch.bfloat16:
+        return f"takes bf16 activations, not {str(dtype).replace('torch.', '')}"
+    return "" if K % 64 == 0 else f"needs K a multiple of 64, got {K}"
+
+
 def _tile_index(device=None):
     """(row, column) in a 16 x 16 tile of value v of lane l's A fragment, each [32 lanes, 8 values]."""
     lane = torch.arange(32, device=device)[:, None]
@@ -79,46 +95,141 @@ def _tile_index(device=None):
     return g + 8 * b1, 2 * t + b0 + 8 * b2
 
 
-def x_order(device=None) -> torch.Tensor:
-    """Which of a 64-wide chunk's elements of x the kernel's K position k (in the MMA's order) holds: the kernel's
+def x_order(device=None, block: int = 64) -> torch.Tensor:
+    """Which of a `block`-wide piece's elements of x the kernel's K position k (in the MMA's order) holds: the kernel's
     reshape and permute of its x tile, op for op. Lane t's B fragment (K positions 2t, 2t + 1, 2t + 8, 2t + 9 of
-    each 16-wide tile c) is x[16 t + 4 c ..][:4], so a lane's 16 values lie side by side (two 16-byte loads)."""
-    return torch.arange(64, device=device).reshape(4, 4, 2, 2).permute(1, 2, 0, 3).reshape(64)
+    each 16-wide tile c) is x[block / 4 * t + 4 c ..][:4], so a lane's values of a piece lie side by side: two
+    16-byte loads a 64-wide chunk (W4A16), one a 32-wide block (MXFP4), 8 bytes a 16-wide block (NVFP4). A
+    permutation inside each block of one scale leaves every block's sum, and so the output, unchanged."""
+    return torch.arange(block, device=device).reshape(4, block // 16, 2, 2).permute(1, 2, 0, 3).reshape(block)
+
+
+def _fragments(q: torch.Tensor, block: int) -> torch.Tensor:
+    """Codes [N, K] -> [ceil(N/16), K/16, 32 lanes, 8 values]: each lane's eight values of each 16 x 16 tile of the
+    MMA's first operand, K reordered inside each `block` by `x_order`. Rows past N are zero."""
+    N, K = q.shape
+    if K % 64:
+        raise ValueError(f"repack needs K to be a multiple of 64, got K = {K}")
+    q = q.to(torch.int32).reshape(N, K // block, block)[:, :, x_order(q.device, block)].reshape(N, K)
+    TN = triton.cdiv(N, 16)
+    q = torch.nn.functional.pad(q, (0, 0, 0, 16 * TN - N)).reshape(TN, 16, K // 16, 16).permute(0, 2, 1, 3)
+    r, c = _tile_index(q.device)
+    return q[:, :, r, c]
+
+
+def _words(bits: torch.Tensor, K: int) -> torch.Tensor:
+    """int64 words [TN, K/16, 32] (32 significant bits) -> int32 [TN, K/64, 32 lanes, 4], a lane's four words of a
+    64-wide chunk side by side (one 16-byte load)."""
+    words = torch.where(bits >= 2**31, bits - 2**32, bits).to(torch.int32)
+    return words.reshape(bits.shape[0], K // 64, 4, 32).permute(0, 1, 3, 2).contiguous()
 
 
 def repack(packed: torch.Tensor) -> torch.Tensor:
     """The chapter's packed uint8 [N, K/2] (element 2i in the low nibble) -> int32 [ceil(N/16), K/64, 32, 4]:
     word [tn, kc, lane, c] holds the lane's eight values of the 16 x 16 tile (rows 16 tn.., K positions 64 kc + 16 c..
     of `x_order`). Rows past N are zero. Bit-exact and done once, when the weights are loaded."""
-    N, K2 = packed.shape
-    K = 2 * K2
-    if K % 64:
-        raise ValueError(f"repack needs K to be a multiple of 64, got K = {K}")
-    q = unpack(packed).to(torch.int32).reshape(N, K // 64, 64)[:, :, x_order(packed.device)].reshape(N, K)
-    TN = triton.cdiv(N, 16)
-    q = torch.nn.functional.pad(q, (0, 0, 0, 16 * TN - N)).reshape(TN, 16, K // 16, 16).permute(0, 2, 1, 3)
-    r, c = _tile_index(packed.device)
-    vals = q[:, :, r, c]  # [TN, K/16, 32, 8]
+    vals = _fragments(unpack(packed), 64)  # [TN, K/16, 32, 8]
     slots = torch.tensor(SLOTS, device=packed.device, dtype=torch.int32)
-    words = (vals << (4 * slots)).sum(-1, dtype=torch.int64)  # eight disjoint nibbles
-    words = torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
-    return words.reshape(TN, K // 64, 4, 32).permute(0, 1, 3, 2).contiguous()
+    return _words(
+        (vals << (4 * slots)).sum(-1, dtype=torch.int64), 2 * packed.shape[1]
+    )  # eight disjoint nibbles
+
+
+def _fp4_positions() -> list[list[list[int]]]:
+    """FP4_BITS[j][h]: where a word stores the e2m1 code of pair j's half h (value 2j + h of the lane's fragment), as
+    the positions of its bits 0, 1, 2 (exponent and mantissa) and 3 (sign). The kernel wants them at bf16 bits 6, 7,
+    8 and 15 of half h (+ 16 h): pair 0 is stored there (one AND), pairs 1 and 2 rotated by 3 and 6 bits (a funnel
+    shift and an AND), pair 3 in the four bits a half the others leave, which a multiply by 2^2 + 2^7 + 2^12 moves
+    into place without a carry (an AND, a multiply, an AND). Four rotations of one pair's bits cannot tile a word:
+    tests/test_mma_decode.py searches for them."""
+    out = []
+    for j in range(4):
+        pairs = []
+        for h in range(2):
+            want = [6 + 16 * h, 7 + 16 * h, 8 + 16 * h, 15 + 16 * h]
+            if j < 3:
+                pairs.append([(p + 3 * j) % 32 for p in want])
+            else:
+                pairs.append([FP4_PAIR3_SOURCE[p] for p in want])
+        out.append(pairs)
+    return out
+
+
+FP4_MASK = 0x81C081C0  # bf16 bits 6-8 and 15 of both halves
+FP4_PAIR3_MASK, FP4_PAIR3_MUL = 0x001B001B, (1 << 2) + (1 << 7) + (1 << 12)
+FP4_PAIR3_SOURCE = {
+    6: 4,
+    7: 0,
+    8: 1,
+    15: 3,
+    22: 20,
+    23: 16,
+    24: 17,
+    31: 19,
+}  # bf16 bit <- stored bit (x 2^2, 2^7, 2^12)
+FP4_BITS = _fp4_positions()
+
+
+def repack_fp4(packed: torch.Tensor, block: int) -> torch.Tensor:
+    """An MXFP4 (block 32) or NVFP4 (block 16) weight's packed e2m1 codes (uint8 [N, K/2], element 2i in the low
+    nibble) -> int32 [ceil(N/16), K/64, 32, 4] as `repack` lays out W4A16's, K reordered inside each scale block
+    (`x_order(block=block)`) and each code's bits where FP4_BITS says. Bit-exact, once at load time."""
+    if block not in (16, 32):
+        raise ValueError(f"the fp4 scale blocks are 16 (NVFP4) or 32 (MXFP4) values, got {block}")
+    vals = _fragments(unpack(packed), block).long()  # [TN, K/16, 32, 8]
+    bits = torch.zeros(vals.shape[:-1], dtype=torch.int64, device=packed.device)
+    for v in range(8):
+        for b, pos in enumerate(FP4_BITS[v >> 1][v & 1]):
+            bits |= ((vals[..., v] >> b) & 1) << pos
+    return _words(bits, 2 * packed.shape[1])
+
+
+def _from_pairs(pairs: list, N: int, block: int) -> torch.Tensor:
+    """The kernel's join, reshape and permute, in torch: each pair j's (low half, high half) of `repack`'s words
+    [TN, K/64, 32, 4] -> [N, K], with K put back from `x_order(block=block)`."""
+    TN, KCH = pairs[0][0].shape[:2]
+    p = [torch.stack(halves, dim=-1) for halves in pairs]  # join(low half, high half)
+    v = torch.stack((torch.stack((p[0], p[1]), -1), torch.stack((p[2], p[3]), -1)), -1)
+    v = (
+        v.reshape(TN, KCH, 8, 4, 4, 2, 2, 2)
+        .permute(0, 6, 2, 1, 4, 7, 3, 5)
+        .reshape(16 * TN, KCH * 64 // block, block)
+    )
+    q = torch.empty_like(v)
+    q[:, :, x_order(v.device, block)] = v  # the code position k multiplies is x's element x_order[k]
+    return q.reshape(16 * TN, 64 * KCH)[:N]
 
 
 def unpack_like_kernel(words: torch.Tensor, N: int) -> torch.Tensor:
     """The kernel's tensor program in torch, op for op (shifts, masks, join, reshape, permute), with K put back from
     `x_order`: int32 words of `repack` -> the codes q [N, K] as int32. The CPU tests hold it equal to the chapter's
     unpacking."""
-    TN, KCH = words.shape[:2]
     pairs = []
     for j in range(4):
         t = (words >> (4 * j)) & 0x000F000F
-        pairs.append(torch.stack((t & 0xFFFF, t >> 16), dim=-1))  # join(low half, high half)
-    v = torch.stack((torch.stack((pairs[0], pairs[1]), -1), torch.stack((pairs[2], pairs[3]), -1)), -1)
-    v = v.reshape(TN, KCH, 8, 4, 4, 2, 2, 2).permute(0, 6, 2, 1, 4, 7, 3, 5).reshape(16 * TN, KCH, 64)
-    q = torch.empty_like(v)
-    q[:, :, x_order(words.device)] = v  # the code position k multiplies is x's element x_order[k]
-    return q.reshape(16 * TN, 64 * KCH)[:N]
+        pairs.append((t & 0xFFFF, t >> 16))
+    return _from_pairs(pairs, N, 64)
+
+
+def decode_like_kernel_fp4(words: torch.Tensor, N: int, block: int) -> torch.Tensor:
+    """The fp4 kernel's decoding in torch, op for op: `repack_fp4`'s words -> the e2m1 values [N, K] (float32), each
+    pair's bits put in place (AND; rotate and AND; AND, multiply and AND), read as two bf16 and multiplied by 2^126
+    (exact: the low bits are e2m1's value times 2^-126, subnormal for 0.5 as in the kernel)."""
+    w = words.long() & 0xFFFFFFFF
+    pairs = []
+    for j in range(4):
+        if j < 3:
+            r = 3 * j
+            t = ((w >> r) | (w << (32 - r))) & 0xFFFFFFFF if r else w
+        else:
+            t = ((w & FP4_PAIR3_MASK) * FP4_PAIR3_MUL) & 0xFFFFFFFF
+        t = t & FP4_MASK
+        halves = []
+        for h in (t & 0xFFFF, t >> 16):
+            bf = torch.where(h >= 2**15, h - 2**16, h).to(torch.int16).view(torch.bfloat16)
+            halves.append(bf.float() * 2.0**126)
+        pairs.append(halves)
+    return _from_pairs(pairs, N, block)
 
 
 if gluon is not None:
@@ -139,14 +250,31 @@ if gluon is not None:
         return gl.join(lo, hi)
 
     @gluon.constexpr_function
-    def _x_layout(KC, BM, W):
-        """[KC, 4, 16, BM] x values of a group as repack orders K: lane 4 g + t holds row g's (g + 8 too at BM = 16)
-        16 consecutive values t of each 64-wide chunk in consecutive registers; every warp holds the same."""
-        regs = [[0, 0, 1 << i, 0] for i in range(4)] + [[1 << i, 0, 0, 0] for i in range(KC.bit_length() - 1)]
+    def _x_layout(KC, BM, W, J=16):
+        """[KC, 4, J, BM] x values of a step as repack orders K: lane 4 g + t holds row g's (g + 8 too at BM = 16)
+        J consecutive values t of each piece of 4 J (a 64-wide chunk, or one fp4 scale block) in consecutive
+        registers; every warp holds the same."""
+        regs = [[0, 0, 1 << i, 0] for i in range(J.bit_length() - 1)]
+        regs += [[1 << i, 0, 0, 0] for i in range(KC.bit_length() - 1)]
         regs += [[0, 0, 0, 8]] if BM == 16 else []
         lanes = [[0, 1, 0, 0], [0, 2, 0, 0], [0, 0, 0, 1], [0, 0, 0, 2], [0, 0, 0, 4]]
         warps = [[0, 0, 0, 0]] * (W.bit_length() - 1)
-        return gl.DistributedLinearLayout(regs, lanes, warps, [], [KC, 4, 16, BM])
+        return gl.DistributedLinearLayout(regs, lanes, warps, [], [KC, 4, J, BM])
+
+    def _fp4_asm(j: int) -> str:
+        """Pair j of a `repack_fp4` word -> two bf16 e2m1 values: the bits put in place (FP4_BITS), then times 2^126
+        by one bf16x2 FMA (exact, the subnormal 0.5 included; -0 added so that -0 stays -0)."""
+        place = {0: "", 1: "shf.r.wrap.b32 t, t, t, 3;", 2: "shf.r.wrap.b32 t, t, t, 6;",
+                 3: f"and.b32 t, t, {FP4_PAIR3_MASK}; mul.lo.u32 t, t, {FP4_PAIR3_MUL};"}[j]  # fmt: skip
+        return (
+            "{ .reg .b32 t, c, z; mov.b32 t, $2; " + place + f" and.b32 t, t, {FP4_MASK}; "
+            "mov.b32 c, 0x7E807E80; mov.b32 z, 0x80008000; fma.rn.bf16x2 t, t, c, z; mov.b32 {$0, $1}, t; }"
+        )
+
+    E2M1_0 = gl.constexpr(_fp4_asm(0))
+    E2M1_1 = gl.constexpr(_fp4_asm(1))
+    E2M1_2 = gl.constexpr(_fp4_asm(2))
+    E2M1_3 = gl.constexpr(_fp4_asm(3))
 
     _barrier = getattr(gl, "thread_barrier", None) or gl.barrier  # renamed after triton 3.6
 
@@ -238,6 +366,26 @@ if gluon is not None:
             a = a - (z.to(gl.float32) + 128.0).to(gl.bfloat16)[:, None]  # q - z, exact
             part = mma_v2(a, xk, gl.zeros([BLOCK_N, BM], gl.float32, layout=mma))
             acc = acc + part * s[:, None]
+        _finish(acc, y_ptr, ws_ptr, cnt_ptr, M, N, stride_ym, rows_c, pid_n, pid_k, BM, mma)
+
+    @gluon.jit
+    def _finish(
+        acc,
+        y_ptr,
+        ws_ptr,
+        cnt_ptr,
+        M,
+        N,
+        stride_ym,
+        rows_c,
+        pid_n,
+        pid_k,
+        BM: gl.constexpr,
+        mma: gl.constexpr,
+    ):
+        """Store the program's float32 sum: y, or split, its part to ws [split, M, N], counted in cnt[pid_n] (zeroed by
+        the caller); the strip's last program adds the parts in order and writes y: one launch, no atomics on the
+        output, the same sum whichever program finishes last."""
         cols = gl.arange(0, BM, layout=gl.SliceLayout(0, mma))
         y = y_ptr + cols[None, :] * stride_ym + rows_c[:, None]
         y_mask = (rows_c < N)[:, None] & (cols < M)[None, :]
@@ -249,11 +397,141 @@ if gluon is not None:
             _barrier()  # every lane's part is written before the count says so
             done = gl.atomic_add(cnt_ptr + pid_n, 1, sem="acq_rel")
             if done == gl.num_programs(1) - 1:
-                acc = gl.zeros([BLOCK_N, BM], gl.float32, layout=mma)
+                acc = gl.zeros(acc.shape, gl.float32, layout=mma)
                 for j in range(gl.num_programs(1)):
                     at = ws_ptr + (j * M + cols[None, :]) * N + rows_c[:, None]
                     acc += gl.load(at, mask=y_mask, other=0.0, cache_modifier=".cg")
                 gl.store(y, acc.to(y_ptr.dtype.element_ty), mask=y_mask)
+
+    @gluon.jit
+    def _fp4_operand(w, TN: gl.constexpr, C: gl.constexpr, a_l: gl.constexpr):
+        """`repack_fp4` words [TN, 32 lanes, C] (C 16-wide tiles of K) -> the e2m1 values, bf16 [16 TN, 16 C], as the
+        MMA's first operand (the compiler proves no data moves)."""
+        v = gl.join(gl.join(_pair(w, E2M1_0), _pair(w, E2M1_1)), gl.join(_pair(w, E2M1_2), _pair(w, E2M1_3)))
+        v = gl.permute(
+            gl.reshape(v, [TN, 8, 4, C, 2, 2, 2]), [0, 5, 1, 3, 6, 2, 4]
+        )  # tn, b1, g, c, b2, t, b0
+        return gl.convert_layout(gl.reshape(v, [16 * TN, 16 * C]), a_l, assert_trivial=True)
+
+    @gluon.jit
+    def _fp4_scale(codes, b: gl.constexpr, SB: gl.constexpr):
+        """Block b's scale of a step, float32, from the step's codes of a row read as one integer (byte b)."""
+        if (
+            SB == 32
+        ):  # e8m0 2^(e - 127): e as a float32's exponent field; e = 0 would be 0: the subnormal 2^-127's
+            # bits instead (non-negative floats order as their bits do)
+            return gl.maximum((codes << (23 - 8 * b)) & 0x7F800000, 0x00400000).to(gl.float32, bitcast=True)
+        return ((codes >> (8 * b)) & 0xFF).to(gl.uint8).to(gl.float8e4nv, bitcast=True).to(gl.float32)  # e4m3
+
+    @gluon.jit
+    def _mma_order(xk, NB: gl.constexpr, SB: gl.constexpr, BM: gl.constexpr):
+        """x [NB, 4, SB / 4, BM] as read (lane t's SB / 4 values of each block side by side) -> [NB SB, BM] in the
+        MMA's K order, block by block: the inverse of `x_order(block=SB)`."""
+        xk = gl.permute(gl.reshape(xk, [NB, 4, SB // 16, 2, 2, BM]), [0, 2, 3, 1, 4, 5])  # c, b2, t, b0
+        return gl.reshape(xk, [NB * SB, BM])
+
+    @gluon.jit
+    def _fp4_block(w, xk, s, acc, TN: gl.constexpr, SB: gl.constexpr, a_l: gl.constexpr, mma: gl.constexpr):
+        """One scale block of SB values of K: acc += (e2m1 tile . x) * s, the scale on the float32 chain."""
+        part = mma_v2(_fp4_operand(w, TN, SB // 16, a_l), xk, gl.zeros(acc.shape, gl.float32, layout=mma))
+        return acc + part * s[:, None]
+
+    @gluon.jit
+    def _x_block(x_ptrs, x_smem, b: gl.constexpr, SB: gl.constexpr, BM: gl.constexpr, b_l: gl.constexpr,
+                 X_SHARED: gl.constexpr):  # fmt: skip
+        """Block b of the step's x as the MMA's second operand: from shared memory, or read by each lane itself."""
+        if X_SHARED:
+            xk = x_smem.slice(b * SB, SB).load(b_l)
+        else:
+            xk = gl.convert_layout(_mma_order(gl.load(x_ptrs + b * SB), 1, SB, BM), b_l, assert_trivial=True)
+        return xk
+
+    @gluon.jit
+    def _fp4_mma_kernel(
+        x_ptr, w_ptr, s_ptr, gs_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, K,
+        stride_xm, stride_sn, stride_ym,
+        SB: gl.constexpr, R: gl.constexpr, BM: gl.constexpr, HAS_GS: gl.constexpr, X_SHARED: gl.constexpr,
+    ):  # fmt: skip
+        """y[m, n] = gs * sum over blocks b of s[n, b] * sum_k e2m1[n, k] x[m, k]: MXFP4 (SB = 32, e8m0 scales) or
+        NVFP4 (SB = 16, e4m3 scales, HAS_GS: the float32 global scale gs). A step is one 64-wide chunk of K; the
+        program (pid_n, pid_k) and split-K as in _w4_mma_kernel."""
+        W: gl.constexpr = gl.num_warps()
+        TN: gl.constexpr = W * R
+        BLOCK_N: gl.constexpr = 16 * TN
+        mma: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[2, 0], warps_per_cta=[W, 1], instr_shape=[16, 8]
+        )
+        a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
+        b_l: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2)
+        w_l: gl.constexpr = gl.BlockedLayout([1, 1, 4], [1, 32, 1], [W, 1, 1], [2, 1, 0])
+        pid_n = gl.program_id(0)
+        pid_k = gl.program_id(1)
+        n_steps = K // 64
+        per = gl.cdiv(n_steps, gl.num_programs(1))
+        g0 = pid_k * per
+        g1 = gl.minimum(n_steps, g0 + per)
+
+        tn = gl.minimum(pid_n * TN + gl.arange(0, TN, layout=gl.SliceLayout(1, gl.SliceLayout(2, w_l))),
+                        gl.cdiv(N, 16) - 1)  # fmt: skip
+        ln = gl.arange(0, 32, layout=gl.SliceLayout(0, gl.SliceLayout(2, w_l)))
+        cc = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, w_l)))
+        w_off = (tn[:, None, None] * (K // 64) * 32 + ln[None, :, None]) * 4 + cc[None, None, :]
+        rows_c = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, mma))
+        # A row's codes of a step as one integer (2 e8m0 or 4 e4m3); rows past N read the last row's (never stored)
+        s_int: gl.constexpr = gl.uint16 if SB == 32 else gl.int32
+        s_rows = (s_ptr + gl.minimum(rows_c, N - 1) * stride_sn).to(gl.pointer_type(s_int))
+
+        # x as [block, t, SB / 4, row] in the order repack_fp4 gave K. Per lane (one block a load, lane t's values of
+        # it side by side; every warp reads the same x), or (X_SHARED) read once a program in 16-byte pieces and
+        # stored in shared memory in the MMA's K order, the operand then read by ldmatrix. Rows past M read row M - 1.
+        NB: gl.constexpr = 64 // SB
+        if X_SHARED:
+            x_l: gl.constexpr = gl.BlockedLayout([1, 1, SB // 4, 1], [1, 4, 1, 8], [1, 1, 1, W], [2, 1, 0, 3])
+            x_smem = gl.allocate_shared_memory(
+                gl.bfloat16, [64, BM], gl.SwizzledSharedLayout(8, 1, 8, [0, 1])
+            )
+        else:
+            x_l: gl.constexpr = _x_layout(1, BM, W, SB // 4)
+            x_smem = 0
+        xb = gl.arange(
+            0, NB if X_SHARED else 1, layout=gl.SliceLayout(1, gl.SliceLayout(2, gl.SliceLayout(3, x_l)))
+        )
+        xt = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, gl.SliceLayout(3, x_l))))
+        xj = gl.arange(0, SB // 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(3, x_l))))
+        xm = gl.arange(0, BM, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, x_l))))
+        x_off = (xb[:, None, None, None] * SB + xt[None, :, None, None] * (SB // 4) + xj[None, None, :, None]
+                 + gl.minimum(xm, M - 1)[None, None, None, :] * stride_xm)  # fmt: skip
+
+        acc = gl.zeros([BLOCK_N, BM], gl.float32, layout=mma)
+        for g in range(g0, g1):
+            words = gl.load(w_ptr + w_off + g * 128)  # [TN, 32, 4]: the four 16-wide tiles of the chunk
+            lo, hi = gl.split(gl.permute(gl.reshape(words, [TN, 32, 2, 2]), [0, 1, 3, 2]))  # tiles 0-1, 2-3
+            x_at = x_ptr + x_off + g * 64
+            if X_SHARED:
+                xk = _mma_order(gl.load(x_at), NB, SB, BM)
+                _barrier()  # every warp has read the last step's x
+                x_smem.store(xk)
+                _barrier()
+            e = gl.load(s_rows + g).to(gl.int32)
+            if SB == 32:
+                acc = _fp4_block(lo, _x_block(x_at, x_smem, 0, SB, BM, b_l, X_SHARED), _fp4_scale(e, 0, SB), acc,
+                                 TN, SB, a_l, mma)  # fmt: skip
+                acc = _fp4_block(hi, _x_block(x_at, x_smem, 1, SB, BM, b_l, X_SHARED), _fp4_scale(e, 1, SB), acc,
+                                 TN, SB, a_l, mma)  # fmt: skip
+            else:
+                w0, w1 = gl.split(lo)
+                w2, w3 = gl.split(hi)
+                acc = _fp4_block(gl.expand_dims(w0, 2), _x_block(x_at, x_smem, 0, SB, BM, b_l, X_SHARED),
+                                 _fp4_scale(e, 0, SB), acc, TN, SB, a_l, mma)  # fmt: skip
+                acc = _fp4_block(gl.expand_dims(w1, 2), _x_block(x_at, x_smem, 1, SB, BM, b_l, X_SHARED),
+                                 _fp4_scale(e, 1, SB), acc, TN, SB, a_l, mma)  # fmt: skip
+                acc = _fp4_block(gl.expand_dims(w2, 2), _x_block(x_at, x_smem, 2, SB, BM, b_l, X_SHARED),
+                                 _fp4_scale(e, 2, SB), acc, TN, SB, a_l, mma)  # fmt: skip
+                acc = _fp4_block(gl.expand_dims(w3, 2), _x_block(x_at, x_smem, 3, SB, BM, b_l, X_SHARED),
+                                 _fp4_scale(e, 3, SB), acc, TN, SB, a_l, mma)  # fmt: skip
+        if HAS_GS:
+            acc = acc * gl.load(gs_ptr)
+        _finish(acc, y_ptr, ws_ptr, cnt_ptr, M, N, stride_ym, rows_c, pid_n, pid_k, BM, mma)
 
 
 def config(M: int, N: int, K: int) -> dict:
@@ -297,11 +575,74 @@ def decode(x: torch.Tensor, words: torch.Tensor, scales, zeros, group_size: int,
     block_n = 16 * cfg["num_warps"] * cfg["R"]
 
     n_blocks = triton.cdiv(N, block_n)
-    one = split == 1  # then neither is touched: empty() launches nothing
-    ws = torch.empty(1 if one else (split, M, N), dtype=torch.float32, device=x.device)
-    cnt = (torch.empty if one else torch.zeros)(1 if one else n_blocks, dtype=torch.int32, device=x.device)
+    ws, cnt = _split_buffers(split, M, N, n_blocks, x.device)
     _w4_mma_kernel[(n_blocks, split)](
         x, words, scales, zeros, out, ws, cnt, M, N, K, x.stride(0), scales.stride(0), out.stride(0),
         GROUP=group_size, BM=bm, **cfg,
     )  # fmt: skip
     return out
+
+
+def config_fp4(M: int, N: int, K: int) -> dict:
+    """Row tiles a warp, how x is read, split-K: graph-timed on the H200 (docs/perf-notes.md, ninth round, sweeps 21
+    and 22), the same rule for MXFP4 and NVFP4. From M = 5, x through shared memory with two tiles a warp and K
+    split 8 ways (per lane, every warp's reads of x cost 4-9 points at M = 16); below, two tiles a warp and K split
+    4 ways where N is long, 16 ways where N is short and K long, one tile and 8 ways on 8192 x 8192."""
+    if M >= 5:
+        return dict(R=2, num_warps=4, X_SHARED=True, SPLIT_K=8)
+    if N >= 16384:
+        return dict(R=2, num_warps=4, X_SHARED=False, SPLIT_K=4)
+    if K >= 16384:
+        return dict(R=2, num_warps=4, X_SHARED=False, SPLIT_K=16)
+    return dict(R=1, num_warps=4, X_SHARED=False, SPLIT_K=8)
+
+
+def mxfp4_decode(x, packed, scales, out=None):
+    """The MXFP4 chapter's signature: repacks on every call, so for checks, not for timing."""
+    return decode_fp4(x, repack_fp4(packed, 32), scales, None, packed.shape[0], out=out)
+
+
+def nvfp4_decode(x, packed, scales, g, out=None):
+    """The NVFP4 chapter's signature: repacks on every call, so for checks, not for timing."""
+    return decode_fp4(x, repack_fp4(packed, 16), scales, g, packed.shape[0], out=out)
+
+
+def decode_fp4(x: torch.Tensor, words: torch.Tensor, scales, g, N: int, out=None, **cfg):
+    """MXFP4 (g None: e8m0 scale codes uint8 [N, K/32]) or NVFP4 (e4m3 codes uint8 [N, K/16] and the float32 global
+    scale g): y = x @ W^T for M <= 16 rows of bf16 x, W given as `repack_fp4`'s words (N its rows)."""
+    if x.dtype != torch.bfloat16:
+        raise ValueError(f"the MMA decode takes bf16 activations, got {x.dtype}")
+    M, K = x.shape
+    if M > 16:
+        raise ValueError(f"the MMA decode takes at most 16 rows, got M = {M}")
+    if K % 64 or tuple(words.shape) != (triton.cdiv(N, 16), K // 64, 32, 4):
+        raise ValueError(f"words of shape {list(words.shape)} do not fit N = {N}, K = {K}")
+    sb = 32 if g is None else 16
+    if tuple(scales.shape) != (N, K // sb) or scales.dtype != torch.uint8:
+        raise ValueError(f"the scales must be uint8 codes [N, K/{sb}] = [{N}, {K // sb}]")
+    x = x if x.stride(1) == 1 else x.contiguous()  # rows may be strided
+    scales = scales.contiguous()
+    gs = scales if g is None else g.float().reshape(1)
+    out = torch.empty(M, N, dtype=x.dtype, device=x.device) if out is None else out
+    if tuple(out.shape) != (M, N) or out.stride(1) != 1:
+        raise ValueError(f"out must be [{M}, {N}] with unit stride along N")
+    cfg = dict(cfg or config_fp4(M, N, K))
+    split = min(cfg.pop("SPLIT_K", 1), K // 64)
+    n_blocks = triton.cdiv(N, 16 * cfg["num_warps"] * cfg["R"])
+    ws, cnt = _split_buffers(split, M, N, n_blocks, x.device)
+    _fp4_mma_kernel[(n_blocks, split)](
+        x, words, scales, gs, out, ws, cnt, M, N, K, x.stride(0), scales.stride(0), out.stride(0),
+        SB=sb, BM=8 if M <= 8 else 16, HAS_GS=g is not None, **cfg,
+    )  # fmt: skip
+    return out
+
+
+def _split_buffers(split: int, M: int, N: int, n_blocks: int, device):
+    """The split-K workspace (float32 [split, M, N]) and the strips' counters (zeroed); unsplit, placeholders that
+    launch nothing (empty)."""
+    if split == 1:
+        return torch.empty(1, dtype=torch.float32, device=device), torch.empty(
+            1, dtype=torch.int32, device=device
+        )
+    return (torch.empty(split, M, N, dtype=torch.float32, device=device),
+            torch.zeros(n_blocks, dtype=torch.int32, device=device))  # fmt: skip

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from qmatmul import mma_decode, w4a16
+from qmatmul import mma_decode, mxfp4, nvfp4, w4a16
+from qmatmul.formats import fp4
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 
@@ -114,6 +115,9 @@ def test_every_configuration_the_sweep_times_compiles_for_hopper():
     for cfg in sweep_mma.configs():
         for bm in (8, 16):
             assert sass.measure(f"{cfg} bm={bm}", sass.mma_row(cfg, bm))["spills"] == 0, (cfg, bm)
+    for cfg in sweep_mma.fp4_configs():
+        for bm, sb in ((8, 32), (16, 16)):
+            assert sass.measure(f"{cfg} bm={bm}", sass.mma_fp4_row(cfg, bm, sb))["spills"] == 0, (cfg, bm, sb)
 
 
 @pytest.mark.skipif(
@@ -136,3 +140,113 @@ def test_on_a_gpu_the_kernel_matches_the_reference(M, G, split):
         for _ in range(2):  # the counters start at zero on every call
             y = mma_decode.decode(x, words, s, z, G, 1000, **cfg)
             checks.compare(y, ref, what=f"mma decode {cfg}", rtol=checks.tolerance_for(x.dtype))
+
+
+@pytest.mark.parametrize("block", [32, 16])
+@pytest.mark.parametrize("N, K", [(16, 64), (1000, 1024), (33, 192)])
+def test_the_fp4_kernels_decoding_reads_back_the_chapters_values(block, N, K):
+    """repack_fp4 and the kernel's bit operations, in torch: every e2m1 value, signed zeros included."""
+    g = torch.Generator().manual_seed(N + K + block)
+    packed = torch.randint(0, 256, (N, K // 2), dtype=torch.uint8, generator=g)
+    got = mma_decode.decode_like_kernel_fp4(mma_decode.repack_fp4(packed, block), N, block)
+    want = fp4.e2m1_decode(fp4.unpack_nibbles(packed))
+    assert torch.equal(got, want) and torch.equal(got.signbit(), want.signbit())
+    wrong = mma_decode.decode_like_kernel_fp4(mma_decode.repack_fp4(packed, 48 - block), N, block)
+    assert not torch.equal(wrong, want)  # the other format's order inside a scale block
+
+
+def test_the_fp4_bit_places_tile_the_word_and_no_four_rotations_could():
+    """Each word holds each of its eight codes' four bits once (FP4_BITS is a bijection onto the 32 bits), pair 3's
+    multiply moves its bits without a carry, and no four rotations of one pair's bits tile a word (the search behind
+    the AND, multiply, AND of pair 3)."""
+    places = [p for j in range(4) for h in range(2) for p in mma_decode.FP4_BITS[j][h]]
+    assert sorted(places) == list(range(32))
+    mul = [d for d in range(32) if mma_decode.FP4_PAIR3_MUL >> d & 1]
+    src = [b for b in range(32) if mma_decode.FP4_PAIR3_MASK >> b & 1]
+    sums = [b + d for b in src for d in mul if b + d < 32]
+    assert len(sums) == len(set(sums))  # no two partial products share a bit: no carry
+    want = [p for p in range(32) if mma_decode.FP4_MASK >> p & 1]
+    pair = [6, 7, 8, 15, 22, 23, 24, 31]
+    assert want == pair
+
+    def tiles(chosen, covered):
+        if len(chosen) == 4:
+            return True
+        return any(tiles(chosen + [r], covered | rot) for r in range(32)
+                   if not (rot := {(p + r) % 32 for p in pair}) & covered)  # fmt: skip
+
+    assert not tiles([], set())
+
+
+def test_fp4_decode_refuses_bad_arguments_before_launching():
+    x, packed, scales, g = nvfp4.random_problem(
+        1, 32, 256, torch.bfloat16, "cpu", torch.Generator().manual_seed(0)
+    )
+    words = mma_decode.repack_fp4(packed, 16)
+    with pytest.raises(ValueError, match=r"\[N, K/16\]"):
+        mma_decode.decode_fp4(x, words, scales[:, :8], g, 32)
+    with pytest.raises(ValueError, match="bf16"):
+        mma_decode.decode_fp4(x.half(), words, scales, g, 32)
+    with pytest.raises(ValueError, match=r"\[N, K/32\]"):
+        mma_decode.decode_fp4(x, words, scales, None, 32)  # MXFP4 wants K/32 scales
+    with pytest.raises(ValueError, match="16 \\(NVFP4\\) or 32"):
+        mma_decode.repack_fp4(packed, 64)
+
+
+@pytest.mark.skipif(mma_decode.gluon is None, reason="triton without Gluon")
+def test_the_fp4_kernel_compiles_for_hopper_with_its_layouts_trivial():
+    """The e2m1 pairs become the MMA's operand as they are (no PRMT), with one bf16x2 multiply a pair."""
+    rows = sass.mma_rows()
+    for name in ("mma-mxfp4-m1", "mma-nvfp4-m16"):
+        got = sass.measure(name, rows[name])
+        assert got["spills"] == 0 and got["ops"]["HMMA"] > 0, got
+        assert got["ops"]["PRMT"] / got["weights"] < 0.1 and got["ops"]["HMUL2"] == got["weights"] // 2, got
+
+
+FP4 = {"mxfp4": (mxfp4, mma_decode.mxfp4_decode, 32), "nvfp4": (nvfp4, mma_decode.nvfp4_decode, 16)}
+GPU = pytest.mark.skipif(
+    not mma_decode.available(), reason="needs a CUDA GPU of sm_80 or newer and triton with Gluon"
+)
+
+
+@GPU
+@pytest.mark.parametrize("fmt", sorted(FP4))
+@pytest.mark.parametrize("M", [1, 5, 16])
+@pytest.mark.parametrize("split", [1, 3, 8])
+def test_on_a_gpu_the_fp4_kernel_matches_the_reference(fmt, M, split):
+    """Ragged N, split-K, one and two row tiles a warp, x per lane and through shared memory."""
+    from qmatmul import checks
+
+    ch, _, block = FP4[fmt]
+    x, packed, *w = ch.random_problem(M, 1000, 1024, torch.bfloat16, "cuda", checks.generator(M + split))
+    ref = ch.reference(x, packed, *w)
+    words = mma_decode.repack_fp4(packed, block)
+    g = w[1] if fmt == "nvfp4" else None
+    for r, shared in ((1, False), (2, False), (1, True), (2, True)):
+        cfg = dict(mma_decode.config_fp4(M, 1000, 1024), SPLIT_K=split, R=r, X_SHARED=shared)
+        for _ in range(2):  # the counters start at zero on every call
+            y = mma_decode.decode_fp4(x, words, w[0], g, 1000, **cfg)
+            checks.compare(y, ref, what=f"mma {fmt} {cfg}", rtol=checks.tolerance_for(x.dtype))
+
+
+@GPU
+@pytest.mark.parametrize("fmt", sorted(FP4))
+def test_on_a_gpu_the_fp4_kernel_decodes_every_code_and_scale_to_the_bit(fmt):
+    """One-hot rows of x pick single weight columns: y is the dequantized weight exactly, for all sixteen codes in
+    every position and every block scale whose values bf16 holds (e8m0 2^-127 .. 2^125; every e4m3 but NaN)."""
+    from qmatmul import checks
+
+    ch, decode, block = FP4[fmt]
+    gen = checks.generator(12)
+    N, K = 256, 256
+    packed = torch.randint(0, 256, (N, K // 2), dtype=torch.uint8, generator=gen)
+    top = 253 if fmt == "mxfp4" else 0x7F
+    scales = (torch.arange(N * K // block) % top).to(torch.uint8).reshape(N, K // block)
+    args = (packed, scales) if fmt == "mxfp4" else (packed, scales, torch.ones(1))
+    w = ch.dequantize(*args)
+    cuda = [a.cuda() for a in args]
+    for ks in (torch.arange(0, 16), torch.arange(K - 16, K), torch.randperm(K, generator=gen)[:16]):
+        x = torch.zeros(16, K, dtype=torch.bfloat16)
+        x[torch.arange(16), ks] = 1.0
+        y = decode(x.cuda(), *cuda).cpu()
+        assert torch.equal(y.float(), w[:, ks].T.bfloat16().float()), f"{fmt}: columns {ks.tolist()}"

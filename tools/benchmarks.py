@@ -296,9 +296,19 @@ def _fp4_rows(ch, kernels, sol, record, env, quick: bool) -> None:
         return lambda: ch.random_problem(M, N, K, dtype, "cuda", checks.generator(1))
 
     decode, prefill = kernels
+    name = ch.__name__.split(".")[-1]
+    block, mma_check = (16, mma_decode.nvfp4_decode) if ch is nvfp4 else (32, mma_decode.mxfp4_decode)
+    row = f"expert {name} MMA decode, weight repacked at load (qmatmul/mma_decode.py, Gluon)"
     for N, K in [ch.BANDWIDTH_SHAPE] if quick else DECODE_SHAPES:
         ws = [ch.timing_weights(N, K, g) for _ in range(bench.copies_needed(ch.bytes_moved(1, N, K)))]
         dense = dense_copies(N, K, dtype, g)
+        why = mma_decode.why_not_fp4(dtype, K)
+        # Repacked once a copy, as a deployment repacks at load time (untimed): words, scales, global scale or None.
+        words = (
+            [(mma_decode.repack_fp4(w[0], block), w[1], w[2] if ch is nvfp4 else None) for w in ws]
+            if not why
+            else None
+        )
         for M in (1, 16) if quick else (1, 4, 16):
             x = torch.randn(M, K, device="cuda", generator=g).to(dtype)
             fused = ch.bytes_moved(M, N, K)
@@ -306,6 +316,9 @@ def _fp4_rows(ch, kernels, sol, record, env, quick: bool) -> None:
             for label, fn, checked in decode:
                 record("decode", label, M, N, K, [lambda x=x, w=w, fn=fn: fn(x, *w) for w in ws], fused,
                        recheck(fn, problem(M, N, K), ch.reference, dtype) if checked else None)  # fmt: skip
+            record("decode", f"{row}: {why}" if why else row, M, N, K,
+                   None if why else [lambda x=x, w=w, N=N: mma_decode.decode_fp4(x, *w, N) for w in words], fused,
+                   None if why else recheck(mma_check, problem(M, 1000, 1024), ch.reference, dtype))  # fmt: skip
     if not prefill:
         return
     N, K = PREFILL_SHAPE

@@ -163,10 +163,12 @@ DECODE_ROWS = [
     ("fp8 decode", "torch._scaled_mm rowwise"),
     ("mxfp4 decode", "solution mxfp4_decode"),
     ("mxfp4 decode", "expert mxfp4_decode (qmatmul/expert.py)"),
+    ("mxfp4 decode", "expert mxfp4 MMA decode, weight repacked at load (qmatmul/mma_decode.py, Gluon)"),
     ("mxfp4 decode", "solution tl.dot_scaled"),
     ("mxfp4 decode", "naive: dequantize, matmul"),
     ("nvfp4 decode", "solution nvfp4_decode"),
     ("nvfp4 decode", "expert nvfp4_decode (qmatmul/expert.py)"),
+    ("nvfp4 decode", "expert nvfp4 MMA decode, weight repacked at load (qmatmul/mma_decode.py, Gluon)"),
     ("nvfp4 decode", "naive: dequantize, matmul"),
 ]
 PREFILL_ROWS = [

@@ -51,6 +51,8 @@ _GEMM = {"x_ptr": "*bf16", "w_ptr": "*bf16", "g_ptr": "*fp32", "s_ptr": "*fp32",
 _W8A16 = {"x_ptr": "*bf16", "q_ptr": "*i8", "s_ptr": "*fp32", "y_ptr": "*bf16"}
 # qmatmul.mma_decode's Gluon kernel: the repacked words, the split-K workspace and counters.
 _MMA = {**_W4A16, "w_ptr": "*i32", "ws_ptr": "*fp32", "cnt_ptr": "*i32"}
+_MMA_FP4 = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*u8", "gs_ptr": "*fp32", "y_ptr": "*bf16", "ws_ptr": "*fp32",
+            "cnt_ptr": "*i32"}  # fmt: skip
 
 
 # The strides the JIT sees as 1 (contiguous rows of x, y, the weights and the scales): it specializes them.
@@ -125,7 +127,13 @@ def mma_rows(N: int = 28672, K: int = 8192) -> dict:
 
     if mma_decode.gluon is None:
         return {}
-    return {f"mma-w4a16-m{M}": mma_row(mma_decode.config(M, N, K), 8 if M <= 8 else 16) for M in (1, 16)}
+    rows = {f"mma-w4a16-m{M}": mma_row(mma_decode.config(M, N, K), 8 if M <= 8 else 16) for M in (1, 16)}
+    for fmt, sb in (("mxfp4", 32), ("nvfp4", 16)):
+        rows |= {
+            f"mma-{fmt}-m{M}": mma_fp4_row(mma_decode.config_fp4(M, N, K), 8 if M <= 8 else 16, sb)
+            for M in (1, 16)
+        }
+    return rows
 
 
 def mma_row(cfg: dict, bm: int) -> dict:
@@ -134,6 +142,19 @@ def mma_row(cfg: dict, bm: int) -> dict:
     # BLOCK_N is not the kernel's parameter (16 rows x R tiles a warp); weights_per_thread reads it
     cfg |= {"GROUP": 128, "BM": bm, "BLOCK_N": 16 * cfg["R"] * cfg["num_warps"]}
     return dict(_row("mma_decode", "_w4_mma_kernel", cfg), types=_MMA, ones=())
+
+
+def mma_fp4_row(cfg: dict, bm: int, sb: int) -> dict:
+    """qmatmul.mma_decode's fp4 kernel (sb = 32: MXFP4, 16: NVFP4) with a config of its config_fp4()."""
+    cfg = {k: v for k, v in cfg.items() if k != "SPLIT_K"}
+    cfg |= {
+        "SB": sb,
+        "BM": bm,
+        "HAS_GS": sb == 16,
+        "BLOCK_K": 64,
+        "BLOCK_N": 16 * cfg["R"] * cfg["num_warps"],
+    }
+    return dict(_row("mma_decode", "_fp4_mma_kernel", cfg), types=_MMA_FP4, ones=())
 
 
 # The GPU classes a learner may have (compute capability: a card of that class, the most shared memory one
