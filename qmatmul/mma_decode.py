@@ -25,7 +25,7 @@ MXFP4 and NVFP4 (`repack_fp4`, `decode_fp4`) take the same tiles with K reordere
 values) and each e2m1 code's bits stored where the kernel wants them in a bf16 (FP4_BITS): pair by pair an AND, a
 rotate and an AND, or an AND, a multiply and an AND give two bf16 holding the values times 2^-126, and one bf16x2
 multiply by 2^126 makes them exact (the subnormal 0.5 included). Each scale block is one MMA chain whose float32 sum
-its scale multiplies. About 2.9 (MXFP4) and 3.6 (NVFP4) SASS instructions a weight at M = 1; docs/perf-notes.md,
+its scale multiplies. About 2.8-2.9 (MXFP4) and 3.4-3.6 (NVFP4) SASS instructions a weight at M = 1; docs/perf-notes.md,
 ninth round.
 """
 
@@ -130,9 +130,8 @@ def repack(packed: torch.Tensor) -> torch.Tensor:
     of `x_order`). Rows past N are zero. Bit-exact and done once, when the weights are loaded."""
     vals = _fragments(unpack(packed), 64)  # [TN, K/16, 32, 8]
     slots = torch.tensor(SLOTS, device=packed.device, dtype=torch.int32)
-    return _words(
-        (vals << (4 * slots)).sum(-1, dtype=torch.int64), 2 * packed.shape[1]
-    )  # eight disjoint nibbles
+    nibbles = (vals << (4 * slots)).sum(-1, dtype=torch.int64)  # eight disjoint nibbles a word
+    return _words(nibbles, 2 * packed.shape[1])
 
 
 def _fp4_positions() -> list[list[list[int]]]:
@@ -157,16 +156,8 @@ def _fp4_positions() -> list[list[list[int]]]:
 
 FP4_MASK = 0x81C081C0  # bf16 bits 6-8 and 15 of both halves
 FP4_PAIR3_MASK, FP4_PAIR3_MUL = 0x001B001B, (1 << 2) + (1 << 7) + (1 << 12)
-FP4_PAIR3_SOURCE = {
-    6: 4,
-    7: 0,
-    8: 1,
-    15: 3,
-    22: 20,
-    23: 16,
-    24: 17,
-    31: 19,
-}  # bf16 bit <- stored bit (x 2^2, 2^7, 2^12)
+# pair 3: bf16 bit <- the stored bit that the multiply by 2^2 + 2^7 + 2^12 moves there
+FP4_PAIR3_SOURCE = {6: 4, 7: 0, 8: 1, 15: 3, 22: 20, 23: 16, 24: 17, 31: 19}
 FP4_BITS = _fp4_positions()
 
 
@@ -369,20 +360,8 @@ if gluon is not None:
         _finish(acc, y_ptr, ws_ptr, cnt_ptr, M, N, stride_ym, rows_c, pid_n, pid_k, BM, mma)
 
     @gluon.jit
-    def _finish(
-        acc,
-        y_ptr,
-        ws_ptr,
-        cnt_ptr,
-        M,
-        N,
-        stride_ym,
-        rows_c,
-        pid_n,
-        pid_k,
-        BM: gl.constexpr,
-        mma: gl.constexpr,
-    ):
+    def _finish(acc, y_ptr, ws_ptr, cnt_ptr, M, N, stride_ym, rows_c, pid_n, pid_k, BM: gl.constexpr,
+                mma: gl.constexpr):  # fmt: skip
         """Store the program's float32 sum: y, or split, its part to ws [split, M, N], counted in cnt[pid_n] (zeroed by
         the caller); the strip's last program adds the parts in order and writes y: one launch, no atomics on the
         output, the same sum whichever program finishes last."""
@@ -408,18 +387,16 @@ if gluon is not None:
         """`repack_fp4` words [TN, 32 lanes, C] (C 16-wide tiles of K) -> the e2m1 values, bf16 [16 TN, 16 C], as the
         MMA's first operand (the compiler proves no data moves)."""
         v = gl.join(gl.join(_pair(w, E2M1_0), _pair(w, E2M1_1)), gl.join(_pair(w, E2M1_2), _pair(w, E2M1_3)))
-        v = gl.permute(
-            gl.reshape(v, [TN, 8, 4, C, 2, 2, 2]), [0, 5, 1, 3, 6, 2, 4]
-        )  # tn, b1, g, c, b2, t, b0
+        # [TN, lane (g, t), c, b0, b1, b2] -> [tn, b1, g, c, b2, t, b0]: rows 16 tn + 8 b1 + g, K 16 c + 8 b2 + 2 t + b0
+        v = gl.permute(gl.reshape(v, [TN, 8, 4, C, 2, 2, 2]), [0, 5, 1, 3, 6, 2, 4])
         return gl.convert_layout(gl.reshape(v, [16 * TN, 16 * C]), a_l, assert_trivial=True)
 
     @gluon.jit
     def _fp4_scale(codes, b: gl.constexpr, SB: gl.constexpr):
         """Block b's scale of a step, float32, from the step's codes of a row read as one integer (byte b)."""
-        if (
-            SB == 32
-        ):  # e8m0 2^(e - 127): e as a float32's exponent field; e = 0 would be 0: the subnormal 2^-127's
-            # bits instead (non-negative floats order as their bits do)
+        if SB == 32:
+            # e8m0 2^(e - 127): e as a float32's exponent field; e = 0 would give 0, so the subnormal 2^-127's bits
+            # are its floor (non-negative floats order as their bits do)
             return gl.maximum((codes << (23 - 8 * b)) & 0x7F800000, 0x00400000).to(gl.float32, bitcast=True)
         return ((codes >> (8 * b)) & 0xFF).to(gl.uint8).to(gl.float8e4nv, bitcast=True).to(gl.float32)  # e4m3
 
