@@ -599,6 +599,8 @@ def decode_fp4(x: torch.Tensor, words: torch.Tensor, scales, g, N: int, out=None
         raise ValueError(f"the scales must be uint8 codes [N, K/{sb}] = [{N}, {K // sb}]")
     x = x if x.stride(1) == 1 else x.contiguous()  # rows may be strided
     scales = scales.contiguous()
+    if scales.data_ptr() % 4:  # the kernel reads a row's codes of a step as one 16- or 32-bit integer
+        scales = scales.clone()
     gs = scales if g is None else g.float().reshape(1)
     out = torch.empty(M, N, dtype=x.dtype, device=x.device) if out is None else out
     if tuple(out.shape) != (M, N) or out.stride(1) != 1:

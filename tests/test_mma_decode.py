@@ -268,3 +268,22 @@ def test_on_a_gpu_the_fp4_kernel_decodes_every_code_and_scale_to_the_bit(fmt):
         x[torch.arange(16), ks] = 1.0
         y = decode(x.cuda(), *cuda).cpu()
         assert torch.equal(y.float(), w[:, ks].T.bfloat16().float()), f"{fmt}: columns {ks.tolist()}"
+
+
+@GPU
+@pytest.mark.parametrize("fmt", sorted(FP4))
+def test_on_a_gpu_the_fp4_kernel_takes_scales_at_any_address(fmt):
+    """A row's scale codes of a step are one 16- or 32-bit load: scales starting one byte into a buffer are copied
+    first, not read misaligned."""
+    from qmatmul import checks
+
+    ch, _, block = FP4[fmt]
+    x, packed, scales, *g = ch.random_problem(1, 96, 256, torch.bfloat16, "cuda", checks.generator(5))
+    buf = torch.empty(scales.numel() + 1, dtype=torch.uint8, device="cuda")
+    odd = buf[1:].view(scales.shape)
+    odd.copy_(scales)
+    assert odd.data_ptr() % 4 and odd.is_contiguous()
+    y = mma_decode.decode_fp4(x, mma_decode.repack_fp4(packed, block), odd, g[0] if g else None, 96)
+    checks.compare(
+        y, ch.reference(x, packed, scales, *g), what=f"mma {fmt}", rtol=checks.tolerance_for(x.dtype)
+    )
