@@ -68,22 +68,20 @@ def supports(group_size: int, K: int) -> bool:
 
 def why_not(dtype, group_size: int, K: int) -> str:
     """Why the MMA decode does not run here on these operands (for a table's row), or "" when it does."""
-    if missing := _missing():
-        return missing
-    if dtype != torch.bfloat16:
-        return f"takes bf16 activations, not {str(dtype).replace('torch.', '')}"
-    if not supports(group_size, K):
-        return f"needs groups of 64 times a power of two (G = {group_size}) dividing K = {K}"
-    return ""
+    groups = f"needs groups of 64 times a power of two (G = {group_size}) dividing K = {K}"
+    return _missing() or _why_not_dtype(dtype) or ("" if supports(group_size, K) else groups)
 
 
 def why_not_fp4(dtype, K: int) -> str:
     """Why the fp4 MMA decode does not run here on these operands, or "" when it does."""
-    if missing := _missing():
-        return missing
-    if dtype != torch.bfloat16:
-        return f"takes bf16 activations, not {str(dtype).replace('torch.', '')}"
-    return "" if K % 64 == 0 else f"needs K a multiple of 64, got {K}"
+    chunks = f"needs K a multiple of 64, got {K}"
+    return _missing() or _why_not_dtype(dtype) or ("" if K % 64 == 0 else chunks)
+
+
+def _why_not_dtype(dtype) -> str:
+    if dtype == torch.bfloat16:
+        return ""
+    return f"takes bf16 activations, not {str(dtype).replace('torch.', '')}"
 
 
 def _tile_index(device=None):
@@ -337,10 +335,7 @@ if gluon is not None:
         acc = gl.zeros([BLOCK_N, BM], gl.float32, layout=mma)
         for g in range(g0, g1):
             words = gl.load(w_ptr + w_off + g * (KC * 128))
-            # [chunk, t, (c, b2, b0), row] -> [(chunk, c, b2, t, b0), row]: the MMA's K order
-            xk = gl.load(x_ptr + x_off + g * GROUP)
-            xk = gl.permute(gl.reshape(xk, [KC, 4, 4, 2, 2, BM]), [0, 2, 3, 1, 4, 5])
-            xk = gl.reshape(xk, [GROUP, BM])
+            xk = _mma_order(gl.load(x_ptr + x_off + g * GROUP), KC, 64, BM)
             if X_SHARED:
                 _barrier()  # every warp has read the last group's x
                 x_smem.store(xk)
@@ -350,10 +345,9 @@ if gluon is not None:
                 xk = gl.convert_layout(xk, b_l, assert_trivial=True)
             z = gl.load(z_ptr + rows_a * stride_sn + g)
             s = gl.load(s_ptr + rows_s * stride_sn + g)
-            v = gl.join(gl.join(_pair(words, PAIR0), _pair(words, PAIR1)),
-                        gl.join(_pair(words, PAIR2), _pair(words, PAIR3)))  # [TN, KC, lane, c, b0, b1, b2]  # fmt: skip
-            v = gl.permute(gl.reshape(v, [TN, KC, 8, 4, 4, 2, 2, 2]), [0, 6, 2, 1, 4, 7, 3, 5])
-            a = gl.convert_layout(gl.reshape(v, [BLOCK_N, GROUP]), a_l, assert_trivial=True)
+            # [TN, chunk, lane, c] -> [TN, lane, (chunk, c)]: the group's 16-wide tiles of K in order
+            words = gl.reshape(gl.permute(words, [0, 2, 1, 3]), [TN, 32, 4 * KC])
+            a = _mma_operand(words, TN, 4 * KC, a_l, PAIR0, PAIR1, PAIR2, PAIR3)
             a = a - (z.to(gl.float32) + 128.0).to(gl.bfloat16)[:, None]  # q - z, exact
             part = mma_v2(a, xk, gl.zeros([BLOCK_N, BM], gl.float32, layout=mma))
             acc = acc + part * s[:, None]
@@ -383,10 +377,11 @@ if gluon is not None:
                 gl.store(y, acc.to(y_ptr.dtype.element_ty), mask=y_mask)
 
     @gluon.jit
-    def _fp4_operand(w, TN: gl.constexpr, C: gl.constexpr, a_l: gl.constexpr):
-        """`repack_fp4` words [TN, 32 lanes, C] (C 16-wide tiles of K) -> the e2m1 values, bf16 [16 TN, 16 C], as the
-        MMA's first operand (the compiler proves no data moves)."""
-        v = gl.join(gl.join(_pair(w, E2M1_0), _pair(w, E2M1_1)), gl.join(_pair(w, E2M1_2), _pair(w, E2M1_3)))
+    def _mma_operand(w, TN: gl.constexpr, C: gl.constexpr, a_l: gl.constexpr, P0: gl.constexpr, P1: gl.constexpr,
+                     P2: gl.constexpr, P3: gl.constexpr):  # fmt: skip
+        """Words [TN, 32 lanes, C] (C 16-wide tiles of K, as `repack` / `repack_fp4` store them) -> bf16 [16 TN, 16 C],
+        the MMA's first operand (the compiler proves no data moves), pair j of each word made by the inline PTX Pj."""
+        v = gl.join(gl.join(_pair(w, P0), _pair(w, P1)), gl.join(_pair(w, P2), _pair(w, P3)))
         # [TN, lane (g, t), c, b0, b1, b2] -> [tn, b1, g, c, b2, t, b0]: rows 16 tn + 8 b1 + g, K 16 c + 8 b2 + 2 t + b0
         v = gl.permute(gl.reshape(v, [TN, 8, 4, C, 2, 2, 2]), [0, 5, 1, 3, 6, 2, 4])
         return gl.convert_layout(gl.reshape(v, [16 * TN, 16 * C]), a_l, assert_trivial=True)
@@ -403,14 +398,15 @@ if gluon is not None:
     @gluon.jit
     def _mma_order(xk, NB: gl.constexpr, SB: gl.constexpr, BM: gl.constexpr):
         """x [NB, 4, SB / 4, BM] as read (lane t's SB / 4 values of each block side by side) -> [NB SB, BM] in the
-        MMA's K order, block by block: the inverse of `x_order(block=SB)`."""
+        MMA's K order, block by block: the inverse of `x_order(block=SB)` (SB = 64: W4A16's chunks)."""
         xk = gl.permute(gl.reshape(xk, [NB, 4, SB // 16, 2, 2, BM]), [0, 2, 3, 1, 4, 5])  # c, b2, t, b0
         return gl.reshape(xk, [NB * SB, BM])
 
     @gluon.jit
     def _fp4_block(w, xk, s, acc, TN: gl.constexpr, SB: gl.constexpr, a_l: gl.constexpr, mma: gl.constexpr):
         """One scale block of SB values of K: acc += (e2m1 tile . x) * s, the scale on the float32 chain."""
-        part = mma_v2(_fp4_operand(w, TN, SB // 16, a_l), xk, gl.zeros(acc.shape, gl.float32, layout=mma))
+        a = _mma_operand(w, TN, SB // 16, a_l, E2M1_0, E2M1_1, E2M1_2, E2M1_3)
+        part = mma_v2(a, xk, gl.zeros(acc.shape, gl.float32, layout=mma))
         return acc + part * s[:, None]
 
     @gluon.jit
@@ -531,33 +527,14 @@ def w4a16_decode(x, packed, scales, zeros, group_size, out=None):
 
 def decode(x: torch.Tensor, words: torch.Tensor, scales, zeros, group_size: int, N: int, out=None, **cfg):
     """y = x @ dequantize(W)^T for M <= 16 rows of bf16 x, W given as `repack`'s words (N its rows)."""
-    if x.dtype != torch.bfloat16:
-        raise ValueError(f"the MMA decode takes bf16 activations, got {x.dtype}")
-    M, K = x.shape
-    if M > 16:
-        raise ValueError(f"the MMA decode takes at most 16 rows, got M = {M}")
-    if not supports(group_size, K) or tuple(words.shape) != (triton.cdiv(N, 16), K // 64, 32, 4):
-        raise ValueError(f"words of shape {list(words.shape)} do not fit N = {N}, K = {K}, G = {group_size}")
+    M, K, x, out = _checked(x, words, N, out)
+    if not supports(group_size, K):
+        raise ValueError(f"groups of G = {group_size} do not fit the kernel's 64-wide chunks of K = {K}")
     groups = K // group_size
     if tuple(scales.shape) != (N, groups) or tuple(zeros.shape) != (N, groups) or zeros.dtype != torch.uint8:
         raise ValueError(f"scales (float32) and zeros (uint8) must be [N, K/G] = [{N}, {groups}]")
-    x = x if x.stride(1) == 1 else x.contiguous()  # rows may be strided
-    scales, zeros = scales.float().contiguous(), zeros.contiguous()
-    out = torch.empty(M, N, dtype=x.dtype, device=x.device) if out is None else out
-    if tuple(out.shape) != (M, N) or out.stride(1) != 1:
-        raise ValueError(f"out must be [{M}, {N}] with unit stride along N")
-    cfg = dict(cfg or config(M, N, K))
-    split = min(cfg.pop("SPLIT_K", 1), K // group_size)
-    bm = 8 if M <= 8 else 16
-    block_n = 16 * cfg["num_warps"] * cfg["R"]
-
-    n_blocks = triton.cdiv(N, block_n)
-    ws, cnt = _split_buffers(split, M, N, n_blocks, x.device)
-    _w4_mma_kernel[(n_blocks, split)](
-        x, words, scales, zeros, out, ws, cnt, M, N, K, x.stride(0), scales.stride(0), out.stride(0),
-        GROUP=group_size, BM=bm, **cfg,
-    )  # fmt: skip
-    return out
+    return _launch(_w4_mma_kernel, x, words, scales.float().contiguous(), zeros.contiguous(), out, N, group_size,
+                   dict(cfg or config(M, N, K)), GROUP=group_size)  # fmt: skip
 
 
 def config_fp4(M: int, N: int, K: int) -> dict:
@@ -587,6 +564,21 @@ def nvfp4_decode(x, packed, scales, g, out=None):
 def decode_fp4(x: torch.Tensor, words: torch.Tensor, scales, g, N: int, out=None, **cfg):
     """MXFP4 (g None: e8m0 scale codes uint8 [N, K/32]) or NVFP4 (e4m3 codes uint8 [N, K/16] and the float32 global
     scale g): y = x @ W^T for M <= 16 rows of bf16 x, W given as `repack_fp4`'s words (N its rows)."""
+    M, K, x, out = _checked(x, words, N, out)
+    sb = 32 if g is None else 16
+    if tuple(scales.shape) != (N, K // sb) or scales.dtype != torch.uint8:
+        raise ValueError(f"the scales must be uint8 codes [N, K/{sb}] = [{N}, {K // sb}]")
+    scales = scales.contiguous()
+    if scales.data_ptr() % 4:  # the kernel reads a row's codes of a step as one 16- or 32-bit integer
+        scales = scales.clone()
+    gs = scales if g is None else g.float().reshape(1)
+    return _launch(_fp4_mma_kernel, x, words, scales, gs, out, N, 64, dict(cfg or config_fp4(M, N, K)), SB=sb,
+                   HAS_GS=g is not None)  # fmt: skip
+
+
+def _checked(x: torch.Tensor, words: torch.Tensor, N: int, out):
+    """Both decodes' operands: bf16 x of at most 16 rows (rows may be strided), `repack`'s or `repack_fp4`'s words of
+    an [N, K] weight, out [M, N] with unit stride along N (made when None). -> M, K, x, out."""
     if x.dtype != torch.bfloat16:
         raise ValueError(f"the MMA decode takes bf16 activations, got {x.dtype}")
     M, K = x.shape
@@ -594,24 +586,23 @@ def decode_fp4(x: torch.Tensor, words: torch.Tensor, scales, g, N: int, out=None
         raise ValueError(f"the MMA decode takes at most 16 rows, got M = {M}")
     if K % 64 or tuple(words.shape) != (triton.cdiv(N, 16), K // 64, 32, 4):
         raise ValueError(f"words of shape {list(words.shape)} do not fit N = {N}, K = {K}")
-    sb = 32 if g is None else 16
-    if tuple(scales.shape) != (N, K // sb) or scales.dtype != torch.uint8:
-        raise ValueError(f"the scales must be uint8 codes [N, K/{sb}] = [{N}, {K // sb}]")
-    x = x if x.stride(1) == 1 else x.contiguous()  # rows may be strided
-    scales = scales.contiguous()
-    if scales.data_ptr() % 4:  # the kernel reads a row's codes of a step as one 16- or 32-bit integer
-        scales = scales.clone()
-    gs = scales if g is None else g.float().reshape(1)
+    x = x if x.stride(1) == 1 else x.contiguous()
     out = torch.empty(M, N, dtype=x.dtype, device=x.device) if out is None else out
     if tuple(out.shape) != (M, N) or out.stride(1) != 1:
         raise ValueError(f"out must be [{M}, {N}] with unit stride along N")
-    cfg = dict(cfg or config_fp4(M, N, K))
-    split = min(cfg.pop("SPLIT_K", 1), K // 64)
+    return M, K, x, out
+
+
+def _launch(kernel, x, words, s, z, out, N: int, step: int, cfg: dict, **constants):
+    """One launch of either kernel: a program per BLOCK_N rows and SPLIT_K (cfg's, at most one a step of `step`
+    values of K) parts of K, with the split-K workspace and the strips' counters."""
+    M, K = x.shape
+    split = min(cfg.pop("SPLIT_K", 1), K // step)
     n_blocks = triton.cdiv(N, 16 * cfg["num_warps"] * cfg["R"])
     ws, cnt = _split_buffers(split, M, N, n_blocks, x.device)
-    _fp4_mma_kernel[(n_blocks, split)](
-        x, words, scales, gs, out, ws, cnt, M, N, K, x.stride(0), scales.stride(0), out.stride(0),
-        SB=sb, BM=8 if M <= 8 else 16, HAS_GS=g is not None, **cfg,
+    kernel[(n_blocks, split)](
+        x, words, s, z, out, ws, cnt, M, N, K, x.stride(0), s.stride(0), out.stride(0),
+        BM=8 if M <= 8 else 16, **cfg, **constants,
     )  # fmt: skip
     return out
 
