@@ -1,8 +1,10 @@
 """The plain GEMMs the chapters run on decoded weights, and the TMA-fed one they share with the expert FP8 kernels.
 
-* `decoded_gemm(x, w, out, g=None, *, s=None, group_size=0)`: out = x @ w.T (· g[0]) for 16-bit x [M, K] and a
-  decoded weight w [N, K], or with s the integers' group scales applied to each group's partial sums (W4A16). The
-  4-bit chapters' wrappers call it from DEQUANTIZE_FIRST_M rows on, once the weight is decoded. Where a TMA
+* `decoded_gemm(x, w, out, g=None, *, s=None, group_size=0, sw=None)`: out = x @ w.T (· g[0]) for 16-bit x [M, K]
+  and a decoded weight w [N, K], or with s the integers' group scales applied to each group's partial sums (W4A16),
+  or with sw a scale per column of the output (W8A16's codes). The chapters' wrappers call it from
+  DEQUANTIZE_FIRST_M rows on, once the weight is decoded.
+* `as_16bit(q, dtype)`: int8 codes as a 16-bit float tensor (exact), one Triton pass: W8A16's decoding. Where a TMA
   descriptor can address the operands (Hopper and newer, triton's host tensor descriptors) it takes `tma_kernel`;
   elsewhere `matmul_kernel`, the Triton tutorial's GEMM in grouped launch order, with `chapter.gemm_config`'s tiles.
 * `tma_kernel`: a persistent grid, one program an SM walking its output tiles in grouped order, operands fed by
@@ -42,11 +44,12 @@ def matmul_kernel(
     x_ptr, w_ptr, g_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_xk, stride_wn, stride_wk, stride_sn,
     stride_ym, stride_yn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    HAS_G: tl.constexpr, GROUP: tl.constexpr,
+    HAS_G: tl.constexpr, GROUP: tl.constexpr, COLUMNS: tl.constexpr = False,
 ):  # fmt: skip
     """y = x @ w.T (times the scalar g[0] when HAS_G) for 16-bit x [M, K] and w [N, K]: the Triton tutorial's
     GEMM, in grouped launch order. GROUP > 0: w holds integers and s [N, K / GROUP] their scales; each K step
-    (BLOCK_K divides GROUP) is multiplied by its group's scales before it is added, in float32."""
+    (BLOCK_K divides GROUP) is multiplied by its group's scales before it is added, in float32. COLUMNS: s [N]
+    scales output column n."""
     pid_m, pid_n = grouped_tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -63,6 +66,8 @@ def matmul_kernel(
             acc += tl.dot(x, w) * s[None, :]
         else:
             acc = tl.dot(x, w, acc)
+    if COLUMNS:
+        acc = acc * tl.load(s_ptr + offs_n * stride_sn, mask=offs_n < N, other=0.0)[None, :]
     if HAS_G:
         acc = acc * tl.load(g_ptr)
     tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn, acc.to(y_ptr.dtype.element_ty),
@@ -243,8 +248,9 @@ def uses_tma(x: torch.Tensor, w: torch.Tensor) -> bool:
     return x.is_cuda and tma_status(x.device)[0] and describable(x) and describable(w)
 
 
-def tutorial_matmul(x, w, out, g=None, s=None, group: int = 0, **cfg):
-    """matmul_kernel's launch (cfg: its tiles; default chapter.gemm_config's for x's device)."""
+def tutorial_matmul(x, w, out, g=None, s=None, group: int = 0, columns: bool = False, **cfg):
+    """matmul_kernel's launch (cfg: its tiles; default chapter.gemm_config's for x's device); columns: s [N] scales
+    the output's columns."""
     from qmatmul import chapter
 
     M, K = x.shape
@@ -255,17 +261,48 @@ def tutorial_matmul(x, w, out, g=None, s=None, group: int = 0, **cfg):
     grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]),)
     matmul_kernel[grid](x, w, w if g is None else g, w if s is None else s, out, M, N, K, x.stride(0), x.stride(1),
                         w.stride(0), w.stride(1), 0 if s is None else s.stride(0), out.stride(0), out.stride(1),
-                        GROUP_M=8, HAS_G=g is not None, GROUP=group, **cfg)  # fmt: skip
+                        GROUP_M=8, HAS_G=g is not None, GROUP=group, COLUMNS=columns, **cfg)  # fmt: skip
     return out
 
 
-def decoded_gemm(x, w, out, g=None, *, s=None, group_size=0):
+def decoded_gemm(x, w, out, g=None, *, s=None, group_size=0, sw=None):
     """out = x @ w.T (· g[0], a float32 tensor scale, when given) for 16-bit x [M, K] and a decoded weight w [N, K];
     with s [N, K / group_size], w holds integers and each group's product is scaled by s in float32 (W4A16's q - z:
-    folding s into 16-bit weights would round them). tma_kernel on Hopper and newer, matmul_kernel elsewhere."""
+    folding s into 16-bit weights would round them); with sw [N] (float32), output column n is scaled by sw[n]
+    (W8A16's codes, for the same reason). tma_kernel on Hopper and newer, matmul_kernel elsewhere."""
+    if s is not None and sw is not None:
+        raise ValueError("decoded_gemm takes group scales s or column scales sw, not both")
     group = group_size if s is not None else 0
     if uses_tma(x, w) and out.stride(1) == 1:
+        if sw is not None:
+            return tma_matmul(x, w, out, sw=sw, g=g, scales=COLUMN_SCALES)
         if s is None:
             return tma_matmul(x, w, out, g=g)
         return tma_matmul(x, w, out, sw=s, g=g, scales=GROUP_SCALES, group=group)
+    if sw is not None:
+        return tutorial_matmul(x, w, out, g=g, s=sw, columns=True)
     return tutorial_matmul(x, w, out, g=g, s=s, group=group)
+
+
+@triton.jit
+def as_16bit_kernel(q_ptr, w_ptr, n, BLOCK: tl.constexpr):
+    """w = q in w's dtype, BLOCK elements a program (through float32: triton's interpreter turns int8 into wrong bf16
+    directly; both steps are exact)."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    q = tl.load(q_ptr + offs, mask=offs < n)
+    tl.store(w_ptr + offs, q.to(tl.float32).to(w_ptr.dtype.element_ty), mask=offs < n)
+
+
+def as_16bit(q: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """int8 codes q as a new contiguous tensor of a 16-bit float dtype: exact (every int8 is a bf16 and an fp16). One
+    Triton pass; on the H200 torch's q.to(torch.bfloat16) took 178 µs for 64 MB of codes, this 53 µs
+    (docs/perf-notes.md, tenth round)."""
+    if q.dtype != torch.int8 or dtype not in (torch.bfloat16, torch.float16):
+        raise ValueError(f"as_16bit converts int8 codes to bfloat16 or float16, got {q.dtype} to {dtype}")
+    q = q.contiguous()
+    w = torch.empty(q.shape, dtype=dtype, device=q.device)
+    block = 8192 if q.is_cuda else 1024
+    as_16bit_kernel[(triton.cdiv(q.numel(), block),)](
+        q, w, q.numel(), BLOCK=block, num_warps=8 if q.is_cuda else 1
+    )
+    return w

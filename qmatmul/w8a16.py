@@ -11,7 +11,7 @@ import functools
 
 import torch
 
-from qmatmul import chapter, checks, floor, recorded, traffic
+from qmatmul import chapter, checks, floor, gemm, recorded, traffic
 from qmatmul.chapter import ACT_DTYPES  # noqa: F401 - the notebook's name
 from qmatmul.checks import CheckFailed, Mistake
 from qmatmul.floor import bytes_moved_dense, flops  # noqa: F401 - the notebook's names
@@ -25,13 +25,24 @@ from qmatmul.formats.w8a16 import (  # noqa: F401 - the notebook's names
     quantize,
     reference,
 )
+from qmatmul.gemm import as_16bit, decoded_gemm  # noqa: F401 - the notebook's names
 
 # Decode grading: a weight of 28672 x 8192 int8 (235 MB) is about 4x the H200's L2 and 60x a T4's.
 BANDWIDTH_SHAPE = (28672, 8192)
 BANDWIDTH_MS = (1, 16)
 BANDWIDTH_THRESHOLD = 0.5  # fraction of the copy bandwidth measured in the same process
 # The names of the course package the learner's graded code may use (grader/static.py, course_problems).
-GIVEN = {"qmatmul.w8a16": {"prepare", "prefill_config", "decode_config", "QMAX"}}
+GIVEN = {
+    "qmatmul.w8a16": {
+        "prepare",
+        "prefill_config",
+        "decode_config",
+        "QMAX",
+        "decode_first",
+        "as_16bit",
+        "decoded_gemm",
+    }
+}
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -71,6 +82,20 @@ def prefill_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
         BLOCK_K=64 if big else 128,
         num_warps=4,
         num_stages=3 if big else 4,
+    )
+
+
+def decode_first(x: torch.Tensor, out: torch.Tensor) -> bool:
+    """Whether the prefill wrapper converts the codes once and multiplies with decoded_gemm's TMA GEMM: a CUDA GPU
+    with TMA (Hopper and newer), operands it can address. Measured only there (the H200: docs/perf-notes.md, tenth
+    round); elsewhere the chapter's fused kernel runs."""
+    K = x.shape[1]
+    return (
+        x.is_cuda
+        and gemm.tma_status(x.device)[0]
+        and gemm.describable(x)
+        and K % 8 == 0
+        and out.stride(1) == 1
     )
 
 

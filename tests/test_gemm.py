@@ -132,3 +132,45 @@ def test_a_group_step_that_does_not_divide_the_group_is_refused(tma):
     kwargs = dict(sw=s, scales=gemm.GROUP_SCALES, group=128) if tma else dict(s=s, group=128)
     with pytest.raises(ValueError, match="divide the group size 128"):
         run(x.half(), q, out, **kwargs, **cfg)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_as_16bit_is_exact_on_every_code(dtype):
+    """W8A16's decoding: every int8 value, in a shape no block divides, equals torch's own conversion; a strided view
+    is read as its values, and anything but int8 codes to a 16-bit float is refused."""
+    q = torch.arange(-128, 128, dtype=torch.int8).repeat(9)[:2051].reshape(1, 2051)
+    assert torch.equal(gemm.as_16bit(q, dtype), q.to(dtype))
+    wide = torch.arange(-128, 128, dtype=torch.int8).reshape(16, 16)
+    assert torch.equal(gemm.as_16bit(wide[:, ::2], dtype), wide[:, ::2].to(dtype))
+    with pytest.raises(ValueError, match="int8 codes to bfloat16 or float16"):
+        gemm.as_16bit(q.to(torch.uint8), dtype)
+    with pytest.raises(ValueError, match="int8 codes to bfloat16 or float16"):
+        gemm.as_16bit(q, torch.float32)
+
+
+@pytest.mark.parametrize("tma", [False, True])
+def test_column_scales_on_integer_weights(tma):
+    """decoded_gemm's column mode (W8A16 converted first), both kernels (fp16 in the interpreter): equal to the
+    chapter's reference on a ragged shape, where a scale applied to the wrong axis would not be; and refused beside
+    group scales."""
+    g = checks.generator(3)
+    x = torch.randn(37, 200, generator=g).to(torch.float16)
+    q = torch.randint(-127, 128, (70, 200), generator=g, dtype=torch.int8)
+    s = torch.rand(70, generator=g) * 0.01 + 1e-3
+    out = torch.full((37, 70), float("nan"), dtype=torch.float16)
+    w = gemm.as_16bit(q, x.dtype)
+    if tma:
+        cfg = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=64, num_warps=4, num_stages=1)
+        y = gemm.tma_matmul(x, w, out, sw=s, scales=gemm.COLUMN_SCALES, **cfg)
+    else:
+        y = gemm.decoded_gemm(x, w, out, sw=s)
+    checks.compare(y, w8a16.reference(x, q, s), what="column-scaled GEMM", rtol=checks.tolerance_for(x.dtype))
+    with pytest.raises(ValueError, match="not both"):
+        gemm.decoded_gemm(x, w, out, s=s[:, None], group_size=200, sw=s)
+
+
+def test_w8a16_converts_first_only_where_measured():
+    """The W8A16 wrapper's decode-first path is taken on a CUDA GPU with TMA only (the H200's measurement); on the
+    CPU, and so in every interpreter check, the learner's kernel runs."""
+    x = torch.zeros(600, 64, dtype=torch.float16)
+    assert not w8a16.decode_first(x, torch.empty(600, 32, dtype=torch.float16))

@@ -262,3 +262,27 @@ def test_visible_check_names_every_wrong_quantizer(name):
     for seed in (0, 1):
         with pytest.raises(CheckFailed, match=name.replace("|", r"\|")):
             w8a16.check_quantizer(WRONG_QUANTIZERS[name], seed=seed)
+
+
+def test_prefill_decode_first_path(w8a16_solution):
+    """The path the wrapper takes on Hopper and newer at M >= DEQUANTIZE_FIRST_M: the codes converted once, exactly,
+    then decoded_gemm scales the output's columns (its tutorial GEMM here; the TMA one is tests/test_gemm.py's). The
+    CPU never takes it, so it is run here directly, on a ragged shape, against the reference."""
+    assert w8a16_solution.DEQUANTIZE_FIRST_M == 512
+    x, q, s = w8a16.random_problem(37, 72, 200, torch.float16, "cpu", checks.generator(7))
+    w = w8a16.as_16bit(q, x.dtype)
+    assert torch.equal(w, q.half())
+    out = w8a16.decoded_gemm(x, w, torch.empty(37, 72, dtype=x.dtype), sw=s)
+    checks.compare(out, w8a16.reference(x, q, s), what="y", rtol=checks.tolerance_for(x.dtype))
+
+
+def test_the_given_decoded_gemm_opens_no_naive_path():
+    """as_16bit and decoded_gemm are given to the learner's cell (GIVEN) for the wrapper's M >= 512 path. A wrapper
+    that takes that path for every M converts a weight-sized copy first, and the check refuses it by name."""
+
+    def every_m(x, q, s, out=None):
+        M, N, K, out = w8a16.prepare(x, q, s, out)
+        return w8a16.decoded_gemm(x, w8a16.as_16bit(q, x.dtype), out, sw=s)
+
+    with pytest.raises(CheckFailed, match="naive dequantize-then-matmul"):
+        w8a16.check_prefill(every_m, seed=3)
