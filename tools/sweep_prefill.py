@@ -8,6 +8,7 @@ and without the masked K tail, and the FP8 128 x 128 block-scaled kernel's tiles
     python tools/sweep_prefill.py --parts gemmgroup  qmatmul.gemm's group-scaled TMA GEMM (W4A16's integers q - z)
     python tools/sweep_prefill.py --parts w4tma      W4A16 decoded first: the group-scaled GEMM plain and swapped
     python tools/sweep_prefill.py --parts fp8row     the expert FP8 row-wise TMA GEMM, plain and swapped
+    python tools/sweep_prefill.py --parts w8split    W8A16 prefill taken apart: conversion, GEMM, scales, paths
 
 Prefill candidates, each with the weight read as it lies ([BLOCK_N, BLOCK_K(/2)] rows) and dequantized once per K
 step for a BLOCK_M of 128-256 rows:
@@ -596,7 +597,7 @@ def group_problem(M, N, K, G, device, gen):
     return x, (q, s), x.float() @ (q.float() * s.repeat_interleave(G, dim=1)).T
 
 
-def gemmtma_part(mods, scaled_mm_rowwise, results, seeds=(1, 2, 3)):
+def gemmtma_part(mods, scaled_mm_rowwise, results, seeds=(1, 2, 3), tiles=None, Ms=(2048, 4096)):
     """qmatmul.gemm's GEMMs at M = 2048 and 4096, N = K = 8192, graph-timed: the 4-bit chapters' decoded-weight GEMM
     (bf16; the TMA kernel at each of GEMM_TMA_TILES and the tutorial's matmul_kernel) against cuBLAS; the expert FP8
     row-wise and block-scaled TMA GEMMs against torch._scaled_mm row-wise, with their wrong outputs per seed."""
@@ -611,7 +612,8 @@ def gemmtma_part(mods, scaled_mm_rowwise, results, seeds=(1, 2, 3)):
     xr = torch.randn(Mr, Kr, device="cuda", generator=gen, dtype=torch.bfloat16)
     wr = torch.randn(Nr, Kr, device="cuda", generator=gen, dtype=torch.bfloat16) * 0.02
     ragged = (xr, wr, xr.float() @ wr.float().T)
-    for M in (2048, 4096):
+    tiles = tiles or dict(bf16=GEMM_TMA_TILES, row=FP8_ROW_TILES, block=FP8_BLOCK_TILES)
+    for M in Ms:
         gen = checks.generator(M, "cuda")
         x = torch.randn(M, K, device="cuda", generator=gen, dtype=torch.bfloat16)
         ws = [torch.randn(N, K, device="cuda", generator=gen, dtype=torch.bfloat16) * 0.02 for _ in range(2)]
@@ -624,12 +626,12 @@ def gemmtma_part(mods, scaled_mm_rowwise, results, seeds=(1, 2, 3)):
         runs = [("matmul_kernel " + str(chapter.gemm_config(x.device)), gemm.tutorial_matmul)]
         runs += [
             (f"tma {t}", lambda x, w, out, t=t: gemm.tma_matmul(x, w, out, **tma_tiles(t)))
-            for t in GEMM_TMA_TILES
+            for t in tiles["bf16"]
         ]
         runs += [("decoded_gemm (as shipped)", gemm.decoded_gemm)]
         time_gemms("gemmtma", M, runs, x, ws, out, ref, cublas, results, ragged=ragged)
-        for kind, tiles in (("row", FP8_ROW_TILES), ("block", FP8_BLOCK_TILES)):
-            fp8_tma_tiles(fp8, kind, tiles, M, scaled_mm_rowwise, results, seeds)
+        for kind in ("row", "block"):
+            fp8_tma_tiles(fp8, kind, tiles[kind], M, scaled_mm_rowwise, results, seeds)
 
 
 def fp8_tma_tiles(fp8, kind, tiles, M, scaled_mm_rowwise, results, seeds=(1, 2, 3), N=8192, K=8192):
@@ -688,7 +690,7 @@ GROUP_TMA_TILES = [(128, 128, 128, 8, 3, False), (128, 128, 128, 8, 3, False, SW
                    (128, 64, 128, 4, 2, False, SWAP2), (128, 64, 64, 4, 4, False, SWAP2)]  # fmt: skip
 
 
-def gemmgroup_part(results, G=128):
+def gemmgroup_part(results, G=128, tiles=None):
     """decoded_gemm's group-scaled TMA GEMM at M = 2048 and 4096, N = K = 8192, against cuBLAS on bf16 weights and
     the same kernel without the scales, graph-timed, each checked against the fp32 product first (and at RAGGED)."""
     import torch
@@ -710,8 +712,23 @@ def gemmgroup_part(results, G=128):
         )
         print(f"group M={M} cuBLAS {cublas * 1e3:.0f} us, tma without scales {plain * 1e3:.0f} us")
         runs = [(f"group {t}", lambda x, w, o, t=t: gemm.tma_matmul(x, w[0], o, sw=w[1], scales=gemm.GROUP_SCALES,
-                                                                     group=G, **tma_tiles(t))) for t in GROUP_TMA_TILES]  # fmt: skip
+                                                                     group=G, **tma_tiles(t)))
+                for t in tiles or GROUP_TMA_TILES]  # fmt: skip
         time_gemms("gemmgroup", M, runs, x, ws, out, ref, cublas, results, ragged=ragged)
+
+
+def cublas_beside(part, M, K, dense, gen, results):
+    """x [M, K] and out [M, N] in bf16, and cuBLAS's graph-timed ms on the bf16 weights dense, recorded as part's row."""
+    import torch
+
+    from qmatmul import bench
+
+    x = torch.randn(M, K, device="cuda", generator=gen).to(torch.bfloat16)
+    out = torch.empty(M, dense[0].shape[0], device="cuda", dtype=torch.bfloat16)
+    cublas = bench.graph_ms([lambda d=d: torch.matmul(x, d.T, out=out) for d in dense])
+    results.append(dict(part=part, M=M, label="cuBLAS bf16", us=cublas * 1e3))
+    print(f"{part} M={M} cuBLAS {cublas * 1e3:.0f} us")
+    return x, out, cublas
 
 
 def w4tma_part(mods, results, sols):
@@ -721,7 +738,7 @@ def w4tma_part(mods, results, sols):
     to tma_kernel as they lie, q - z made in registers: 37-48 %, against 67-68 % decoded first; commit a62863b.)"""
     import torch
 
-    from qmatmul import bench, checks, gemm
+    from qmatmul import checks, gemm
 
     w4, sol = mods["w4a16"], sols["w4a16"]
     N = K = 8192
@@ -733,11 +750,7 @@ def w4tma_part(mods, results, sols):
     xr = torch.randn(Mr, Kr, device="cuda", generator=gen).to(torch.bfloat16)
     ragged = (xr, wr, w4.reference(xr, *wr).float())
     for M in (2048, 4096):
-        x = torch.randn(M, K, device="cuda", generator=gen).to(torch.bfloat16)
-        out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
-        cublas = bench.graph_ms([lambda d=d: torch.matmul(x, d.T, out=out) for d in dense])
-        results.append(dict(part="w4tma", M=M, label="cuBLAS bf16", us=cublas * 1e3))
-        print(f"w4tma M={M} cuBLAS {cublas * 1e3:.0f} us")
+        x, out, cublas = cublas_beside("w4tma", M, K, dense, gen, results)
         ref = w4.reference(x, *ws[0]).float()
         runs = [("solution w4a16_matmul (as shipped)", lambda x, w, o: sol.w4a16_matmul(x, *w, out=o))]
         # decode first, then the group-scaled GEMM at its shipped tiles, plain or swapped
@@ -747,6 +760,59 @@ def w4tma_part(mods, results, sols):
                 x, sol.w4a16_integers(w[0], w[2], w[3], x.dtype), o, sw=w[1], scales=gemm.GROUP_SCALES, group=w[3],
                 **cfg)))  # fmt: skip
         time_gemms("w4tma", M, runs, x, ws, out, ref, cublas, results, ragged=ragged)
+
+
+W8_COLUMN_TILES = [(128, 256, 64, 8, 3, False), (128, 256, 64, 8, 3, False, {"SWAP": True}), (256, 128, 64, 8, 3, False),
+                   (128, 256, 64, 8, 4, False), (128, 128, 64, 8, 4, False)]  # fmt: skip
+
+
+def fused_w8(w8, sol, x, q, s, out):
+    """The chapter's fused prefill kernel at any M (its wrapper's launch without the decode-first branch)."""
+    M, N, K = x.shape[0], q.shape[0], x.shape[1]
+    cfg = w8.prefill_config(M, N, K, x.device.type)
+    grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]),)
+    sol.w8a16_matmul_kernel[grid](x, q, s, out, M, N, K, x.stride(0), x.stride(1), q.stride(0), q.stride(1),
+                                  out.stride(0), out.stride(1), GROUP_M=8, **cfg)  # fmt: skip
+    return out
+
+
+def w8split_part(mods, results, sols):
+    """W8A16 prefill at M = 2048, 4096 and 8192, N = K = 8192, taken apart: the int8 -> bf16 conversion alone (torch's
+    and gemm.as_16bit), the TMA GEMM on the converted weight without and with the column scales (W8_COLUMN_TILES),
+    the expert (conversion, then the GEMM), the chapter's solution as committed and its fused kernel alone, and the
+    naive path, against cuBLAS on bf16 weights, graph-timed over two weight copies; each checked first."""
+    import torch
+
+    from qmatmul import bench, checks, expert, gemm
+
+    w8, sol = mods["w8a16"], sols["w8a16"]
+    N = K = 8192
+    gen = checks.generator(8, "cuda")
+    ws = [w8.timing_weights(N, K, gen) for _ in range(2)]
+    dense = [q.to(torch.bfloat16) for q, _ in ws]
+
+    for label, fn in (("torch q.to(bf16)", lambda i: ws[i][0].to(torch.bfloat16)),
+                      ("gemm.as_16bit", lambda i: gemm.as_16bit(ws[i][0], torch.bfloat16))):  # fmt: skip
+        assert torch.equal(fn(0), dense[0])
+        ms = bench.graph_ms([lambda i=i: fn(i) for i in range(2)])
+        results.append(
+            dict(part="w8split", M=0, label=label, us=ms * 1e3, GBps=3 * N * K / (ms * 1e-3) / 1e9)
+        )
+        print(f"w8split {label:40} {ms * 1e3:7.1f} us")
+    for M in (2048, 4096, 8192):
+        x, out, cublas = cublas_beside("w8split", M, K, dense, gen, results)
+        ref = w8.reference(x, *ws[0]).float()
+        runs = [
+            ("naive", lambda x, w, o: w8.naive(x, *w)),
+            ("solution w8a16_matmul (as committed)", lambda x, w, o: sol.w8a16_matmul(x, *w, out=o)),
+            ("fused kernel", lambda x, w, o: fused_w8(w8, sol, x, *w, o)),
+            ("expert w8a16_prefill_tma", lambda x, w, o: expert.w8a16_prefill_tma(x, *w, out=o)),
+            ("GEMM on bf16 codes, no scales", lambda x, w, o: gemm.tma_matmul(x, dense[0 if w is ws[0] else 1], o)),
+        ]  # fmt: skip
+        runs += [(f"GEMM on bf16 codes, column scales {t}", lambda x, w, o, t=t: gemm.tma_matmul(
+            x, dense[0 if w is ws[0] else 1], o, sw=w[1], scales=gemm.COLUMN_SCALES, **tma_tiles(t)))
+            for t in W8_COLUMN_TILES]  # fmt: skip
+        time_gemms("w8split", M, runs, x, ws, out, ref, cublas, results)
 
 
 def block_reference_fp32(xq, sx, wq, sw):
@@ -848,6 +914,9 @@ def main(argv=None) -> int:
         save()
     if "fp8row" in parts:
         fp8row_part(mods, rowwise_ms, results)
+        save()
+    if "w8split" in parts:
+        w8split_part(mods, results, {"w8a16": course.load_notebook_code("w8a16", name="sweep_w8a16")})
         save()
     print(f"[{time.time() - t0:.0f} s] wrote {out}/sweep_prefill.json")
     return 0
