@@ -3,8 +3,7 @@
 * `decoded_gemm(x, w, out, g=None, *, s=None, group_size=0, sw=None)`: out = x @ w.T (· g[0]) for 16-bit x [M, K]
   and a decoded weight w [N, K], or with s the integers' group scales applied to each group's partial sums (W4A16),
   or with sw a scale per column of the output (W8A16's codes). The chapters' wrappers call it from
-  DEQUANTIZE_FIRST_M rows on, once the weight is decoded. Group scales on Hopper take `qmatmul/group_gemm.py`'s
-  Gluon kernel, which scales each group's product while the next group's runs on the tensor cores.
+  DEQUANTIZE_FIRST_M rows on, once the weight is decoded.
 * `as_16bit(q, dtype)`: int8 codes as a 16-bit float tensor (exact), one Triton pass: W8A16's decoding. Where a TMA
   descriptor can address the operands (Hopper and newer, triton's host tensor descriptors) it takes `tma_kernel`;
   elsewhere `matmul_kernel`, the Triton tutorial's GEMM in grouped launch order, with `chapter.gemm_config`'s tiles.
@@ -25,8 +24,6 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-
-from qmatmul import group_gemm
 
 NO_SCALES, ROW_SCALES, BLOCK_SCALES, COLUMN_SCALES, GROUP_SCALES = 0, 1, 2, 3, 4
 SCALE_BLOCK = 128  # the FP8 chapter's block-scaled GEMM: 1 x 128 activation blocks, 128 x 128 weight blocks
@@ -276,8 +273,6 @@ def decoded_gemm(x, w, out, g=None, *, s=None, group_size=0, sw=None):
     if s is not None and sw is not None:
         raise ValueError("decoded_gemm takes group scales s or column scales sw, not both")
     group = group_size if s is not None else 0
-    if s is not None and out.stride(1) == 1 and not group_gemm.why_not(x, w):
-        return group_gemm.group_gemm(x, w, s, group, out)  # Hopper: Gluon, the scaling beside the next MMA
     if uses_tma(x, w) and out.stride(1) == 1:
         if sw is not None:
             return tma_matmul(x, w, out, sw=sw, g=g, scales=COLUMN_SCALES)

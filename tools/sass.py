@@ -430,43 +430,6 @@ def compile_tma(scales: int, dtype, cfg: dict, arch: int = 90):
                           options=options)  # fmt: skip
 
 
-def compile_group_gemm(cfg: dict | None = None, arch: int = 90, group: int = 128):
-    """qmatmul.group_gemm's Gluon kernel compiled for sm_<arch> at cfg (default group_gemm.CONFIG), bf16."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon._runtime import GluonASTSource
-
-    from qmatmul import group_gemm
-
-    cfg = dict(group_gemm.CONFIG, **(cfg or {}))
-    bn, bm, bk = cfg["BLOCK_N"], cfg["BLOCK_M"], min(cfg["BLOCK_K"], group)
-    lw = gl.NVMMASharedLayout.get_default_for([bn, bk], gl.bfloat16)
-    lx = gl.NVMMASharedLayout.get_default_for([bm, bk], gl.bfloat16)
-    fn = group_gemm._group_gemm_kernel
-    signature = dict(w_desc=f"tensordesc<bf16[{bn}, {bk}],{lw!r}>", x_desc=f"tensordesc<bf16[{bm}, {bk}],{lx!r}>",
-                     s_ptr="*fp32", y_ptr="*bf16", M="i32", N="i32", K="i32", stride_sn="i32", stride_ym="i32",
-                     GROUP="constexpr", STAGES="constexpr")  # fmt: skip
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
-             if n in ("s_ptr", "y_ptr", "N", "K", "stride_sn", "stride_ym")}  # fmt: skip
-    source = GluonASTSource(fn, signature, dict(GROUP=group, STAGES=cfg["STAGES"]), attrs)
-    return triton.compile(
-        source, target=GPUTarget("cuda", arch, 32), options=dict(num_warps=cfg["num_warps"])
-    )
-
-
-def group_gemm_loop(cfg: dict | None = None) -> dict:
-    """The K loop of qmatmul.group_gemm's kernel on sm_90 (two steps): instructions, HGMMAs, the waits for them
-    (WARPGROUP.DEPBAR: one a step when each step's scaling overlaps the next step's MMAs, one an HGMMA when ptxas
-    serializes them), FFMAs, and local-memory spills in the whole kernel."""
-    k = compile_group_gemm(cfg)
-    code = disassemble(k.asm["cubin"])
-    loop = mma_loop(code)
-    ops = [opcode(i) for i in loop]
-    return dict(instructions=len(loop), hgmma=ops.count("HGMMA"), waits=sum("WARPGROUP.DEPBAR" in i for i in loop),
-                ffma=ops.count("FFMA"), spills=sum(opcode(i).startswith(("STL", "LDL")) for _, i in code))  # fmt: skip
-
-
 def mma_loop(code: list[tuple[int, str]]) -> list[str]:
     """The instructions of the innermost loop that issues the MMAs (a persistent kernel's K loop)."""
     with_mma = [r for r in loops(code) if any("GMMA" in i for a, i in code if r[0] <= a <= r[1])]

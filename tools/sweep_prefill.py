@@ -5,7 +5,7 @@ and without the masked K tail, and the FP8 128 x 128 block-scaled kernel's tiles
     python tools/sweep_prefill.py --parts fp8acc     FP8 prefill: Hopper's fp8 accumulation, imprecise or promoted
     python tools/sweep_prefill.py --parts fp8tma     FP8 prefill: a persistent TMA candidate, promoted or not
     python tools/sweep_prefill.py --parts gemmtma    qmatmul.gemm's TMA GEMMs: bf16 (decoded weights), FP8 row, block
-X
+    python tools/sweep_prefill.py --parts gemmgroup  qmatmul.gemm's group-scaled TMA GEMM (W4A16's integers q - z)
     python tools/sweep_prefill.py --parts w4tma      W4A16 decoded first: the group-scaled GEMM plain and swapped
     python tools/sweep_prefill.py --parts fp8row     the expert FP8 row-wise TMA GEMM, plain and swapped
     python tools/sweep_prefill.py --parts w8split    W8A16 prefill taken apart: conversion, GEMM, scales, paths
@@ -690,24 +690,12 @@ GROUP_TMA_TILES = [(128, 128, 128, 8, 3, False), (128, 128, 128, 8, 3, False, SW
                    (128, 64, 128, 4, 2, False, SWAP2), (128, 64, 64, 4, 4, False, SWAP2)]  # fmt: skip
 
 
-# qmatmul.group_gemm (Gluon, Hopper): each group's scaling beside the next group's wgmma. Its configuration, then
-# narrower x tiles, 64-wide K steps with more stages, fewer stages.
-GLUON_GROUP_CFGS = [
-    {},
-    {"BLOCK_M": 64},
-    {"BLOCK_K": 64, "STAGES": 4},
-    {"STAGES": 2},
-    {"BLOCK_M": 64, "STAGES": 4},
-]
-
-
-def gemmgroup_part(results, G=128, tiles=None, gluon=True):
-    """decoded_gemm's group-scaled GEMMs at M = 2048 and 4096, N = K = 8192: the Triton TMA kernel at tiles (default
-    GROUP_TMA_TILES) and qmatmul.group_gemm at GLUON_GROUP_CFGS, against cuBLAS on bf16 weights and the TMA kernel
-    without the scales, graph-timed, each checked against the fp32 product first (and at RAGGED)."""
+def gemmgroup_part(results, G=128, tiles=None):
+    """decoded_gemm's group-scaled TMA GEMM at M = 2048 and 4096, N = K = 8192, against cuBLAS on bf16 weights and
+    the same kernel without the scales, graph-timed, each checked against the fp32 product first (and at RAGGED)."""
     import torch
 
-    from qmatmul import bench, checks, gemm, group_gemm
+    from qmatmul import bench, checks, gemm
 
     N = K = 8192
     ragged = group_problem(*RAGGED, G, "cuda", checks.generator(RAGGED[0], "cuda"))
@@ -726,9 +714,6 @@ def gemmgroup_part(results, G=128, tiles=None, gluon=True):
         runs = [(f"group {t}", lambda x, w, o, t=t: gemm.tma_matmul(x, w[0], o, sw=w[1], scales=gemm.GROUP_SCALES,
                                                                      group=G, **tma_tiles(t)))
                 for t in tiles or GROUP_TMA_TILES]  # fmt: skip
-        if gluon:
-            runs += [(f"gluon group_gemm {c}", lambda x, w, o, c=c: group_gemm.group_gemm(x, w[0], w[1], G, o, **c))
-                     for c in GLUON_GROUP_CFGS]  # fmt: skip
         time_gemms("gemmgroup", M, runs, x, ws, out, ref, cublas, results, ragged=ragged)
 
 
@@ -922,7 +907,7 @@ def main(argv=None) -> int:
         gemmtma_part(mods, rowwise_ms, results)
         save()
     if "gemmgroup" in parts:
-        gemmgroup_part(results, tiles=[GROUP_TMA_TILES[1]])
+        gemmgroup_part(results)
         save()
     if "w4tma" in parts:
         w4tma_part(mods, results, {"w4a16": course.load_notebook_code("w4a16", name="sweep_w4a16")})
