@@ -138,7 +138,7 @@ def naive_path(fmt: str, x: torch.Tensor, *stored) -> torch.Tensor:
         return mxfp4.naive(x, *stored)
     if fmt == "nvfp4":  # the tensor scale folded into the weight: x @ (E2M1 · s).T alone can overflow fp16
         packed, scales, g = stored
-        table = fp4.e2m1_table(torch.float32).to(x.device)
+        table = fp4.e2m1_table(torch.float32, x.device)
         codes = torch.stack([packed & 0xF, packed >> 4], dim=-1).reshape(packed.shape[0], -1).long()
         s = scales.view(torch.float8_e4m3fn).float().repeat_interleave(nvfp4.BLOCK, dim=1)
         return x @ (table[codes] * s * g.float()).to(x.dtype).T

@@ -12,6 +12,8 @@ E8M0: an unsigned biased exponent, value 2^(e - 127); 0xFF is NaN.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 E2M1_MAX = 6.0
@@ -31,10 +33,13 @@ E8M0_BIAS = 127
 E8M0_NAN = 0xFF
 
 
-def e2m1_table(dtype=torch.float32) -> torch.Tensor:
-    """The 16 values of E2M1 by code (codes 8..15 are the negatives, code 8 is -0.0)."""
+@functools.cache
+def e2m1_table(dtype=torch.float32, device="cpu") -> torch.Tensor:
+    """The 16 values of E2M1 by code (codes 8..15 are the negatives, code 8 is -0.0), made once per dtype and
+    device and shared (read it, never write it): a path that indexes it copies nothing from the host, so a CUDA
+    graph can capture it."""
     mags = torch.tensor(E2M1_MAGNITUDES, dtype=dtype)
-    return torch.cat([mags, -mags])
+    return torch.cat([mags, -mags]).to(device)
 
 
 def e2m1_encode_magnitude(a: torch.Tensor) -> torch.Tensor:
@@ -53,7 +58,7 @@ def e2m1_encode(v: torch.Tensor) -> torch.Tensor:
 
 def e2m1_decode(codes: torch.Tensor) -> torch.Tensor:
     """float32 values of E2M1 codes (any integer dtype, 0..15)."""
-    return e2m1_table(torch.float32).to(codes.device)[codes.long() & 0xF]
+    return e2m1_table(torch.float32, codes.device)[codes.long() & 0xF]
 
 
 def pack_nibbles(codes: torch.Tensor) -> torch.Tensor:

@@ -66,7 +66,7 @@ def reference(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor) -> to
 
 def naive(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
     """The naive path: dequantize the whole weight into memory (as torch ops on the GPU), then a dense matmul."""
-    table = fp4.e2m1_table(x.dtype).to(x.device)
+    table = fp4.e2m1_table(x.dtype, x.device)
     N = packed.shape[0]
     codes = torch.stack([packed & 0xF, packed >> 4], dim=-1).reshape(N, -1).long()
     scale = torch.exp2(scales.float() - 127).to(x.dtype).repeat_interleave(BLOCK, dim=1)
