@@ -3,10 +3,10 @@
 * `decoded_gemm(x, w, out, g=None, *, s=None, group_size=0, sw=None)`: out = x @ w.T (· g[0]) for 16-bit x [M, K]
   and a decoded weight w [N, K], or with s the integers' group scales applied to each group's partial sums (W4A16),
   or with sw a scale per column of the output (W8A16's codes). The chapters' wrappers call it from
-  DEQUANTIZE_FIRST_M rows on, once the weight is decoded.
-* `as_16bit(q, dtype)`: int8 codes as a 16-bit float tensor (exact), one Triton pass: W8A16's decoding. Where a TMA
-  descriptor can address the operands (Hopper and newer, triton's host tensor descriptors) it takes `tma_kernel`;
-  elsewhere `matmul_kernel`, the Triton tutorial's GEMM in grouped launch order, with `chapter.gemm_config`'s tiles.
+  DEQUANTIZE_FIRST_M rows on, once the weight is decoded. Where a TMA descriptor can address the operands (Hopper
+  and newer, triton's host tensor descriptors) it takes `tma_kernel`; elsewhere `matmul_kernel`, the Triton
+  tutorial's GEMM in grouped launch order, with `chapter.gemm_config`'s tiles.
+* `as_16bit(q, dtype)`: int8 codes as a 16-bit float tensor (exact), one Triton pass: W8A16's decoding.
 * `tma_kernel`: a persistent grid, one program an SM walking its output tiles in grouped order, operands fed by
   TMA through tensor descriptors (which zero-fill past the edges: no masks and no address arithmetic in the loop).
   Scales: none (16-bit operands, an optional float32 tensor scale g in the epilogue), per column of w (W8A16's
