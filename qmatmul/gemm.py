@@ -248,6 +248,11 @@ def uses_tma(x: torch.Tensor, w: torch.Tensor) -> bool:
     return x.is_cuda and tma_status(x.device)[0] and describable(x) and describable(w)
 
 
+def takes_tma(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor) -> bool:
+    """Whether `decoded_gemm` multiplies these operands with `tma_kernel` (uses_tma, and a row-major output)."""
+    return uses_tma(x, w) and out.stride(1) == 1
+
+
 def tutorial_matmul(x, w, out, g=None, s=None, group: int = 0, columns: bool = False, **cfg):
     """matmul_kernel's launch (cfg: its tiles; default chapter.gemm_config's for x's device); columns: s [N] scales
     the output's columns."""
@@ -273,7 +278,7 @@ def decoded_gemm(x, w, out, g=None, *, s=None, group_size=0, sw=None):
     if s is not None and sw is not None:
         raise ValueError("decoded_gemm takes group scales s or column scales sw, not both")
     group = group_size if s is not None else 0
-    if uses_tma(x, w) and out.stride(1) == 1:
+    if takes_tma(x, w, out):
         if sw is not None:
             return tma_matmul(x, w, out, sw=sw, g=g, scales=COLUMN_SCALES)
         if s is None:

@@ -86,17 +86,11 @@ def prefill_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
 
 
 def decode_first(x: torch.Tensor, out: torch.Tensor) -> bool:
-    """Whether the prefill wrapper converts the codes once and multiplies with decoded_gemm's TMA GEMM: a CUDA GPU
-    with TMA (Hopper and newer), operands it can address. Measured only there (the H200: docs/perf-notes.md, tenth
-    round); elsewhere the chapter's fused kernel runs."""
-    K = x.shape[1]
-    return (
-        x.is_cuda
-        and gemm.tma_status(x.device)[0]
-        and gemm.describable(x)
-        and K % 8 == 0
-        and out.stride(1) == 1
-    )
+    """Whether the prefill wrapper converts the codes once and multiplies with decoded_gemm's TMA GEMM: where that
+    GEMM takes x, the converted weight (a contiguous [N, K] tensor in x's dtype; an empty one stands for it here) and
+    out (Hopper and newer). Measured only there (the H200: docs/perf-notes.md, tenth round); elsewhere the chapter's
+    fused kernel runs."""
+    return gemm.takes_tma(x, x.new_empty((0, x.shape[1])), out)
 
 
 def decode_config(M: int, N: int, K: int, device: str = "cuda") -> dict:

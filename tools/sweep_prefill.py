@@ -597,7 +597,7 @@ def group_problem(M, N, K, G, device, gen):
     return x, (q, s), x.float() @ (q.float() * s.repeat_interleave(G, dim=1)).T
 
 
-def gemmtma_part(mods, scaled_mm_rowwise, results, seeds=(1, 2, 3), tiles=None, Ms=(2048, 4096)):
+def gemmtma_part(mods, scaled_mm_rowwise, results, seeds=(1, 2, 3)):
     """qmatmul.gemm's GEMMs at M = 2048 and 4096, N = K = 8192, graph-timed: the 4-bit chapters' decoded-weight GEMM
     (bf16; the TMA kernel at each of GEMM_TMA_TILES and the tutorial's matmul_kernel) against cuBLAS; the expert FP8
     row-wise and block-scaled TMA GEMMs against torch._scaled_mm row-wise, with their wrong outputs per seed."""
@@ -612,8 +612,7 @@ def gemmtma_part(mods, scaled_mm_rowwise, results, seeds=(1, 2, 3), tiles=None, 
     xr = torch.randn(Mr, Kr, device="cuda", generator=gen, dtype=torch.bfloat16)
     wr = torch.randn(Nr, Kr, device="cuda", generator=gen, dtype=torch.bfloat16) * 0.02
     ragged = (xr, wr, xr.float() @ wr.float().T)
-    tiles = tiles or dict(bf16=GEMM_TMA_TILES, row=FP8_ROW_TILES, block=FP8_BLOCK_TILES)
-    for M in Ms:
+    for M in (2048, 4096):
         gen = checks.generator(M, "cuda")
         x = torch.randn(M, K, device="cuda", generator=gen, dtype=torch.bfloat16)
         ws = [torch.randn(N, K, device="cuda", generator=gen, dtype=torch.bfloat16) * 0.02 for _ in range(2)]
@@ -626,12 +625,12 @@ def gemmtma_part(mods, scaled_mm_rowwise, results, seeds=(1, 2, 3), tiles=None, 
         runs = [("matmul_kernel " + str(chapter.gemm_config(x.device)), gemm.tutorial_matmul)]
         runs += [
             (f"tma {t}", lambda x, w, out, t=t: gemm.tma_matmul(x, w, out, **tma_tiles(t)))
-            for t in tiles["bf16"]
+            for t in GEMM_TMA_TILES
         ]
         runs += [("decoded_gemm (as shipped)", gemm.decoded_gemm)]
         time_gemms("gemmtma", M, runs, x, ws, out, ref, cublas, results, ragged=ragged)
-        for kind in ("row", "block"):
-            fp8_tma_tiles(fp8, kind, tiles[kind], M, scaled_mm_rowwise, results, seeds)
+        for kind, tiles in (("row", FP8_ROW_TILES), ("block", FP8_BLOCK_TILES)):
+            fp8_tma_tiles(fp8, kind, tiles, M, scaled_mm_rowwise, results, seeds)
 
 
 def fp8_tma_tiles(fp8, kind, tiles, M, scaled_mm_rowwise, results, seeds=(1, 2, 3), N=8192, K=8192):
@@ -690,7 +689,7 @@ GROUP_TMA_TILES = [(128, 128, 128, 8, 3, False), (128, 128, 128, 8, 3, False, SW
                    (128, 64, 128, 4, 2, False, SWAP2), (128, 64, 64, 4, 4, False, SWAP2)]  # fmt: skip
 
 
-def gemmgroup_part(results, G=128, tiles=None):
+def gemmgroup_part(results, G=128):
     """decoded_gemm's group-scaled TMA GEMM at M = 2048 and 4096, N = K = 8192, against cuBLAS on bf16 weights and
     the same kernel without the scales, graph-timed, each checked against the fp32 product first (and at RAGGED)."""
     import torch
@@ -712,8 +711,7 @@ def gemmgroup_part(results, G=128, tiles=None):
         )
         print(f"group M={M} cuBLAS {cublas * 1e3:.0f} us, tma without scales {plain * 1e3:.0f} us")
         runs = [(f"group {t}", lambda x, w, o, t=t: gemm.tma_matmul(x, w[0], o, sw=w[1], scales=gemm.GROUP_SCALES,
-                                                                     group=G, **tma_tiles(t)))
-                for t in tiles or GROUP_TMA_TILES]  # fmt: skip
+                                                                     group=G, **tma_tiles(t))) for t in GROUP_TMA_TILES]  # fmt: skip
         time_gemms("gemmgroup", M, runs, x, ws, out, ref, cublas, results, ragged=ragged)
 
 
