@@ -32,7 +32,7 @@ import torch
 import triton
 import triton.language as tl
 
-from qmatmul import fp8, gemm, mxfp4, nvfp4, w4a16, w8a16
+from qmatmul import fp8, gemm, mxfp4, nvfp4, w4a16
 
 
 @triton.jit
@@ -400,17 +400,3 @@ def fp8_block_matmul_tma(xq, sx, wq, sw, out=None, **cfg):
     float32."""
     M, N, K, out = fp8.prepare_block(xq, sx, wq, sw, out)
     return gemm.tma_matmul(xq, wq, out, sx=sx, sw=sw, scales=gemm.BLOCK_SCALES, **cfg)
-
-
-# ----------------------------------------------------------------------------------------------------------
-# W8A16 prefill on Hopper
-
-
-def w8a16_prefill_tma(x, q, s, out=None, **cfg):
-    """The expert W8A16 prefill (`w8a16.reference`'s product) for large M: the int8 codes converted to x's dtype
-    (exact: every int8 is a bf16 and an fp16; `gemm.as_16bit`), then the TMA GEMM with the row scales s in its
-    epilogue. The chapter's wrapper takes the same path from 512 rows on Hopper and newer (`w8a16.decode_first`).
-    (Reading the int8 codes as they lie, converted in registers, ran faster at 8192 x 8192 and returned wrong outputs
-    on ragged shapes under triton 3.6: docs/perf-notes.md, sixth round.)"""
-    M, N, K, out = w8a16.prepare(x, q, s, out)
-    return gemm.tma_matmul(x, gemm.as_16bit(q, x.dtype), out, sw=s, scales=gemm.COLUMN_SCALES, **cfg)

@@ -60,20 +60,9 @@ def test_fp8_block_tma_matches_the_block_reference(block_n):
             expert.fp8_block_matmul_tma(*p, **(dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=128, num_warps=4) | bad))
 
 
-@pytest.mark.parametrize("swap", [False, True])
-def test_w8a16_prefill_tma_matches_the_reference(swap):
-    """The codes as exact fp16, the row scales in the epilogue; plain and swapped."""
-    x, q, s = w8a16.random_problem(40, 72, 256, torch.float16, "cpu", checks.generator(5))
-    cfg = dict(gemm.tma_config(x.dtype, gemm.COLUMN_SCALES, "cpu"), SWAP=swap)
-    y = expert.w8a16_prefill_tma(x, q, s, **cfg)
-    checks.compare(y, w8a16.reference(x, q, s), what="w8a16 prefill tma", rtol=checks.tolerance_for(x.dtype))
-    wrong = expert.w8a16_prefill_tma(x, q, s.flip(0), **cfg)  # each row's scale on another row: caught
-    assert checks.mismatch(wrong, w8a16.reference(x, q, s), checks.tolerance_for(x.dtype)).any()
-
-
 def test_tma_refuses_operands_of_two_dtypes():
     """int8 codes converted inside the TMA kernel returned wrong outputs on ragged shapes on the H200 (triton 3.6):
-    the expert converts them first."""
+    the W8A16 wrapper converts them first (`gemm.as_16bit`)."""
     x, q, s = w8a16.random_problem(16, 64, 128, torch.float16, "cpu", checks.generator(6))
     with pytest.raises(ValueError, match="one dtype"):
         gemm.tma_matmul(x, q, torch.empty(16, 64, dtype=torch.float16), sw=s, scales=gemm.COLUMN_SCALES)
@@ -148,22 +137,26 @@ def test_as_16bit_is_exact_on_every_code(dtype):
         gemm.as_16bit(q, torch.float32)
 
 
-@pytest.mark.parametrize("tma", [False, True])
-def test_column_scales_on_integer_weights(tma):
-    """decoded_gemm's column mode (W8A16 converted first), both kernels (fp16 in the interpreter): equal to the
-    chapter's reference on a ragged shape, where a scale applied to the wrong axis would not be; and refused beside
-    group scales."""
+@pytest.mark.parametrize("kernel", ["tutorial", "tma", "tma swapped"])
+def test_column_scales_on_integer_weights(kernel):
+    """decoded_gemm's column mode (W8A16 converted first), both kernels and the TMA one swapped (fp16 in the
+    interpreter): equal to the chapter's reference on a ragged shape, where each row's scale on another row is caught;
+    and refused beside group scales."""
     g = checks.generator(3)
     x = torch.randn(37, 200, generator=g).to(torch.float16)
     q = torch.randint(-127, 128, (70, 200), generator=g, dtype=torch.int8)
     s = torch.rand(70, generator=g) * 0.01 + 1e-3
     out = torch.full((37, 70), float("nan"), dtype=torch.float16)
     w = gemm.as_16bit(q, x.dtype)
-    if tma:
-        cfg = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=64, num_warps=4, num_stages=1)
-        y = gemm.tma_matmul(x, w, out, sw=s, scales=gemm.COLUMN_SCALES, **cfg)
-    else:
-        y = gemm.decoded_gemm(x, w, out, sw=s)
-    checks.compare(y, w8a16.reference(x, q, s), what="column-scaled GEMM", rtol=checks.tolerance_for(x.dtype))
+    cfg = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=64, num_warps=4, num_stages=1, SWAP=kernel == "tma swapped")
+
+    def product(scales):
+        if kernel == "tutorial":
+            return gemm.decoded_gemm(x, w, out.clone(), sw=scales)
+        return gemm.tma_matmul(x, w, out.clone(), sw=scales, scales=gemm.COLUMN_SCALES, **cfg)
+
+    want = w8a16.reference(x, q, s)
+    checks.compare(product(s), want, what="column-scaled GEMM", rtol=checks.tolerance_for(x.dtype))
+    assert checks.mismatch(product(s.flip(0)), want, checks.tolerance_for(x.dtype)).any()
     with pytest.raises(ValueError, match="not both"):
         gemm.decoded_gemm(x, w, out, s=s[:, None], group_size=200, sw=s)

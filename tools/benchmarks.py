@@ -116,10 +116,6 @@ def w8a16_rows(sol, record, env, quick: bool = False) -> None:
         baselines(record, "prefill", M, N, K, x, dense, ws, ch.naive, fused)
         record("prefill", "solution w8a16_matmul", M, N, K, [lambda x=x, w=w: sol.w8a16_matmul(x, *w) for w in ws],
                fused, recheck(sol.w8a16_matmul, problem(520, 1000, 784), ch.reference, dtype))  # fmt: skip
-        tma, why = gemm.tma_status("cuda")
-        record("prefill", "expert w8a16_prefill_tma (qmatmul/expert.py)" if tma else f"expert w8a16_prefill_tma: {why}",
-               M, N, K, [lambda x=x, w=w: expert.w8a16_prefill_tma(x, *w) for w in ws] if tma else None, fused,
-               recheck(expert.w8a16_prefill_tma, problem(300, 1000, 784), ch.reference, dtype) if tma else None)  # fmt: skip
 
 
 def gemlite_peer(packed, scales, zeros, G, dtype):

@@ -173,7 +173,6 @@ DECODE_ROWS = [
 ]
 PREFILL_ROWS = [
     ("w8a16 prefill", "solution w8a16_matmul"),
-    ("w8a16 prefill", "expert w8a16_prefill_tma (qmatmul/expert.py)"),
     ("w8a16 prefill", "naive: dequantize, matmul"),
     ("w4a16 prefill", "solution w4a16_matmul"),
     ("w4a16 prefill", "naive: dequantize, matmul"),

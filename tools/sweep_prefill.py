@@ -781,7 +781,7 @@ def w8split_part(mods, results, sols):
     naive path, against cuBLAS on bf16 weights, graph-timed over two weight copies; each checked first."""
     import torch
 
-    from qmatmul import bench, checks, expert, gemm
+    from qmatmul import bench, checks, gemm
 
     w8, sol = mods["w8a16"], sols["w8a16"]
     N = K = 8192
@@ -804,7 +804,6 @@ def w8split_part(mods, results, sols):
             ("naive", lambda x, w, o: w8.naive(x, *w)),
             ("solution w8a16_matmul (as committed)", lambda x, w, o: sol.w8a16_matmul(x, *w, out=o)),
             ("fused kernel", lambda x, w, o: fused_w8(w8, sol, x, *w, o)),
-            ("expert w8a16_prefill_tma", lambda x, w, o: expert.w8a16_prefill_tma(x, *w, out=o)),
             ("GEMM on bf16 codes, no scales", lambda x, w, o: gemm.tma_matmul(x, dense[0 if w is ws[0] else 1], o)),
         ]  # fmt: skip
         runs += [(f"GEMM on bf16 codes, column scales {t}", lambda x, w, o, t=t: gemm.tma_matmul(
