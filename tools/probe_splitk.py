@@ -122,6 +122,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default="build/bench")
     parser.add_argument("--cpu", action="store_true", help="check the kernels in the interpreter only")
     parser.add_argument("--parts", default="ceiling,splitk")
+    parser.add_argument("--formats", default="w8a16,fp8")
     args = parser.parse_args(argv)
     import torch
 
@@ -178,10 +179,9 @@ def main(argv=None) -> int:
         rows_out(args, copy_bw, rows)
         return 0
 
-    splits = [(64, 512, 1, True, 4, 3), (64, 512, 1, True, 4, 4), (64, 256, 2, True, 4, 3), (64, 256, 2, True, 4, 4),
-              (64, 512, 2, True, 4, 3), (128, 256, 2, True, 4, 3), (128, 256, 4, True, 4, 3),
-              (32, 512, 2, True, 4, 3)]  # fmt: skip
-    for fmt in ("w8a16", "fp8"):
+    splits = [(64, 512, 2, True, 4, 3), (64, 512, 2, False, 4, 3), (64, 256, 2, True, 4, 4),
+              (64, 256, 2, False, 4, 4), (64, 512, 4, True, 4, 3), (64, 512, 4, False, 4, 3)]  # fmt: skip
+    for fmt in args.formats.split(","):
         mod, sol = (w8a16, sols["w8a16"]) if fmt == "w8a16" else (fp8, sols["fp8"])
         for N, K in ((8192, 8192), (8192, 28672)):
             if fmt == "w8a16":
