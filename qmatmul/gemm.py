@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-NO_SCALES, ROW_SCALES, BLOCK_SCALES, COLUMN_SCALES, GROUP_SCALES, GROUP_RUNNING = 0, 1, 2, 3, 4, 5
+NO_SCALES, ROW_SCALES, BLOCK_SCALES, COLUMN_SCALES, GROUP_SCALES = 0, 1, 2, 3, 4
 SCALE_BLOCK = 128  # the FP8 chapter's block-scaled GEMM: 1 x 128 activation blocks, 128 x 128 weight blocks
 
 
@@ -93,20 +93,7 @@ def tma_kernel(
         for k0 in range(0, K, BLOCK_K):
             x = x_desc.load([pid_m * BLOCK_M, k0])
             w = w_desc.load([pid_n * BLOCK_N, k0])
-            if (
-                SCALES == 5
-            ):  # acc in units of this group's scales: rescaled where a group starts, then the MMA
-                if k0 % GROUP == 0:
-                    r = tl.load(sw_ptr + offs_n * stride_sw + k0 // GROUP, mask=offs_n < N, other=0.0)
-                    if SWAP:
-                        acc = acc * r[:, None]
-                    else:
-                        acc = acc * r[None, :]
-                if SWAP:
-                    acc = tl.dot(w, x.T, acc)
-                else:
-                    acc = tl.dot(x, w.T, acc)
-            elif SCALES == 4:  # this step lies in one group of K: its product times the group's column scales
+            if SCALES == 4:  # this step lies in one group of K: its product times the group's column scales
                 sg = tl.load(sw_ptr + offs_n * stride_sw + k0 // GROUP, mask=offs_n < N, other=0.0)
                 if SWAP:  # along acc's rows: two a thread
                     acc += tl.dot(w, x.T) * sg[:, None]
@@ -138,8 +125,6 @@ def tma_kernel(
         if SCALES == 1 or SCALES == 3:
             sw = tl.load(sw_ptr + offs_n, mask=offs_n < N, other=0.0)
             acc = acc * sw[None, :]
-        if SCALES == 5:  # the last group's scales, held in sx_ptr
-            acc = acc * tl.load(sx_ptr + offs_n, mask=offs_n < N, other=0.0)[None, :]
         if HAS_G:
             acc = acc * tl.load(g_ptr)
         tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :], acc.to(y_ptr.dtype.element_ty),
@@ -217,10 +202,8 @@ def tma_matmul(
     cfg = dict(cfg or tma_config(x.dtype, scales, x.device))
     bm, bn, bk = cfg.pop("BLOCK_M"), cfg.pop("BLOCK_N"), cfg.pop("BLOCK_K")
     swap = cfg.pop("SWAP", False)
-    if scales in (GROUP_SCALES, GROUP_RUNNING):
+    if scales == GROUP_SCALES:
         bk = group_step(bk, group)
-    if scales == GROUP_RUNNING:
-        sw, sx = running_scales(sw)
     if swap and scales == BLOCK_SCALES:
         raise ValueError("the swapped TMA GEMM takes no block scales")
     if scales == BLOCK_SCALES and (bk != SCALE_BLOCK or (bn < bk and bk % bn)):
@@ -237,21 +220,6 @@ def tma_matmul(
         HAS_G=g is not None, PROMOTE=promote, FLATTEN=cfg.pop("FLATTEN", False), GROUP=group, SWAP=swap, **cfg,
     )  # fmt: skip
     return out
-
-
-def running_scales(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """GROUP_RUNNING's scales for group scales s [N, G]: (ratios [N, G], last [N]). The kernel keeps each output
-    column's sum in units of the current group's scale: where group g starts it multiplies the sum by s[:, g - 1] /
-    s[:, g], then adds the group's products unscaled, and the epilogue multiplies by the last group's scale. The
-    result is sum_g s_g P_g up to float32 rounding, with one accumulator. Scales below 2^-60 of their row's largest
-    (zero among them) are raised to that, so no ratio overflows: those groups then add at most 2^-60 of the row's
-    scale times their products, where they should add nothing or less."""
-    s = s.float()
-    floor = (s.abs().amax(1, keepdim=True) * 2.0**-60).clamp_min(2.0**-126)
-    s = torch.where(s.abs() < floor, floor, s)
-    ratios = torch.ones_like(s)
-    ratios[:, 1:] = s[:, :-1] / s[:, 1:]
-    return ratios, s[:, -1].contiguous()
 
 
 def group_step(block_k: int, group: int) -> int:

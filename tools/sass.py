@@ -413,7 +413,7 @@ def compile_tma(scales: int, dtype, cfg: dict, arch: int = 90):
     dt = "bf16" if dtype.itemsize == 2 else "fp8e4nv"
     constants = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg.pop("GROUP_M", 8), NUM_SMS=132, SCALES=scales,
                      HAS_G=False, PROMOTE=dtype.itemsize == 1 and scales == gemm.ROW_SCALES,
-                     FLATTEN=cfg.pop("FLATTEN", False), GROUP=128 if scales in (gemm.GROUP_SCALES, gemm.GROUP_RUNNING) else 0,
+                     FLATTEN=cfg.pop("FLATTEN", False), GROUP=128 if scales == gemm.GROUP_SCALES else 0,
                      SWAP=cfg.pop("SWAP", False))  # fmt: skip
     fn = gemm.tma_kernel
     signature, attrs = {}, {}

@@ -687,12 +687,6 @@ GROUP_TMA_TILES = [(128, 128, 128, 8, 3, False), (128, 128, 128, 8, 3, False, SW
                    (128, 128, 128, 8, 3, False, {"SWAP": True, "GROUP_M": 16}), (128, 128, 128, 8, 3, True, SWAP),
                    (128, 128, 64, 8, 4, False, SWAP), (256, 64, 128, 8, 2, False, SWAP),
                    (128, 64, 128, 4, 2, False, SWAP2), (128, 64, 64, 4, 4, False, SWAP2)]  # fmt: skip
-# GROUP_RUNNING (one accumulator, rescaled where a group starts): the 128 x 256 tile the two-accumulator form cannot
-# hold, beside its own 128 x 128.
-RUNNING_TMA_TILES = [(128, 128, 128, 8, 3, False, SWAP), (128, 256, 64, 8, 3, False, SWAP),
-                     (128, 256, 64, 8, 4, False, SWAP), (128, 256, 128, 8, 2, False, SWAP),
-                     (256, 128, 64, 8, 3, False, SWAP), (128, 256, 64, 8, 3, False),
-                     (128, 256, 64, 8, 3, False, {"SWAP": True, "GROUP_M": 16})]  # fmt: skip
 
 
 def gemmgroup_part(results, G=128):
@@ -718,8 +712,6 @@ def gemmgroup_part(results, G=128):
         print(f"group M={M} cuBLAS {cublas * 1e3:.0f} us, tma without scales {plain * 1e3:.0f} us")
         runs = [(f"group {t}", lambda x, w, o, t=t: gemm.tma_matmul(x, w[0], o, sw=w[1], scales=gemm.GROUP_SCALES,
                                                                      group=G, **tma_tiles(t))) for t in GROUP_TMA_TILES]  # fmt: skip
-        runs += [(f"running {t}", lambda x, w, o, t=t: gemm.tma_matmul(
-            x, w[0], o, sw=w[1], scales=gemm.GROUP_RUNNING, group=G, **tma_tiles(t))) for t in RUNNING_TMA_TILES]  # fmt: skip
         time_gemms("gemmgroup", M, runs, x, ws, out, ref, cublas, results, ragged=ragged)
 
 
@@ -765,10 +757,6 @@ def w4tma_part(mods, results, sols):
             runs.append((f"decode first, group GEMM {cfg}", lambda x, w, o, cfg=cfg: gemm.tma_matmul(
                 x, sol.w4a16_integers(w[0], w[2], w[3], x.dtype), o, sw=w[1], scales=gemm.GROUP_SCALES, group=w[3],
                 **cfg)))  # fmt: skip
-        for tile in RUNNING_TMA_TILES[1:3]:
-            runs.append((f"decode first, running GEMM {tile}", lambda x, w, o, t=tile: gemm.tma_matmul(
-                x, sol.w4a16_integers(w[0], w[2], w[3], x.dtype), o, sw=w[1], scales=gemm.GROUP_RUNNING, group=w[3],
-                **tma_tiles(t))))  # fmt: skip
         time_gemms("w4tma", M, runs, x, ws, out, ref, cublas, results, ragged=ragged)
 
 
