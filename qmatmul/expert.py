@@ -20,6 +20,9 @@ Tricks, each exact:
   code's value times 2^-126 (bf16) or 2^-14 (fp16); one multiply undoes it and one more applies the block's
   scale, both exact (a code times a block scale has at most 6 significant bits). No K masks: BLOCK_K divides K
   (the chapters' `divisible_k`), and split-K where N is short (atomic adds into a float32 buffer).
+* W8A16 decode where N is short: the chapter's kernel with K split across programs, each strip's last program (a
+  counter per strip, set back to 0 by it) adding the float32 partial sums in order and storing the output, in the same
+  launch: no zeroing or copy launch, and the same sum whichever program finishes last.
 * FP8 prefill on Hopper (the chapter's layouts: e4m3 x [M, K] and w [N, K], float32 scales per row and column, or
   per 1 x 128 and 128 x 128 block): `qmatmul.gemm.tma_kernel`, a persistent grid fed by TMA, partial sums promoted
   to float32 every BLOCK_K as in the chapter's solution (row-wise) or each 128-wide step's product scaled before it
@@ -32,7 +35,7 @@ import torch
 import triton
 import triton.language as tl
 
-from qmatmul import fp8, gemm, mxfp4, nvfp4, w4a16
+from qmatmul import fp8, gemm, mxfp4, nvfp4, w4a16, w8a16
 
 
 @triton.jit
@@ -400,3 +403,93 @@ def fp8_block_matmul_tma(xq, sx, wq, sw, out=None, **cfg):
     float32."""
     M, N, K, out = fp8.prepare_block(xq, sx, wq, sw, out)
     return gemm.tma_matmul(xq, wq, out, sx=sx, sw=sw, scales=gemm.BLOCK_SCALES, **cfg)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# W8A16 decode with K split, one launch
+
+
+@triton.jit
+def _w8_split_kernel(
+    x_ptr, q_ptr, s_ptr, y_ptr, part_ptr, count_ptr, M, N, K,
+    stride_xm, stride_xk, stride_qn, stride_qk, stride_ym, stride_yn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
+):  # fmt: skip
+    """The chapter's decode kernel over one of SPLIT_K spans of K (program (n, k)). Each program stores its float32
+    partial sums in part [SPLIT_K, BLOCK_M, N]; the strip's last program to finish (a counter per strip, which it
+    sets back to 0) adds the SPLIT_K partials in order, scales and stores them."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    if SPLIT_K == 1:  # the chapter's loop as it is
+        lo, hi = 0, K
+    else:  # whole K steps, as many in every program (the last one's past K are masked off)
+        lo = pid_k * (tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K) * BLOCK_K)
+        hi = lo + tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K) * BLOCK_K
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(lo, hi, BLOCK_K):
+        k = k0 + offs_k
+        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :] * stride_xk,
+                    mask=(offs_m[:, None] < M) & (k[None, :] < K), other=0.0)  # fmt: skip
+        q = tl.load(q_ptr + offs_n[None, :] * stride_qn + k[:, None] * stride_qk,
+                    mask=(offs_n[None, :] < N) & (k[:, None] < K), other=0)  # fmt: skip
+        acc = tl.dot(x, q.to(x.dtype), acc)
+    m_ok, n_ok = offs_m < M, offs_n < N
+    if SPLIT_K > 1:
+        part = part_ptr + offs_m[:, None] * N + offs_n[None, :]
+        tl.store(part + pid_k * BLOCK_M * N, acc, mask=n_ok[None, :])
+        tl.debug_barrier()  # every thread's partial stored before the release below
+        if tl.atomic_add(count_ptr + pid_n, 1, sem="acq_rel") != SPLIT_K - 1:
+            return
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for j in range(SPLIT_K):  # in order: the same sum whichever program finishes last
+            acc += tl.load(part + j * BLOCK_M * N, mask=n_ok[None, :], other=0.0, cache_modifier=".cg")
+        tl.store(count_ptr + pid_n, 0)
+    s = tl.load(s_ptr + offs_n, mask=n_ok, other=0.0)
+    tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn,
+             (acc * s[None, :]).to(y_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])  # fmt: skip
+
+
+_SPLIT_SCRATCH: dict = {}
+
+
+def split_scratch(device, split: int, block_m: int, N: int, n_blocks: int):
+    """(partials, counters) for a split-K launch, made once per device and shape: the counters start at 0 and the
+    kernel leaves them at 0, so a call (or a CUDA graph's replay) needs no zeroing launch. Launches that share them
+    must run one after another (one stream), as the bench's do."""
+    key = (str(device), split, block_m, N, n_blocks)
+    if key not in _SPLIT_SCRATCH:
+        _SPLIT_SCRATCH[key] = (torch.empty(split * block_m * N, dtype=torch.float32, device=device),
+                               torch.zeros(n_blocks, dtype=torch.int32, device=device))  # fmt: skip
+    return _SPLIT_SCRATCH[key]
+
+
+def w8a16_split_config(N: int, K: int, device: str) -> dict:
+    if device != "cuda":
+        return dict(BLOCK_N=32, BLOCK_K=64, SPLIT_K=3, num_warps=4, num_stages=1)
+    # Graph-timed on the H200 (docs/perf-notes.md, eleventh round; sweep 25), % of copy at M = 1 / 16: 8192 x 28672
+    # 92 / 92 with 64 x 512, K split 2 (the chapter's solution 88 / 87); 8192 x 8192 75 / 75 with 64 x 256, 4 stages
+    # (solution 72 / 72). Where N >= 16384 the solution's 128-column strips already fill the GPU (92 %): no split.
+    if N >= 16384:
+        return dict(BLOCK_N=128, BLOCK_K=256, SPLIT_K=1, num_warps=4, num_stages=3)
+    if K >= 16384:
+        return dict(BLOCK_N=64, BLOCK_K=512, SPLIT_K=2, num_warps=4, num_stages=3)
+    return dict(BLOCK_N=64, BLOCK_K=256, SPLIT_K=2, num_warps=4, num_stages=4)
+
+
+def w8a16_decode_split(x, q, s, out=None, **cfg):
+    """The expert W8A16 decode (`w8a16.reference`'s product, M <= 16): the chapter's kernel with K split across
+    programs where N is short, the partial sums added by each strip's last program in the same launch."""
+    M, N, K, out = w8a16.prepare(x, q, s, out)
+    if M > 16:
+        raise ValueError(f"w8a16_decode_split takes at most 16 rows, got M = {M}")
+    cfg = dict(cfg or w8a16_split_config(N, K, x.device.type))
+    n_blocks = triton.cdiv(N, cfg["BLOCK_N"])
+    part, count = split_scratch(x.device, cfg["SPLIT_K"], 16, N, n_blocks)
+    _w8_split_kernel[(n_blocks, cfg["SPLIT_K"])](
+        x, q, s, out, part, count, M, N, K,
+        x.stride(0), x.stride(1), q.stride(0), q.stride(1), out.stride(0), out.stride(1), BLOCK_M=16, **cfg,
+    )  # fmt: skip
+    return out

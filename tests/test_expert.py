@@ -4,7 +4,7 @@ fp4 decode equal to the dequantization bit for bit."""
 import pytest
 import torch
 
-from qmatmul import checks, expert, fp8, mxfp4, nvfp4, w4a16
+from qmatmul import checks, expert, fp8, mxfp4, nvfp4, w4a16, w8a16
 
 
 @pytest.mark.parametrize("G", [32, 128])
@@ -31,6 +31,30 @@ def test_words_of_refuses_unaligned_bytes():
     buf = torch.zeros(4 * 17, dtype=torch.uint8)
     with pytest.raises(ValueError, match="int32 words"):
         expert.words_of(buf[1:65].view(4, 16))
+
+
+@pytest.mark.parametrize("M, K, split", [(1, 1000, 3), (7, 448, 4), (16, 256, 1), (2, 200, 3)])
+def test_w8a16_split_decode_matches_reference(M, K, split):
+    """K split across programs, the partials added by each strip's last program: ragged N and K (K = 1000 over three
+    programs of six 64-wide steps: the last has four and a masked tail; K = 448 over four: the last has one step; K = 200 over three: the third has none of its own), a
+    strided x and output, twice in a row on different x (the counters are left at 0 for the next call), and each row's
+    scale on another row caught."""
+    x, q, s = w8a16.random_problem(
+        M, 70, K, torch.float16, "cpu", checks.generator(M * 10 + split), strided=True
+    )
+    cfg = dict(BLOCK_N=32, BLOCK_K=64, SPLIT_K=split, num_warps=4, num_stages=1)
+    for xi in (x, -2 * x):  # the second call's partials differ from the first's: none may be left over
+        full = torch.full((M, 80), float("nan"), dtype=torch.float16)
+        y = expert.w8a16_decode_split(xi, q, s, out=full[:, :70], **cfg)
+        checks.compare(
+            y, w8a16.reference(xi, q, s), what="expert w8a16 split", rtol=checks.tolerance_for(x.dtype)
+        )
+    want = w8a16.reference(x, q, s)
+    assert checks.mismatch(
+        expert.w8a16_decode_split(x, q, s.flip(0), **cfg), want, checks.tolerance_for(x.dtype)
+    ).any()
+    with pytest.raises(ValueError, match="at most 16 rows"):
+        expert.w8a16_decode_split(torch.zeros(17, K, dtype=torch.float16), q, s)
 
 
 FP4 = {"mxfp4": (mxfp4, expert.mxfp4_decode), "nvfp4": (nvfp4, expert.nvfp4_decode)}

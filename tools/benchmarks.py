@@ -62,7 +62,8 @@ def baselines(record, kind, M, N, K, x, dense, ws, naive, fused, dense_label="de
 
 
 def w8a16_rows(sol, record, env, quick: bool = False) -> None:
-    """The solution beside the dense matmul, the naive path, PyTorch's int8 kernel and gemlite's."""
+    """The solution beside the expert split-K decode, the dense matmul, the naive path, PyTorch's int8 kernel and
+    gemlite's."""
     ch = w8a16
     dtype = env.act_dtype
     g = checks.generator(0, "cuda")
@@ -102,6 +103,9 @@ def w8a16_rows(sol, record, env, quick: bool = False) -> None:
                                                       "gemlite recheck"))  # fmt: skip
             record("decode", "solution w8a16_decode", M, N, K, [lambda x=x, w=w: sol.w8a16_decode(x, *w) for w in ws],
                    fused, recheck(sol.w8a16_decode, problem(M, N, K), ch.reference, dtype))  # fmt: skip
+            record("decode", "expert w8a16_decode_split (qmatmul/expert.py)", M, N, K,
+                   [lambda x=x, w=w: expert.w8a16_decode_split(x, *w) for w in ws], fused,
+                   recheck(expert.w8a16_decode_split, problem(M, N, K), ch.reference, dtype))  # fmt: skip
             record("decode", "solution w8a16_matmul (tiled)", M, N, K,
                    [lambda x=x, w=w: sol.w8a16_matmul(x, *w) for w in ws], fused)  # fmt: skip
     # The prefill rows' solution takes the wrapper's path at M >= 512: the codes converted first where TMA runs, the

@@ -150,6 +150,7 @@ DECODE_SHAPES = [(28672, 8192), (8192, 28672), (8192, 8192)]
 # The rows of the two summary tables of docs/benchmark-h200.md, in order: (kind, path).
 DECODE_ROWS = [
     ("w8a16 decode", "solution w8a16_decode"),
+    ("w8a16 decode", "expert w8a16_decode_split (qmatmul/expert.py)"),
     ("w8a16 decode", "dense (cuBLAS)"),
     ("w8a16 decode", "torch._weight_int8pack_mm"),
     ("w8a16 decode", "gemlite A16W8 (pure Triton)"),
