@@ -13,16 +13,15 @@ Tricks, each exact:
   kernel subtracts (magic + z) per element, exactly, and scales once per group.
 * M = 1: a GEMV on the CUDA cores (no tensor-core padding of M to 16). M = 2..16: two fp16/bf16 lanes per int32
   (mask 0x000F000F), the eight nibble planes joined back into K order in registers, then `tl.dot`; K split four
-  ways (atomic adds into a float32 buffer).
+  ways (the parts added in the same launch: `qmatmul/splitk.py`).
 * MXFP4 / NVFP4 (the chapters' layouts: packed uint8 [N, K/2], block-scale codes uint8 [N, K/32] e8m0 or [N, K/16]
   e4m3 bits, NVFP4's float32 tensor scale g): two e2m1 codes an integer operation as well. An e2m1 code's sign,
   exponent and mantissa bits placed at a 16-bit float's sign bit and lowest exponent bits make that float the
   code's value times 2^-126 (bf16) or 2^-14 (fp16); one multiply undoes it and one more applies the block's
   scale, both exact (a code times a block scale has at most 6 significant bits). No K masks: BLOCK_K divides K
-  (the chapters' `divisible_k`), and split-K where N is short (atomic adds into a float32 buffer).
-* W8A16 decode where N is short: the chapter's kernel with K split across programs, each strip's last program (a
-  counter per strip, set back to 0 by it) adding the float32 partial sums in order and storing the output, in the same
-  launch: no zeroing or copy launch, and the same sum whichever program finishes last.
+  (the chapters' `divisible_k`), and split-K where N is short (`qmatmul/splitk.py`).
+* W8A16 decode where N is short: the chapter's kernel with K split across programs (`qmatmul/splitk.py`: each
+  strip's last program adds the float32 parts in order and stores the output, in the same launch).
 * FP8 prefill on Hopper (the chapter's layouts: e4m3 x [M, K] and w [N, K], float32 scales per row and column, or
   per 1 x 128 and 128 x 128 block): `qmatmul.gemm.tma_kernel`, a persistent grid fed by TMA, partial sums promoted
   to float32 every BLOCK_K as in the chapter's solution (row-wise) or each 128-wide step's product scaled before it
@@ -35,7 +34,7 @@ import torch
 import triton
 import triton.language as tl
 
-from qmatmul import fp8, gemm, mxfp4, nvfp4, w4a16, w8a16
+from qmatmul import fp8, gemm, mxfp4, nvfp4, splitk, w4a16, w8a16
 
 
 @triton.jit
@@ -144,12 +143,12 @@ def w4_lanes_tile(words, z, DT: tl.constexpr):
 
 @triton.jit
 def _w4_tc_kernel(
-    x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, M, N, K,
+    x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, count_ptr, M, N, K,
     stride_xm, stride_xk, stride_wn, stride_sn, stride_ym, stride_yn,
-    GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr,
 ):  # fmt: skip
-    """All M rows (padded to BLOCK_M) in one program, BLOCK_N output columns, one group of K a step, K split over
-    the grid's second axis (atomic adds into a float32 output when split)."""
+    """All M rows (padded to BLOCK_M) in one program, BLOCK_N output columns, one group of K a step, K split SPLIT_K
+    ways over the grid's second axis (`splitk.finish`)."""
     WG: tl.constexpr = GROUP // 8
     DT: tl.constexpr = x_ptr.dtype.element_ty
     pid_n = tl.program_id(0)
@@ -160,7 +159,7 @@ def _w4_tc_kernel(
     m_mask = offs_m < M
     offs_w = tl.arange(0, WG)
     offs_k = tl.arange(0, GROUP)
-    k_len = tl.cdiv(K // GROUP, tl.num_programs(1)) * GROUP
+    k_len = tl.cdiv(K // GROUP, SPLIT_K) * GROUP
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(pid_k * k_len, tl.minimum(K, (pid_k + 1) * k_len), GROUP):
         words = tl.load(w_ptr + offs_n[:, None] * stride_wn + (k0 // 8 + offs_w)[None, :],
@@ -173,20 +172,19 @@ def _w4_tc_kernel(
         # second), and folding the zero into a per-group sum of x as the GEMV does (25 % against 35 % of copy).
         acc += tl.dot(xk, tl.trans(w4_lanes_tile(words, z, DT))) * s[None, :]
     y = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
-    y_mask = m_mask[:, None] & n_mask[None, :]
-    if tl.num_programs(1) == 1:
-        tl.store(y, acc.to(y_ptr.dtype.element_ty), mask=y_mask)
-    else:
-        tl.atomic_add(y, acc, mask=y_mask, sem="relaxed")
+    part = part_ptr + offs_m[:, None] * N + offs_n[None, :]
+    splitk.finish(
+        acc, y, m_mask[:, None] & n_mask[None, :], part, BLOCK_M * N, count_ptr, pid_n, pid_k, SPLIT_K
+    )
 
 
-def split_k(launch, out: torch.Tensor, n_blocks: int, split: int) -> torch.Tensor:
-    """launch(grid, y) over (n_blocks, split) programs: y is out when K is not split, else a zeroed float32 buffer the
-    programs add into with atomics, copied to out after."""
-    y = out if split == 1 else torch.zeros(out.shape, dtype=torch.float32, device=out.device)
-    launch((n_blocks, split), y)
-    if split != 1:
-        out.copy_(y)
+def launch_split(kernel, grid_n: int, split: int, pointers: tuple, rest: tuple, **cfg) -> torch.Tensor:
+    """kernel[(grid_n, split)](*pointers, workspace, counters, *rest, SPLIT_K=split, **cfg) for the decode kernels
+    whose pointer arguments (x, the weight, its scales, ..., out last) come before `splitk.scratch`'s pair; returns
+    out."""
+    out = pointers[-1]
+    part, count = splitk.scratch(out.device, split, out.shape[1], grid_n)
+    kernel[(grid_n, split)](*pointers, part, count, *rest, SPLIT_K=split, **cfg)
     return out
 
 
@@ -239,13 +237,11 @@ def w4a16_decode_tc(x, packed, scales, zeros, group_size, out=None, **cfg):
     split = min(cfg.pop("SPLIT_K", 1), K // group_size)
     words = words_of(packed)
 
-    def launch(grid, y):
-        _w4_tc_kernel[grid](
-            x, words, scales, zeros, y, M, N, K, x.stride(0), x.stride(1), words.stride(0), scales.stride(0),
-            y.stride(0), y.stride(1), GROUP=group_size, **cfg,
-        )  # fmt: skip
-
-    return split_k(launch, out, triton.cdiv(N, cfg["BLOCK_N"]), split)
+    return launch_split(
+        _w4_tc_kernel, triton.cdiv(N, cfg["BLOCK_N"]), split, (x, words, scales, zeros, out),
+        (M, N, K, x.stride(0), x.stride(1), words.stride(0), scales.stride(0), out.stride(0), out.stride(1)),
+        GROUP=group_size, **cfg,
+    )  # fmt: skip
 
 
 def w4a16_decode(x, packed, scales, zeros, group_size, out=None):
@@ -310,12 +306,13 @@ def fp4_lanes_tile(words, e, DT: tl.constexpr, SB: tl.constexpr, NV: tl.constexp
 
 @triton.jit
 def _fp4_decode_kernel(
-    x_ptr, p_ptr, s_ptr, g_ptr, y_ptr, M, N, K,
+    x_ptr, p_ptr, s_ptr, g_ptr, y_ptr, part_ptr, count_ptr, M, N, K,
     stride_xm, stride_xk, stride_pn, stride_sn, stride_ym, stride_yn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SB: tl.constexpr, NV: tl.constexpr,
+    SPLIT_K: tl.constexpr,
 ):  # fmt: skip
-    """All M rows (padded to BLOCK_M) in one program, BLOCK_N columns, K split over the grid's second axis.
-    p_ptr: the packed weight as int32 words [N, K / 8]; BLOCK_K divides K (no K masks)."""
+    """All M rows (padded to BLOCK_M) in one program, BLOCK_N columns, K split SPLIT_K ways over the grid's second
+    axis (`splitk.finish`). p_ptr: the packed weight as int32 words [N, K / 8]; BLOCK_K divides K (no K masks)."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     offs_m = tl.arange(0, BLOCK_M)
@@ -325,7 +322,7 @@ def _fp4_decode_kernel(
     offs_k = tl.arange(0, BLOCK_K)
     n_ok = offs_n[:, None] < N
     DT: tl.constexpr = x_ptr.dtype.element_ty
-    k_len = tl.cdiv(K // BLOCK_K, tl.num_programs(1)) * BLOCK_K
+    k_len = tl.cdiv(K // BLOCK_K, SPLIT_K) * BLOCK_K
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(pid_k * k_len, tl.minimum(K, (pid_k + 1) * k_len), BLOCK_K):
         x = tl.load(x_ptr + offs_m[:, None] * stride_xm + (k0 + offs_k)[None, :] * stride_xk,
@@ -337,10 +334,8 @@ def _fp4_decode_kernel(
         acc = acc * tl.load(g_ptr)
     y = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
     y_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    if tl.num_programs(1) == 1:
-        tl.store(y, acc.to(y_ptr.dtype.element_ty), mask=y_mask)
-    else:
-        tl.atomic_add(y, acc, mask=y_mask, sem="relaxed")
+    part = part_ptr + offs_m[:, None] * N + offs_n[None, :]
+    splitk.finish(acc, y, y_mask, part, BLOCK_M * N, count_ptr, pid_n, pid_k, SPLIT_K)
 
 
 def fp4_config(N: int, K: int, device: str) -> dict:
@@ -365,13 +360,11 @@ def _fp4_decode(x, packed, scales, g, out, cfg, nv: bool):
     )
     words = words_of(packed)
 
-    def launch(grid, y):
-        _fp4_decode_kernel[grid](
-            x, words, scales, g if nv else scales, y, M, N, x.shape[1], x.stride(0), x.stride(1), words.stride(0),
-            scales.stride(0), y.stride(0), y.stride(1), SB=16 if nv else 32, NV=nv, **cfg,
-        )  # fmt: skip
-
-    return split_k(launch, out, triton.cdiv(N, cfg["BLOCK_N"]), split)
+    return launch_split(
+        _fp4_decode_kernel, triton.cdiv(N, cfg["BLOCK_N"]), split, (x, words, scales, g if nv else scales, out),
+        (M, N, x.shape[1], x.stride(0), x.stride(1), words.stride(0), scales.stride(0), out.stride(0), out.stride(1)),
+        SB=16 if nv else 32, NV=nv, **cfg,
+    )  # fmt: skip
 
 
 def mxfp4_decode(x, packed, scales, out=None, **cfg):
@@ -415,9 +408,8 @@ def _w8_split_kernel(
     stride_xm, stride_xk, stride_qn, stride_qk, stride_ym, stride_yn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
 ):  # fmt: skip
-    """The chapter's decode kernel over one of SPLIT_K spans of K (program (n, k)). Each program stores its float32
-    partial sums in part [SPLIT_K, BLOCK_M, N]; the strip's last program to finish (a counter per strip, which it
-    sets back to 0) adds the SPLIT_K partials in order, scales and stores them."""
+    """The chapter's decode kernel over one of SPLIT_K spans of K (program (n, k)), its sums scaled and then stored or
+    added up by `splitk.finish`."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     if SPLIT_K == 1:  # the chapter's loop as it is
@@ -436,34 +428,13 @@ def _w8_split_kernel(
         q = tl.load(q_ptr + offs_n[None, :] * stride_qn + k[:, None] * stride_qk,
                     mask=(offs_n[None, :] < N) & (k[:, None] < K), other=0)  # fmt: skip
         acc = tl.dot(x, q.to(x.dtype), acc)
-    m_ok, n_ok = offs_m < M, offs_n < N
-    if SPLIT_K > 1:
-        part = part_ptr + offs_m[:, None] * N + offs_n[None, :]
-        tl.store(part + pid_k * BLOCK_M * N, acc, mask=n_ok[None, :])
-        tl.debug_barrier()  # every thread's partial stored before the release below
-        if tl.atomic_add(count_ptr + pid_n, 1, sem="acq_rel") != SPLIT_K - 1:
-            return
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for j in range(SPLIT_K):  # in order: the same sum whichever program finishes last
-            acc += tl.load(part + j * BLOCK_M * N, mask=n_ok[None, :], other=0.0, cache_modifier=".cg")
-        tl.store(count_ptr + pid_n, 0)
-    s = tl.load(s_ptr + offs_n, mask=n_ok, other=0.0)
-    tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn,
-             (acc * s[None, :]).to(y_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])  # fmt: skip
-
-
-_SPLIT_SCRATCH: dict = {}
-
-
-def split_scratch(device, split: int, block_m: int, N: int, n_blocks: int):
-    """(partials, counters) for a split-K launch, made once per device and shape: the counters start at 0 and the
-    kernel leaves them at 0, so a call (or a CUDA graph's replay) needs no zeroing launch. Launches that share them
-    must run one after another (one stream), as the bench's do."""
-    key = (str(device), split, block_m, N, n_blocks)
-    if key not in _SPLIT_SCRATCH:
-        _SPLIT_SCRATCH[key] = (torch.empty(split * block_m * N, dtype=torch.float32, device=device),
-                               torch.zeros(n_blocks, dtype=torch.int32, device=device))  # fmt: skip
-    return _SPLIT_SCRATCH[key]
+    n_ok = offs_n < N
+    acc = acc * tl.load(s_ptr + offs_n, mask=n_ok, other=0.0)[None, :]
+    y = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
+    part = part_ptr + offs_m[:, None] * N + offs_n[None, :]
+    splitk.finish(
+        acc, y, (offs_m < M)[:, None] & n_ok[None, :], part, BLOCK_M * N, count_ptr, pid_n, pid_k, SPLIT_K
+    )
 
 
 def w8a16_split_config(N: int, K: int, device: str) -> dict:
@@ -487,9 +458,8 @@ def w8a16_decode_split(x, q, s, out=None, **cfg):
         raise ValueError(f"w8a16_decode_split takes at most 16 rows, got M = {M}")
     cfg = dict(cfg or w8a16_split_config(N, K, x.device.type))
     n_blocks = triton.cdiv(N, cfg["BLOCK_N"])
-    part, count = split_scratch(x.device, cfg["SPLIT_K"], 16, N, n_blocks)
-    _w8_split_kernel[(n_blocks, cfg["SPLIT_K"])](
-        x, q, s, out, part, count, M, N, K,
-        x.stride(0), x.stride(1), q.stride(0), q.stride(1), out.stride(0), out.stride(1), BLOCK_M=16, **cfg,
+    split = cfg.pop("SPLIT_K")
+    return launch_split(
+        _w8_split_kernel, n_blocks, split, (x, q, s, out),
+        (M, N, K, x.stride(0), x.stride(1), q.stride(0), q.stride(1), out.stride(0), out.stride(1)), BLOCK_M=16, **cfg,
     )  # fmt: skip
-    return out

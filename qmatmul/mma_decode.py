@@ -34,6 +34,7 @@ from __future__ import annotations
 import torch
 import triton
 
+from qmatmul import splitk
 from qmatmul.formats.w4a16 import unpack
 
 try:  # Gluon: triton 3.5 and newer
@@ -276,9 +277,8 @@ if gluon is not None:
         """y[m, n] = sum over groups g of s[n, g] * sum_k (q[n, k] - z[n, g]) x[m, k].
 
         Program (pid_n, pid_k): BLOCK_N = 16 x warps x R rows of N and the pid_k-th of num_programs(1) even runs of
-        groups. Split, each program writes its float32 part to ws [split, M, N] and counts itself in cnt[pid_n]
-        (zeroed by the caller); the last one of a strip adds the parts in order and writes y: one launch, no
-        atomics on the output, the same sum whichever program finishes last."""
+        groups. Split, each program writes its float32 part to ws [split, M, N] and counts itself in cnt[pid_n]; the
+        last one of a strip adds the parts in order and writes y (`_finish`)."""
         W: gl.constexpr = gl.num_warps()
         TN: gl.constexpr = W * R  # 16-row tiles a program
         BLOCK_N: gl.constexpr = 16 * TN
@@ -356,9 +356,9 @@ if gluon is not None:
     @gluon.jit
     def _finish(acc, y_ptr, ws_ptr, cnt_ptr, M, N, stride_ym, rows_c, pid_n, pid_k, BM: gl.constexpr,
                 mma: gl.constexpr):  # fmt: skip
-        """Store the program's float32 sum: y, or split, its part to ws [split, M, N], counted in cnt[pid_n] (zeroed by
-        the caller); the strip's last program adds the parts in order and writes y: one launch, no atomics on the
-        output, the same sum whichever program finishes last."""
+        """Store the program's float32 sum: y, or split, its part to ws [split, M, N], counted in cnt[pid_n]
+        (`qmatmul/splitk.py`); the strip's last program adds the parts in order, writes y and sets the count back to
+        0: one launch, no atomics on the output, the same sum whichever program finishes last."""
         cols = gl.arange(0, BM, layout=gl.SliceLayout(0, mma))
         y = y_ptr + cols[None, :] * stride_ym + rows_c[:, None]
         y_mask = (rows_c < N)[:, None] & (cols < M)[None, :]
@@ -375,6 +375,7 @@ if gluon is not None:
                     at = ws_ptr + (j * M + cols[None, :]) * N + rows_c[:, None]
                     acc += gl.load(at, mask=y_mask, other=0.0, cache_modifier=".cg")
                 gl.store(y, acc.to(y_ptr.dtype.element_ty), mask=y_mask)
+                gl.store(cnt_ptr + pid_n, 0)  # ready for the next call: no launch zeroes the counters
 
     @gluon.jit
     def _mma_operand(w, TN: gl.constexpr, C: gl.constexpr, a_l: gl.constexpr, P0: gl.constexpr, P1: gl.constexpr,
@@ -599,20 +600,9 @@ def _launch(kernel, x, words, s, z, out, N: int, step: int, cfg: dict, **constan
     M, K = x.shape
     split = min(cfg.pop("SPLIT_K", 1), K // step)
     n_blocks = triton.cdiv(N, 16 * cfg["num_warps"] * cfg["R"])
-    ws, cnt = _split_buffers(split, M, N, n_blocks, x.device)
+    ws, cnt = splitk.scratch(x.device, split, N, n_blocks)
     kernel[(n_blocks, split)](
         x, words, s, z, out, ws, cnt, M, N, K, x.stride(0), s.stride(0), out.stride(0),
         BM=8 if M <= 8 else 16, **cfg, **constants,
     )  # fmt: skip
     return out
-
-
-def _split_buffers(split: int, M: int, N: int, n_blocks: int, device):
-    """The split-K workspace (float32 [split, M, N]) and the strips' counters (zeroed); unsplit, placeholders that
-    launch nothing (empty)."""
-    if split == 1:
-        return torch.empty(1, dtype=torch.float32, device=device), torch.empty(
-            1, dtype=torch.int32, device=device
-        )
-    return (torch.empty(split, M, N, dtype=torch.float32, device=device),
-            torch.zeros(n_blocks, dtype=torch.int32, device=device))  # fmt: skip

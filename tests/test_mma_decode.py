@@ -36,6 +36,16 @@ def measured(rows: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+_NEEDS_GPU = pytest.mark.skipif(
+    not mma_decode.available(), reason="needs a CUDA GPU of sm_80 or newer and triton with Gluon"
+)
+
+
+def GPU(test):
+    """A GPU test: skipped without one; on the GPU, in tests/test_gpu.py's xdist group (one worker, one at a time)."""
+    return pytest.mark.xdist_group("gpu")(_NEEDS_GPU(test))
+
+
 def codes(packed):
     """The chapter's unpacking (element 2i in the low nibble), as int32."""
     return w4a16.unpack(packed).int()
@@ -138,9 +148,7 @@ def test_every_configuration_the_sweep_times_compiles_for_hopper():
     assert not [name for name, r in got.items() if r["spills"]]
 
 
-@pytest.mark.skipif(
-    not mma_decode.available(), reason="needs a CUDA GPU of sm_80 or newer and triton with Gluon"
-)
+@GPU
 @pytest.mark.parametrize("M", [1, 5, 16])
 @pytest.mark.parametrize("G", [64, 128])
 @pytest.mark.parametrize("split", [1, 3, 8])
@@ -155,9 +163,9 @@ def test_on_a_gpu_the_kernel_matches_the_reference(M, G, split):
     words = mma_decode.repack(p)
     for r, shared in ((1, False), (2, False), (1, True), (2, True)):
         cfg = dict(mma_decode.config(M, 1000, 1024), SPLIT_K=split, R=r, X_SHARED=shared)
-        for _ in range(2):  # the counters start at zero on every call
-            y = mma_decode.decode(x, words, s, z, G, 1000, **cfg)
-            checks.compare(y, ref, what=f"mma decode {cfg}", rtol=checks.tolerance_for(x.dtype))
+        for sign in (1, -2):  # two calls on other x: the last program of each strip leaves its counter at 0
+            y = mma_decode.decode(sign * x, words, s, z, G, 1000, **cfg)
+            checks.compare(y, sign * ref, what=f"mma decode {cfg}", rtol=checks.tolerance_for(x.dtype))
 
 
 @pytest.mark.parametrize("block", [32, 16])
@@ -222,9 +230,6 @@ def test_the_fp4_kernel_compiles_for_hopper_with_its_layouts_trivial():
 
 
 FP4 = {"mxfp4": (mxfp4, mma_decode.mxfp4_decode, 32), "nvfp4": (nvfp4, mma_decode.nvfp4_decode, 16)}
-GPU = pytest.mark.skipif(
-    not mma_decode.available(), reason="needs a CUDA GPU of sm_80 or newer and triton with Gluon"
-)
 
 
 @GPU
@@ -242,9 +247,9 @@ def test_on_a_gpu_the_fp4_kernel_matches_the_reference(fmt, M, split):
     g = w[1] if fmt == "nvfp4" else None
     for r, shared in ((1, False), (2, False), (1, True), (2, True)):
         cfg = dict(mma_decode.config_fp4(M, 1000, 1024), SPLIT_K=split, R=r, X_SHARED=shared)
-        for _ in range(2):  # the counters start at zero on every call
-            y = mma_decode.decode_fp4(x, words, w[0], g, 1000, **cfg)
-            checks.compare(y, ref, what=f"mma {fmt} {cfg}", rtol=checks.tolerance_for(x.dtype))
+        for sign in (1, -2):  # two calls on other x: the last program of each strip leaves its counter at 0
+            y = mma_decode.decode_fp4(sign * x, words, w[0], g, 1000, **cfg)
+            checks.compare(y, sign * ref, what=f"mma {fmt} {cfg}", rtol=checks.tolerance_for(x.dtype))
 
 
 @GPU

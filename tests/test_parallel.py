@@ -394,6 +394,7 @@ def _tool():
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="bandwidth figures need a CUDA GPU")
+@pytest.mark.xdist_group("gpu")  # no other test's kernels beside its timings (tests/test_gpu.py)
 def test_bandwidth_figures_of_a_parallel_run_match_a_serial_run():
     """Four graders of the W8A16 solution at once on one GPU read the decode bandwidth one grader alone reads
     (their timed windows never overlap). `tools/parallel_grading.py gpu` measures the same, and also what four

@@ -45,7 +45,9 @@ ISSUE_BUDGET = 4.2
 _W4A16 = {"x_ptr": "*bf16", "p_ptr": "*u8", "s_ptr": "*fp32", "z_ptr": "*u8", "y_ptr": "*bf16"}
 _FP4 = {"x_ptr": "*bf16", "p_ptr": "*u8", "s_ptr": "*u8", "y_ptr": "*bf16"}
 _NVFP4 = {**_FP4, "g_ptr": "*fp32"}
-_W4A16_WORDS = {**_W4A16, "w_ptr": "*i32"}
+# qmatmul.expert's kernels: the packed weight as int32 words, and qmatmul.splitk's workspace and counters.
+_SPLIT = {"part_ptr": "*fp32", "count_ptr": "*i32"}
+_W4A16_WORDS = {**_W4A16, "w_ptr": "*i32", **_SPLIT}
 # qmatmul.gemm.matmul_kernel, which multiplies the 4-bit chapters' decoded weight (off Hopper: TMA there).
 _GEMM = {"x_ptr": "*bf16", "w_ptr": "*bf16", "g_ptr": "*fp32", "s_ptr": "*fp32", "y_ptr": "*bf16"}
 _W8A16 = {"x_ptr": "*bf16", "q_ptr": "*i8", "s_ptr": "*fp32", "y_ptr": "*bf16"}
@@ -110,13 +112,12 @@ def kernels(arch: int = 90) -> dict:
     with capability(arch):
         rows = {label.split()[0]: _row(chapter, kernel, cfg())
                 for label, chapter, kernel, cfg in launches() if label.endswith(" decode")}  # fmt: skip
-        tc = {k: v for k, v in _expert("tc_config", 16, N).items() if k != "SPLIT_K"}
-        rows["expert-tc"] = _row("expert", "_w4_tc_kernel", tc | {"GROUP": 128})
+        rows["expert-tc"] = _row("expert", "_w4_tc_kernel", _expert("tc_config", 16, N) | {"GROUP": 128})
         rows["expert-gemv"] = _row("expert", "_w4_gemv_kernel", _expert("gemv_config", N, K) | {"GROUP": 128})
-        for fmt, sb in (("mxfp4", 32), ("nvfp4", 16)):  # the split-K factor shapes the grid, not the loop
-            cfg = {k: v for k, v in _expert("fp4_config", N, K).items() if k != "SPLIT_K"}
-            rows[f"expert-{fmt}"] = dict(_row("expert", "_fp4_decode_kernel", cfg | {"SB": sb, "NV": fmt == "nvfp4"}),
-                                         types=_NVFP4 | {"p_ptr": "*i32"})  # fmt: skip
+        for fmt, sb in (("mxfp4", 32), ("nvfp4", 16)):
+            cfg = _expert("fp4_config", N, K) | {"SB": sb, "NV": fmt == "nvfp4"}
+            rows[f"expert-{fmt}"] = dict(_row("expert", "_fp4_decode_kernel", cfg),
+                                         types=_NVFP4 | {"p_ptr": "*i32", **_SPLIT})  # fmt: skip
     rows.update(mma_rows(N, K))
     return rows
 

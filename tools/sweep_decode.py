@@ -29,11 +29,23 @@ from qmatmul.expert import (  # noqa: E402 - the kernels this sweep shares
     block_scales,
     fp4_lanes_tile,
     in_order,
-    split_k,
     w4_lanes_tile,
 )
 
 SHAPES = [(28672, 8192), (8192, 28672), (8192, 8192)]
+
+
+def split_k(launch, out, n_blocks: int, split: int):
+    """launch(grid, y) over (n_blocks, split) programs: y is out when K is not split, else a zeroed float32 buffer the
+    candidates add into with atomics, copied to out after (three launches; the expert kernels add their parts in one:
+    qmatmul/splitk.py)."""
+    import torch
+
+    y = out if split == 1 else torch.zeros(out.shape, dtype=torch.float32, device=out.device)
+    launch((n_blocks, split), y)
+    if split != 1:
+        out.copy_(y)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------------

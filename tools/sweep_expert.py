@@ -130,7 +130,7 @@ def dump(out, expert, w4a16, dtype):
 
     import torch
 
-    from qmatmul import checks
+    from qmatmul import checks, splitk
 
     N, K, G = 28672, 8192, 128
     p, s, z = w4a16.random_packed(N, K, G, "cuda", checks.generator(2, "cuda"))
@@ -146,11 +146,11 @@ def dump(out, expert, w4a16, dtype):
     }  # fmt: skip
     for name, xx in (("tc", x16), ("tc_fp16", x16.half())):
         tc = expert.tc_config(16, N, "cuda")
-        split = tc.pop("SPLIT_K")
-        yy = torch.zeros(16, N, device="cuda", dtype=torch.float32)
-        kernels[name] = expert._w4_tc_kernel[(N // tc["BLOCK_N"], split)](
-            xx, words, s, z, yy, 16, N, K, xx.stride(0), 1, words.stride(0), s.stride(0), yy.stride(0), 1,
-            GROUP=G, **tc,
+        yy = torch.zeros(16, N, device="cuda", dtype=xx.dtype)
+        part, count = splitk.scratch("cuda", tc["SPLIT_K"], N, N // tc["BLOCK_N"])
+        kernels[name] = expert._w4_tc_kernel[(N // tc["BLOCK_N"], tc["SPLIT_K"])](
+            xx, words, s, z, yy, part, count, 16, N, K, xx.stride(0), 1, words.stride(0), s.stride(0), yy.stride(0),
+            1, GROUP=G, **tc,
         )  # fmt: skip
     for name, k in kernels.items():
         for kind in ("ptx", "ttgir"):
