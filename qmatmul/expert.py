@@ -183,7 +183,9 @@ def launch_split(kernel, grid_n: int, split: int, pointers: tuple, rest: tuple, 
     whose pointer arguments (x, the weight, its scales, ..., out last) come before `splitk.scratch`'s pair; returns
     out."""
     out = pointers[-1]
-    part, count = splitk.scratch(out.device, split, out.shape[1], grid_n)
+    part, count = splitk.scratch(
+        out.device, split, out.shape[1], grid_n, rows=cfg["BLOCK_M"]
+    )  # parts as tall as the tile
     kernel[(grid_n, split)](*pointers, part, count, *rest, SPLIT_K=split, **cfg)
     return out
 
