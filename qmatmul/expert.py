@@ -172,10 +172,8 @@ def _w4_tc_kernel(
         # second), and folding the zero into a per-group sum of x as the GEMV does (25 % against 35 % of copy).
         acc += tl.dot(xk, tl.trans(w4_lanes_tile(words, z, DT))) * s[None, :]
     y = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
-    part = part_ptr + offs_m[:, None] * N + offs_n[None, :]
-    splitk.finish(
-        acc, y, m_mask[:, None] & n_mask[None, :], part, BLOCK_M * N, count_ptr, pid_n, pid_k, SPLIT_K
-    )
+    y_mask = m_mask[:, None] & n_mask[None, :]
+    splitk.finish(acc, y, y_mask, part_ptr, offs_m, offs_n, N, count_ptr, pid_n, pid_k, SPLIT_K)
 
 
 def launch_split(kernel, grid_n: int, split: int, pointers: tuple, rest: tuple, **cfg) -> torch.Tensor:
@@ -183,9 +181,7 @@ def launch_split(kernel, grid_n: int, split: int, pointers: tuple, rest: tuple, 
     whose pointer arguments (x, the weight, its scales, ..., out last) come before `splitk.scratch`'s pair; returns
     out."""
     out = pointers[-1]
-    part, count = splitk.scratch(
-        out.device, split, out.shape[1], grid_n, rows=cfg["BLOCK_M"]
-    )  # parts as tall as the tile
+    part, count = splitk.scratch(out.device, split, out.shape[1], grid_n, rows=cfg["BLOCK_M"])
     kernel[(grid_n, split)](*pointers, part, count, *rest, SPLIT_K=split, **cfg)
     return out
 
@@ -336,8 +332,7 @@ def _fp4_decode_kernel(
         acc = acc * tl.load(g_ptr)
     y = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
     y_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    part = part_ptr + offs_m[:, None] * N + offs_n[None, :]
-    splitk.finish(acc, y, y_mask, part, BLOCK_M * N, count_ptr, pid_n, pid_k, SPLIT_K)
+    splitk.finish(acc, y, y_mask, part_ptr, offs_m, offs_n, N, count_ptr, pid_n, pid_k, SPLIT_K)
 
 
 def fp4_config(N: int, K: int, device: str) -> dict:
@@ -417,8 +412,8 @@ def _w8_split_kernel(
     if SPLIT_K == 1:  # the chapter's loop as it is
         lo, hi = 0, K
     else:  # whole K steps, as many in every program (the last one's past K are masked off)
-        lo = pid_k * (tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K) * BLOCK_K)
-        hi = lo + tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K) * BLOCK_K
+        span = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K) * BLOCK_K
+        lo, hi = pid_k * span, pid_k * span + span
     offs_m = tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
@@ -433,10 +428,8 @@ def _w8_split_kernel(
     n_ok = offs_n < N
     acc = acc * tl.load(s_ptr + offs_n, mask=n_ok, other=0.0)[None, :]
     y = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
-    part = part_ptr + offs_m[:, None] * N + offs_n[None, :]
-    splitk.finish(
-        acc, y, (offs_m < M)[:, None] & n_ok[None, :], part, BLOCK_M * N, count_ptr, pid_n, pid_k, SPLIT_K
-    )
+    y_mask = (offs_m < M)[:, None] & n_ok[None, :]
+    splitk.finish(acc, y, y_mask, part_ptr, offs_m, offs_n, N, count_ptr, pid_n, pid_k, SPLIT_K)
 
 
 def w8a16_split_config(N: int, K: int, device: str) -> dict:

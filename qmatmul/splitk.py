@@ -29,18 +29,21 @@ def scratch(device, split: int, N: int, n_blocks: int, rows: int = 16) -> tuple[
 
 
 @triton.jit
-def finish(acc, y, y_mask, part, part_stride, count_ptr, pid_n, pid_k, SPLIT_K: tl.constexpr):
-    """Store a program's float32 sums acc at the pointers y (where y_mask): unsplit, directly; split, to its part of
-    the workspace (`part` + pid_k * part_stride, laid out like y), counted in count_ptr[pid_n]. The strip's last
-    program adds the SPLIT_K parts in order, stores them and sets the counter back to 0."""
+def finish(acc, y, y_mask, part_ptr, offs_m, offs_n, N, count_ptr, pid_n, pid_k, SPLIT_K: tl.constexpr):
+    """Store a program's float32 sums acc [rows offs_m, columns offs_n] at the pointers y (where y_mask): unsplit,
+    directly; split, to its part of the workspace at part_ptr (SPLIT_K parts of acc's height times N, as `scratch`
+    makes it), counted in count_ptr[pid_n]. The strip's last program adds the SPLIT_K parts in order, stores them
+    and sets the counter back to 0."""
     if SPLIT_K == 1:
         tl.store(y, acc.to(y.dtype.element_ty), mask=y_mask)
     else:
-        tl.store(part + pid_k * part_stride, acc, mask=y_mask)
+        part = part_ptr + offs_m[:, None] * N + offs_n[None, :]
+        stride = acc.shape[0] * N
+        tl.store(part + pid_k * stride, acc, mask=y_mask)
         tl.debug_barrier()  # every thread's part stored before the release below
         if tl.atomic_add(count_ptr + pid_n, 1, sem="acq_rel") == SPLIT_K - 1:
             total = tl.zeros(acc.shape, dtype=tl.float32)
             for j in range(SPLIT_K):  # in order: the same sum whichever program finishes last
-                total += tl.load(part + j * part_stride, mask=y_mask, other=0.0, cache_modifier=".cg")
+                total += tl.load(part + j * stride, mask=y_mask, other=0.0, cache_modifier=".cg")
             tl.store(y, total.to(y.dtype.element_ty), mask=y_mask)
             tl.store(count_ptr + pid_n, 0)

@@ -36,9 +36,9 @@ def test_words_of_refuses_unaligned_bytes():
 @pytest.mark.parametrize("M, K, split", [(1, 1000, 3), (7, 448, 4), (16, 256, 1), (2, 200, 3)])
 def test_w8a16_split_decode_matches_reference(M, K, split):
     """K split across programs, the partials added by each strip's last program: ragged N and K (K = 1000 over three
-    programs of six 64-wide steps: the last has four and a masked tail; K = 448 over four: the last has one step; K = 200 over three: the third has none of its own), a
-    strided x and output, twice in a row on different x (the counters are left at 0 for the next call), and each row's
-    scale on another row caught."""
+    programs of six 64-wide steps: the last has four and a masked tail; K = 448 over four: the last has one step;
+    K = 200 over three: the third has none of its own), a strided x and output, twice in a row on different x (the
+    counters are left at 0 for the next call), and each row's scale on another row caught."""
     x, q, s = w8a16.random_problem(
         M, 70, K, torch.float16, "cpu", checks.generator(M * 10 + split), strided=True
     )
