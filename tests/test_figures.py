@@ -68,6 +68,15 @@ def test_a_single_figure_must_match_every_value_it_stands_for(tmp_path, fixed_da
     assert figures.problems(page(tmp_path, f"the solution reaches 15 %{ref} at M = 1 and 16\n"))
 
 
+def test_a_range_from_a_figure_to_itself_is_written_as_one_figure(tmp_path, fixed_data):
+    """Values 15 and 15 quoted as `15–15 %` (what --write used to leave) are an error; --write makes them `15 %`."""
+    ref = "<!-- h200: nvfp4 decode | solution nvfp4_decode | 1,16x28672x8192 | copy_eager -->"
+    p = page(tmp_path, f"the solution reaches 15–15 %{ref} at M = 1 and 16\n")
+    assert figures.problems(p)
+    figures.write(p)
+    assert not figures.problems(p) and f"reaches 15 %{ref}" in p.read_text()
+
+
 def test_a_reference_to_nothing_in_the_data_is_an_error(tmp_path):
     for ref in ["w8a16 decode | solution w8a16_decode | 2x28672x8192 | copy", "w8a16 decode | nobody | 1x1x1 | copy",
                 "w8a16 decode | solution w8a16_decode | 1x28672x8192 | speed", "w8a16 decode | 1x28672x8192"]:  # fmt: skip

@@ -118,10 +118,11 @@ def check_quote(before: str, ref: Ref) -> tuple[str | None, str]:
     values = ref.values()
     if re.search(r"\d\s*(?:–|-)\s*\d", quoted) and len(nums) == 2:
         lo, hi = _fmt(min(values), nums[0]), _fmt(max(values), nums[1])
-        want = quoted.replace(nums[0], lo, 1)
-        want = want[: want.rindex(nums[1])] + hi + want[want.rindex(nums[1]) + len(nums[1]) :]
-        ok = (lo, hi) == (nums[0], nums[1]) or (lo == hi == nums[0] == nums[1])
-        return (None if ok else f"{quoted!r}: the data gives {lo}–{hi}"), want
+        start, end = quoted.index(nums[0]), quoted.rindex(nums[1]) + len(nums[1])
+        if lo == hi:  # one figure, not a range from a number to itself
+            return f"{quoted!r}: the data gives {lo} (one figure)", quoted[:start] + lo + quoted[end:]
+        want = quoted[:start] + lo + quoted[start + len(nums[0]) : end - len(nums[1])] + hi + quoted[end:]
+        return (None if (lo, hi) == (nums[0], nums[1]) else f"{quoted!r}: the data gives {lo}–{hi}"), want
     if len(nums) == 1:
         shown = sorted({_fmt(v, nums[0]) for v in values})
         want = quoted.replace(nums[0], shown[0], 1) if len(shown) == 1 else quoted
