@@ -25,8 +25,10 @@ MXFP4 and NVFP4 (`repack_fp4`, `decode_fp4`) take the same tiles with K reordere
 values) and each e2m1 code's bits stored where the kernel wants them in a bf16 (FP4_BITS): pair by pair an AND, a
 rotate and an AND, or an AND, a multiply and an AND give two bf16 holding the values times 2^-126, and one bf16x2
 multiply by 2^126 makes them exact (the subnormal 0.5 included). Each scale block is one MMA chain whose float32 sum
-its scale multiplies. About 2.8-2.9 (MXFP4) and 3.4-3.6 (NVFP4) SASS instructions a weight at M = 1; docs/perf-notes.md,
-ninth round.
+its scale multiplies: 2.8-2.9 (MXFP4) and 3.4-3.6 (NVFP4) SASS instructions a weight (docs/perf-notes.md, ninth round).
+At M = 1, `_fp4_diag_kernel` puts the MMA's eight columns, otherwise copies of the one row of x, to work: x's scale
+block c in column c and zeros elsewhere, so one chain gives every block's sum in its own column and a lane scales only
+the four it holds: 2.2-2.5 instructions a weight (twelfth round).
 """
 
 from __future__ import annotations
@@ -391,10 +393,19 @@ if gluon is not None:
     def _fp4_scale(codes, b: gl.constexpr, SB: gl.constexpr):
         """Block b's scale of a step, float32, from the step's codes of a row read as one integer (byte b)."""
         if SB == 32:
-            # e8m0 2^(e - 127): e as a float32's exponent field; e = 0 would give 0, so the subnormal 2^-127's bits
-            # are its floor (non-negative floats order as their bits do)
-            return gl.maximum((codes << (23 - 8 * b)) & 0x7F800000, 0x00400000).to(gl.float32, bitcast=True)
-        return ((codes >> (8 * b)) & 0xFF).to(gl.uint8).to(gl.float8e4nv, bitcast=True).to(gl.float32)  # e4m3
+            return _e8m0((codes << (23 - 8 * b)) & 0x7F800000)
+        return _e4m3((codes >> (8 * b)) & 0xFF)
+
+    @gluon.jit
+    def _e8m0(field):
+        """e8m0 2^(e - 127) as float32, from e already in a float32's exponent field (e << 23); e = 0 would give 0, so
+        the subnormal 2^-127's bits are its floor (non-negative floats order as their bits do)."""
+        return gl.maximum(field, 0x00400000).to(gl.float32, bitcast=True)
+
+    @gluon.jit
+    def _e4m3(code):
+        """An e4m3 code (an integer 0..255) as float32."""
+        return code.to(gl.uint8).to(gl.float8e4nv, bitcast=True).to(gl.float32)
 
     @gluon.jit
     def _mma_order(xk, NB: gl.constexpr, SB: gl.constexpr, BM: gl.constexpr):
@@ -507,6 +518,83 @@ if gluon is not None:
             acc = acc * gl.load(gs_ptr)
         _finish(acc, y_ptr, ws_ptr, cnt_ptr, M, N, stride_ym, rows_c, pid_n, pid_k, BM, mma)
 
+    @gluon.jit
+    def _fp4_diag_kernel(
+        x_ptr, w_ptr, s_ptr, gs_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, K,
+        stride_xm, stride_sn, stride_ym,
+        SB: gl.constexpr, R: gl.constexpr, BM: gl.constexpr, HAS_GS: gl.constexpr, NB: gl.constexpr,
+    ):  # fmt: skip
+        """_fp4_mma_kernel's sum for one row of x (M = 1), the MMA's eight columns put to work: a step is NB <= 8
+        scale blocks, and the MMA's second operand holds block c's values of x in column c and zeros elsewhere, so
+        one chain of MMAs leaves each block's partial sum in its own column. A lane holds four of those (two rows,
+        two columns) and scales only them: 4 scales and 4 FFMAs a lane a step and row tile, where the block-by-block
+        chain scales 2 rows x NB blocks and all 4 of its values per block. The columns are added at the end."""
+        W: gl.constexpr = gl.num_warps()
+        TN: gl.constexpr = W * R
+        BLOCK_N: gl.constexpr = 16 * TN
+        STEP: gl.constexpr = NB * SB
+        CH: gl.constexpr = STEP // 64  # 64-wide chunks a step
+        mma: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[2, 0], warps_per_cta=[W, 1], instr_shape=[16, 8]
+        )
+        a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
+        b_l: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2)
+        w_l: gl.constexpr = gl.BlockedLayout([1, 1, 1, 4], [1, 1, 32, 1], [W, 1, 1, 1], [3, 2, 1, 0])
+        pid_n = gl.program_id(0)
+        pid_k = gl.program_id(1)
+        n_steps = K // STEP
+        per = gl.cdiv(n_steps, gl.num_programs(1))
+        g0 = pid_k * per
+        g1 = gl.minimum(n_steps, g0 + per)
+
+        tn = pid_n * TN + gl.arange(
+            0, TN, layout=gl.SliceLayout(1, gl.SliceLayout(2, gl.SliceLayout(3, w_l)))
+        )
+        tn = gl.minimum(tn, gl.cdiv(N, 16) - 1)
+        kc = gl.arange(0, CH, layout=gl.SliceLayout(0, gl.SliceLayout(2, gl.SliceLayout(3, w_l))))
+        ln = gl.arange(0, 32, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(3, w_l))))
+        cc = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, w_l))))
+        w_off = (
+            (tn[:, None, None, None] * (K // 64) + kc[None, :, None, None]) * 32 + ln[None, None, :, None]
+        ) * 4
+        w_off = w_off + cc[None, None, None, :]
+        rows_c = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, mma))
+        cols = gl.arange(0, BM, layout=gl.SliceLayout(0, mma))
+        # rows past N: the last row's scales; columns past NB (their sums are zeros) none
+        s_off = gl.minimum(rows_c, N - 1)[:, None] * stride_sn + cols[None, :]
+        s_used = (rows_c >= 0)[:, None] & (cols < NB)[None, :]
+
+        # x as [block, t, SB / 4, column]: lane 4 c + t reads its SB / 4 values of block c (one load), and holds
+        # zeros for the other blocks: the block-diagonal operand, every warp the same
+        x_l: gl.constexpr = _x_layout(NB, BM, W, SB // 4)
+        xb = gl.arange(0, NB, layout=gl.SliceLayout(1, gl.SliceLayout(2, gl.SliceLayout(3, x_l))))
+        xt = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, gl.SliceLayout(3, x_l))))
+        xj = gl.arange(0, SB // 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(3, x_l))))
+        xm = gl.arange(0, BM, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, x_l))))
+        x_off = xb[:, None, None, None] * SB + xt[None, :, None, None] * (SB // 4) + xj[None, None, :, None]
+        x_off = x_off + (xm * 0)[None, None, None, :]  # every column the same row of x, to the full shape
+        x_diag = xb[:, None, None, None] == xm[None, None, None, :]
+
+        acc = gl.zeros([BLOCK_N, BM], gl.float32, layout=mma)
+        for g in range(g0, g1):
+            words = gl.load(w_ptr + w_off + g * (CH * 128))
+            words = gl.reshape(gl.permute(words, [0, 2, 1, 3]), [TN, 32, 4 * CH])
+            xk = gl.load(x_ptr + x_off + g * STEP, mask=x_diag, other=0.0)
+            xk = gl.convert_layout(_mma_order(xk, NB, SB, BM), b_l, assert_trivial=True)
+            a = _mma_operand(words, TN, 4 * CH, a_l, E2M1_0, E2M1_1, E2M1_2, E2M1_3)
+            part = mma_v2(a, xk, gl.zeros([BLOCK_N, BM], gl.float32, layout=mma))
+            if NB < BM:
+                e = gl.load(s_ptr + s_off + g * NB, mask=s_used).to(gl.int32)  # block c's code in column c
+            else:
+                e = gl.load(s_ptr + s_off + g * NB).to(gl.int32)
+            s = _e8m0(e << 23) if SB == 32 else _e4m3(e)
+            acc = acc + part * s
+        total = gl.sum(acc, axis=1)
+        if HAS_GS:
+            total = total * gl.load(gs_ptr)
+        acc = gl.zeros([BLOCK_N, BM], gl.float32, layout=mma) + total[:, None]  # column 0 is stored (M = 1)
+        _finish(acc, y_ptr, ws_ptr, cnt_ptr, M, N, stride_ym, rows_c, pid_n, pid_k, BM, mma)
+
 
 def config(M: int, N: int, K: int) -> dict:
     """Row tiles a warp (R), warps, how x is read, split-K: graph-timed on the H200 (docs/perf-notes.md, eighth round,
@@ -539,10 +627,17 @@ def decode(x: torch.Tensor, words: torch.Tensor, scales, zeros, group_size: int,
 
 
 def config_fp4(M: int, N: int, K: int) -> dict:
-    """Row tiles a warp, how x is read, split-K: graph-timed on the H200 (docs/perf-notes.md, ninth round, sweeps 21
-    and 22), the same rule for MXFP4 and NVFP4. From M = 5, x through shared memory with two tiles a warp and K
-    split 8 ways (per lane, every warp's reads of x cost 4-9 points at M = 16); below, two tiles a warp and K split
-    4 ways where N is long, 16 ways where N is short and K long, one tile and 8 ways on 8192 x 8192."""
+    """Row tiles a warp, how x is read, split-K: graph-timed on the H200 (docs/perf-notes.md, ninth and twelfth rounds,
+    sweeps 21, 22 and 28), the same rule for MXFP4 and NVFP4. M = 1 (K a multiple of 128): the block-diagonal kernel
+    with a 128-wide step, two tiles a warp and K split 4 ways where N is long, else one tile and 8 ways (ahead of the
+    per-lane kernel's best configuration on every shape, and of a 256-wide step). From M = 5, x through shared memory
+    with two tiles a warp and K split 8 ways (per lane, every warp's reads of x cost 4-9 points at M = 16); M = 2-4 (and
+    M = 1 with other K), two tiles a warp and K split 4 ways where N is long, 16 ways where N is short and K long, one
+    tile and 8 ways on 8192 x 8192."""
+    if M == 1 and K % 128 == 0:  # one row: the block-diagonal kernel, 128 values of K a step (NB = 128 / SB)
+        if N >= 16384:
+            return dict(R=2, num_warps=4, DIAG=True, SPLIT_K=4)
+        return dict(R=1, num_warps=4, DIAG=True, SPLIT_K=8)
     if M >= 5:
         return dict(R=2, num_warps=4, X_SHARED=True, SPLIT_K=8)
     if N >= 16384:
@@ -573,8 +668,18 @@ def decode_fp4(x: torch.Tensor, words: torch.Tensor, scales, g, N: int, out=None
     if scales.data_ptr() % 4:  # the kernel reads a row's codes of a step as one 16- or 32-bit integer
         scales = scales.clone()
     gs = scales if g is None else g.float().reshape(1)
-    return _launch(_fp4_mma_kernel, x, words, scales, gs, out, N, 64, dict(cfg or config_fp4(M, N, K)), SB=sb,
-                   HAS_GS=g is not None)  # fmt: skip
+    cfg = dict(cfg or config_fp4(M, N, K))
+    if cfg.pop("DIAG", False):
+        nb = cfg.setdefault("NB", 128 // sb)  # scale blocks a step
+        if M != 1 or K % (nb * sb) or nb * sb % 64 or nb > 8:
+            raise ValueError(f"the block-diagonal kernel takes one row of x, a step of 64 values or more, K a "
+                             f"multiple of the step {nb * sb} and at most 8 blocks a step, got M = {M}, K = {K}, "
+                             f"NB = {nb}")  # fmt: skip
+        cfg.pop("X_SHARED", None)
+        return _launch(
+            _fp4_diag_kernel, x, words, scales, gs, out, N, nb * sb, cfg, SB=sb, HAS_GS=g is not None
+        )
+    return _launch(_fp4_mma_kernel, x, words, scales, gs, out, N, 64, cfg, SB=sb, HAS_GS=g is not None)
 
 
 def _checked(x: torch.Tensor, words: torch.Tensor, N: int, out):

@@ -142,9 +142,11 @@ def test_every_configuration_the_sweep_times_compiles_for_hopper():
     got = measured(
         "{**{f'{c} bm={bm}': sass.mma_row(c, bm) for c in sweep_mma.configs() for bm in (8, 16)}, "
         "**{f'{c} bm={bm} sb={sb}': sass.mma_fp4_row(c, bm, sb) for c in sweep_mma.fp4_configs() "
-        "for bm, sb in ((8, 32), (16, 16))}}"
+        "for bm, sb in ((8, 32), (16, 16))}, "
+        "**{f'{c} one row sb={sb}': sass.mma_fp4_row(c, 8, sb) for c in sweep_mma.fp4_configs(True) for sb in (32, 16)}}"
     )
-    assert len(got) == 2 * len(sweep_mma.configs()) + 2 * len(sweep_mma.fp4_configs())
+    n_fp4 = len(sweep_mma.fp4_configs()) + len(sweep_mma.fp4_configs(True))
+    assert len(got) == 2 * len(sweep_mma.configs()) + 2 * n_fp4
     assert not [name for name, r in got.items() if r["spills"]]
 
 
@@ -217,6 +219,19 @@ def test_fp4_decode_refuses_bad_arguments_before_launching():
         mma_decode.decode_fp4(x, words, scales, None, 32)  # MXFP4 wants K/32 scales
     with pytest.raises(ValueError, match="16 \\(NVFP4\\) or 32"):
         mma_decode.repack_fp4(packed, 64)
+    with pytest.raises(ValueError, match="block-diagonal kernel takes one row"):
+        mma_decode.decode_fp4(torch.cat([x, x]), words, scales, g, 32, DIAG=True)  # two rows
+    with pytest.raises(ValueError, match="at most 8 blocks a step"):
+        mma_decode.decode_fp4(x, words, scales, g, 32, DIAG=True, NB=16)
+
+
+def test_one_row_takes_the_block_diagonal_kernel_where_k_allows():
+    """M = 1 with K a multiple of 128 (every fp4 step of 128 values whole): the block-diagonal kernel; other K, or more
+    rows, the block-by-block one."""
+    assert mma_decode.config_fp4(1, 28672, 8192)["DIAG"] and mma_decode.config_fp4(1, 8192, 8192)["DIAG"]
+    assert not mma_decode.config_fp4(1, 96, 192).get("DIAG") and not mma_decode.config_fp4(2, 96, 256).get(
+        "DIAG"
+    )
 
 
 @pytest.mark.skipif(mma_decode.gluon is None, reason="triton without Gluon")
@@ -237,7 +252,8 @@ FP4 = {"mxfp4": (mxfp4, mma_decode.mxfp4_decode, 32), "nvfp4": (nvfp4, mma_decod
 @pytest.mark.parametrize("M", [1, 5, 16])
 @pytest.mark.parametrize("split", [1, 3, 8])
 def test_on_a_gpu_the_fp4_kernel_matches_the_reference(fmt, M, split):
-    """Ragged N, split-K, one and two row tiles a warp, x per lane and through shared memory."""
+    """Ragged N, split-K, one and two row tiles a warp, x per lane and through shared memory; at M = 1 the
+    block-diagonal kernel too."""
     from qmatmul import checks
 
     ch, _, block = FP4[fmt]
@@ -245,8 +261,11 @@ def test_on_a_gpu_the_fp4_kernel_matches_the_reference(fmt, M, split):
     ref = ch.reference(x, packed, *w)
     words = mma_decode.repack_fp4(packed, block)
     g = w[1] if fmt == "nvfp4" else None
-    for r, shared in ((1, False), (2, False), (1, True), (2, True)):
-        cfg = dict(mma_decode.config_fp4(M, 1000, 1024), SPLIT_K=split, R=r, X_SHARED=shared)
+    assert mma_decode.config_fp4(M, 1000, 1024).get("DIAG", False) == (M == 1)
+    variants = [dict(R=r, X_SHARED=shared, DIAG=False) for r in (1, 2) for shared in (False, True)]
+    variants += [dict(R=r, DIAG=True, NB=nb) for r in (1, 2) for nb in (4, 8)] if M == 1 else []
+    for v in variants:
+        cfg = dict(mma_decode.config_fp4(M, 1000, 1024), SPLIT_K=split, **v)
         for sign in (1, -2):  # two calls on other x: the last program of each strip leaves its counter at 0
             y = mma_decode.decode_fp4(sign * x, words, w[0], g, 1000, **cfg)
             checks.compare(y, sign * ref, what=f"mma {fmt} {cfg}", rtol=checks.tolerance_for(x.dtype))
@@ -273,6 +292,12 @@ def test_on_a_gpu_the_fp4_kernel_decodes_every_code_and_scale_to_the_bit(fmt):
         x[torch.arange(16), ks] = 1.0
         y = decode(x.cuda(), *cuda).cpu()
         assert torch.equal(y.float(), w[:, ks].T.bfloat16().float()), f"{fmt}: columns {ks.tolist()}"
+    # one row at a time: the block-diagonal kernel (M = 1), a column of every scale block and of both ends
+    for col in [b * block + b % block for b in range(K // block)] + [K - 1]:
+        x = torch.zeros(1, K, dtype=torch.bfloat16)
+        x[0, col] = 1.0
+        y = decode(x.cuda(), *cuda).cpu()
+        assert torch.equal(y[0].float(), w[:, col].bfloat16().float()), f"{fmt}: M = 1, column {col}"
 
 
 @GPU

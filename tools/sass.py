@@ -147,15 +147,17 @@ def mma_row(cfg: dict, bm: int) -> dict:
 
 def mma_fp4_row(cfg: dict, bm: int, sb: int) -> dict:
     """qmatmul.mma_decode's fp4 kernel (sb = 32: MXFP4, 16: NVFP4) with a config of its config_fp4()."""
-    cfg = {k: v for k, v in cfg.items() if k != "SPLIT_K"}
+    diag = cfg.get("DIAG", False)  # the block-diagonal kernel: eight scale blocks a step
+    cfg = {k: v for k, v in cfg.items() if k not in ("SPLIT_K", "DIAG") and not (diag and k == "X_SHARED")}
     cfg |= {
         "SB": sb,
         "BM": bm,
         "HAS_GS": sb == 16,
-        "BLOCK_K": 64,
+        "BLOCK_K": cfg.setdefault("NB", 128 // sb) * sb if diag else 64,
         "BLOCK_N": 16 * cfg["R"] * cfg["num_warps"],
     }
-    return dict(_row("mma_decode", "_fp4_mma_kernel", cfg), types=_MMA_FP4, ones=())
+    kernel = "_fp4_diag_kernel" if diag else "_fp4_mma_kernel"
+    return dict(_row("mma_decode", kernel, cfg), types=_MMA_FP4, ones=())
 
 
 # The GPU classes a learner may have (compute capability: a card of that class, the most shared memory one

@@ -2,7 +2,9 @@
 Triton kernel (and tinygemm for W4A16), every configuration checked against the chapter's reference before and after
 timing.
 
-    python tools/sweep_mma.py [--format w4a16|mxfp4|nvfp4] [--out DIR] [--budget-s SECONDS]
+    python tools/sweep_mma.py [--format w4a16|mxfp4|nvfp4] [--out DIR] [--budget-s SECONDS] [--one-row]
+
+--one-row times M = 1 only, the fp4 formats' block-diagonal kernel (DIAG) beside the per-lane one.
 
 Writes sweep_mma.json (W4A16) or sweep_mma_<format>.json (rows like tools/sweep_decode.py's) and prints each
 configuration's % of the copy bandwidth at M = 1, 4 and 16 on the three decode shapes.
@@ -33,8 +35,13 @@ def configs():
             for xs, nw, r in [(False, 4, 1), (False, 4, 2), (True, 4, 1), (True, 4, 2), (True, 8, 1)]]  # fmt: skip
 
 
-def fp4_configs():
-    """The fp4 kernel's configurations (each with every split of FP4_SPLITS)."""
+def fp4_configs(one_row: bool = False):
+    """The fp4 kernel's configurations (each with every split of FP4_SPLITS); one_row: M = 1's, the block-diagonal
+    kernel's among them."""
+    if one_row:
+        return [dict(R=r, num_warps=4, DIAG=True, NB=nb) for r in (1, 2) for nb in (4, 8)] + [
+            dict(R=r, num_warps=4, DIAG=False, X_SHARED=False) for r in (1, 2)
+        ]
     return [dict(R=r, num_warps=4, X_SHARED=xs) for xs, r in [(False, 1), (False, 2), (True, 1), (True, 2)]]
 
 
@@ -46,7 +53,9 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default="build/bench")
     parser.add_argument("--budget-s", type=float, default=240)
     parser.add_argument("--format", default="w4a16", choices=("w4a16", "mxfp4", "nvfp4"))
+    parser.add_argument("--one-row", action="store_true", help="M = 1 only (the fp4 block-diagonal kernel)")
     args = parser.parse_args(argv)
+    ms_timed = (1,) if args.one_row else MS
 
     import torch
 
@@ -76,13 +85,15 @@ def main(argv=None) -> int:
     problems = {
         (N, K): [weights(N, K) for _ in range(bench.copies_needed(bytes_moved(1, N, K)))] for N, K in SHAPES
     }
-    xs = {(M, K): torch.randn(M, K, device="cuda", generator=g).bfloat16() for M in MS for _, K in SHAPES}
+    xs = {
+        (M, K): torch.randn(M, K, device="cuda", generator=g).bfloat16() for M in ms_timed for _, K in SHAPES
+    }
 
     def timed(name, make, cfg=None, split=None):
         """make(x, weights, out, N) -> a call; graph-timed on every shape and M, a line of % of copy."""
         line = []
         for (N, K), ws in problems.items():
-            for M in MS:
+            for M in ms_timed:
                 x = xs[(M, K)]
                 outs = [torch.empty(M, N, dtype=torch.bfloat16, device="cuda") for _ in ws]
                 try:
@@ -122,8 +133,8 @@ def main(argv=None) -> int:
               flush=True)  # fmt: skip
         print("tinygemm:", timed("tinygemm", lambda x, w, o, N: lambda: torch._weight_int4pack_mm(x, *w[2])),
               flush=True)  # fmt: skip
-    for cfg in fp4_configs() if fp4 else configs():
-        for split in FP4_SPLITS if fp4 else SPLITS:
+    for cfg in fp4_configs(args.one_row) if fp4 else configs():
+        for split in ((2, *FP4_SPLITS) if args.one_row else FP4_SPLITS) if fp4 else SPLITS:
             if time.time() - t0 > args.budget_s:
                 print("budget spent")
                 break
@@ -140,7 +151,7 @@ def main(argv=None) -> int:
             call = lambda x, w, N, group: run(x, w, repack(w[0]), N, G=group)
             tag = f"mma {args.format} {cfg} split={split}"
             try:
-                for M, group in ((1, 128), (5, 64), (16, 128)):
+                for M, group in ((1, 128),) if args.one_row else ((1, 128), (5, 64), (16, 128)):
                     check(call, M, 10 + M, group)
             except Exception as exc:  # noqa: BLE001
                 print(f"{tag}: FAILS ({type(exc).__name__}: {str(exc).splitlines()[0][:160]})", flush=True)
@@ -148,7 +159,7 @@ def main(argv=None) -> int:
                 continue
             line = timed("mma", lambda x, w, o, N: lambda: run(x, w[0], w[1], N, out=o), cfg, split)
             try:
-                for M, group in ((1, 128), (16, 64)):
+                for M, group in ((1, 128),) if args.one_row else ((1, 128), (16, 64)):
                     check(call, M, 20 + M, group)
                 ok = ""
             except Exception:  # noqa: BLE001
