@@ -523,12 +523,14 @@ if gluon is not None:
         x_ptr, w_ptr, s_ptr, gs_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, K,
         stride_xm, stride_sn, stride_ym,
         SB: gl.constexpr, R: gl.constexpr, BM: gl.constexpr, HAS_GS: gl.constexpr, NB: gl.constexpr,
+        MP: gl.constexpr,
     ):  # fmt: skip
-        """_fp4_mma_kernel's sum for one row of x (M = 1), the MMA's eight columns put to work: a step is NB <= 8
-        scale blocks, and the MMA's second operand holds block c's values of x in column c and zeros elsewhere, so
-        one chain of MMAs leaves each block's partial sum in its own column. A lane holds four of those (two rows,
-        two columns) and scales only them: 4 scales and 4 FFMAs a lane a step and row tile, where the block-by-block
-        chain scales 2 rows x NB blocks and all 4 of its values per block. The columns are added at the end."""
+        """_fp4_mma_kernel's sum for up to MP rows of x (MP x NB <= 8), the MMA's eight columns put to work: a step is
+        NB scale blocks, and the MMA's second operand holds row m's block b of x in column c = NB m + b and zeros
+        elsewhere, so one chain of MMAs leaves each row's and block's partial sum in its own column. A lane holds four
+        of those (two rows of the weight, two columns) and scales only them: 4 scales and 4 FFMAs a lane a step and
+        row tile, where the block-by-block chain scales 2 rows x NB blocks and all 4 of its values per block. Each
+        row's NB columns are added at the end."""
         W: gl.constexpr = gl.num_warps()
         TN: gl.constexpr = W * R
         BLOCK_N: gl.constexpr = 16 * TN
@@ -560,20 +562,26 @@ if gluon is not None:
         w_off = w_off + cc[None, None, None, :]
         rows_c = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, mma))
         cols = gl.arange(0, BM, layout=gl.SliceLayout(0, mma))
-        # rows past N: the last row's scales; columns past NB (their sums are zeros) none
-        s_off = gl.minimum(rows_c, N - 1)[:, None] * stride_sn + cols[None, :]
-        s_used = (rows_c >= 0)[:, None] & (cols < NB)[None, :]
+        # rows past N: the last row's scales; columns past MP x NB (their sums are zeros) none
+        s_off = gl.minimum(rows_c, N - 1)[:, None] * stride_sn + (cols if MP == 1 else cols % NB)[None, :]
+        s_used = (rows_c >= 0)[:, None] & (cols < MP * NB)[None, :]
 
-        # x as [block, t, SB / 4, column]: lane 4 c + t reads its SB / 4 values of block c (one load), and holds
-        # zeros for the other blocks: the block-diagonal operand, every warp the same
+        # x as [block, t, SB / 4, column]: lane 4 c + t reads its SB / 4 values of block c % NB of row c // NB (one
+        # load), and holds zeros for the other blocks: the block-diagonal operand, every warp the same. Rows past M
+        # read row M - 1 (their columns are never stored).
         x_l: gl.constexpr = _x_layout(NB, BM, W, SB // 4)
         xb = gl.arange(0, NB, layout=gl.SliceLayout(1, gl.SliceLayout(2, gl.SliceLayout(3, x_l))))
         xt = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, gl.SliceLayout(3, x_l))))
         xj = gl.arange(0, SB // 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(3, x_l))))
         xm = gl.arange(0, BM, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, x_l))))
         x_off = xb[:, None, None, None] * SB + xt[None, :, None, None] * (SB // 4) + xj[None, None, :, None]
-        x_off = x_off + (xm * 0)[None, None, None, :]  # every column the same row of x, to the full shape
-        x_diag = xb[:, None, None, None] == xm[None, None, None, :]
+        if MP == 1:  # every column the same row of x (to the full shape)
+            x_off = x_off + (xm * 0)[None, None, None, :]
+            x_diag = xb[:, None, None, None] == xm[None, None, None, :]
+        else:
+            x_off = x_off + (gl.minimum(xm // NB, M - 1) * stride_xm)[None, None, None, :]
+            x_col = xm < MP * NB
+            x_diag = (xb[:, None, None, None] == (xm % NB)[None, None, None, :]) & x_col[None, None, None, :]
 
         acc = gl.zeros([BLOCK_N, BM], gl.float32, layout=mma)
         for g in range(g0, g1):
@@ -583,17 +591,25 @@ if gluon is not None:
             xk = gl.convert_layout(_mma_order(xk, NB, SB, BM), b_l, assert_trivial=True)
             a = _mma_operand(words, TN, 4 * CH, a_l, E2M1_0, E2M1_1, E2M1_2, E2M1_3)
             part = mma_v2(a, xk, gl.zeros([BLOCK_N, BM], gl.float32, layout=mma))
-            if NB < BM:
-                e = gl.load(s_ptr + s_off + g * NB, mask=s_used).to(gl.int32)  # block c's code in column c
+            if MP * NB < BM:  # block c % NB's code in column c, none past MP x NB
+                e = gl.load(s_ptr + s_off + g * NB, mask=s_used).to(gl.int32)
             else:
                 e = gl.load(s_ptr + s_off + g * NB).to(gl.int32)
             s = _e8m0(e << 23) if SB == 32 else _e4m3(e)
             acc = acc + part * s
-        total = gl.sum(acc, axis=1)
-        if HAS_GS:
-            total = total * gl.load(gs_ptr)
-        acc = gl.zeros([BLOCK_N, BM], gl.float32, layout=mma) + total[:, None]  # column 0 is stored (M = 1)
-        _finish(acc, y_ptr, ws_ptr, cnt_ptr, M, N, stride_ym, rows_c, pid_n, pid_k, BM, mma)
+        if MP == 1:  # y in column 0, the only one stored: the sum of all
+            total = gl.sum(acc, axis=1)
+            if HAS_GS:
+                total = total * gl.load(gs_ptr)
+            out = gl.zeros([BLOCK_N, BM], gl.float32, layout=mma) + total[:, None]
+        else:
+            out = gl.zeros([BLOCK_N, BM], gl.float32, layout=mma)
+            for m in gl.static_range(MP):  # row m of y in column m: the sum of its NB columns
+                total = gl.sum(gl.where((cols // NB == m)[None, :], acc, 0.0), axis=1)
+                out = gl.where((cols == m)[None, :], total[:, None], out)
+            if HAS_GS:
+                out = out * gl.load(gs_ptr)
+        _finish(out, y_ptr, ws_ptr, cnt_ptr, M, N, stride_ym, rows_c, pid_n, pid_k, BM, mma)
 
 
 def config(M: int, N: int, K: int) -> dict:
@@ -626,18 +642,26 @@ def decode(x: torch.Tensor, words: torch.Tensor, scales, zeros, group_size: int,
                    dict(cfg or config(M, N, K)), GROUP=group_size)  # fmt: skip
 
 
-def config_fp4(M: int, N: int, K: int) -> dict:
+def _diag_shape(M: int, sb: int) -> tuple[int, int]:
+    """(MP, NB) of the block-diagonal kernel for M rows of x and blocks of sb values: MP rows padded to 1, 2 or 4, NB
+    scale blocks a step, MP x NB of the MMA's eight columns; one row takes 128 values of K a step."""
+    mp = 1 if M == 1 else 2 if M == 2 else 4
+    return mp, 128 // sb if mp == 1 else 8 // mp
+
+
+def config_fp4(M: int, N: int, K: int, block: int = 32) -> dict:
     """Row tiles a warp, how x is read, split-K: graph-timed on the H200 (docs/perf-notes.md, ninth and twelfth rounds,
-    sweeps 21, 22 and 28), the same rule for MXFP4 and NVFP4. M = 1 (K a multiple of 128): the block-diagonal kernel
-    with a 128-wide step, two tiles a warp and K split 4 ways where N is long, else one tile and 8 ways (ahead of the
-    per-lane kernel's best configuration on every shape, and of a 256-wide step). From M = 5, x through shared memory
-    with two tiles a warp and K split 8 ways (per lane, every warp's reads of x cost 4-9 points at M = 16); M = 2-4 (and
-    M = 1 with other K), two tiles a warp and K split 4 ways where N is long, 16 ways where N is short and K long, one
-    tile and 8 ways on 8192 x 8192."""
-    if M == 1 and K % 128 == 0:  # one row: the block-diagonal kernel, 128 values of K a step (NB = 128 / SB)
-        if N >= 16384:
-            return dict(R=2, num_warps=4, DIAG=True, SPLIT_K=4)
-        return dict(R=1, num_warps=4, DIAG=True, SPLIT_K=8)
+    sweeps 21, 22, 28 and 31), the same rule for MXFP4 and NVFP4 (block: 32 or 16 values a scale). The block-diagonal
+    kernel at M = 1, and at M = 2-4 where N is long (MXFP4 to 4, NVFP4 to 2: its step of 64 values holds 8 / M blocks),
+    K holding whole steps: two tiles a warp, K split 4 ways where N is long, else 8. From M = 5, x through shared memory
+    with two tiles a warp and K split 8 ways (per lane, every warp's reads of x cost 4-9 points at M = 16); otherwise x
+    per lane, two tiles a warp and K split 4 ways where N is long, 16 ways where N is short and K long, one tile and 8
+    ways on 8192 x 8192."""
+    mp, nb = _diag_shape(M, block)
+    if nb * block >= 64 and K % (nb * block) == 0 and (M == 1 or (M <= 4 and N >= 16384)):
+        # the block-diagonal kernel, at most 72 registers: seven programs of 4 warps an SM (896 at 28672 x 8192, one
+        # wave on the H200's 132 SMs; with 80 registers six fit, and a second wave cost 15-25 points)
+        return dict(R=2, num_warps=4, DIAG=True, MP=mp, NB=nb, SPLIT_K=4 if N >= 16384 else 8, maxnreg=72)
     if M >= 5:
         return dict(R=2, num_warps=4, X_SHARED=True, SPLIT_K=8)
     if N >= 16384:
@@ -668,13 +692,13 @@ def decode_fp4(x: torch.Tensor, words: torch.Tensor, scales, g, N: int, out=None
     if scales.data_ptr() % 4:  # the kernel reads a row's codes of a step as one 16- or 32-bit integer
         scales = scales.clone()
     gs = scales if g is None else g.float().reshape(1)
-    cfg = dict(cfg or config_fp4(M, N, K))
+    cfg = dict(cfg or config_fp4(M, N, K, sb))
     if cfg.pop("DIAG", False):
-        nb = cfg.setdefault("NB", 128 // sb)  # scale blocks a step
-        if M != 1 or K % (nb * sb) or nb * sb % 64 or nb > 8:
-            raise ValueError(f"the block-diagonal kernel takes one row of x, a step of 64 values or more, K a "
-                             f"multiple of the step {nb * sb} and at most 8 blocks a step, got M = {M}, K = {K}, "
-                             f"NB = {nb}")  # fmt: skip
+        mp, nb = (cfg.setdefault(k, v) for k, v in zip(("MP", "NB"), _diag_shape(M, sb), strict=True))
+        if M > mp or mp * nb > 8 or K % (nb * sb) or nb * sb % 64:
+            raise ValueError(f"the block-diagonal kernel takes MP >= M rows of x and NB blocks a step, MP x NB at most "
+                             f"8, the step ({nb * sb} values) a multiple of 64 dividing K; got M = {M}, MP = {mp}, "
+                             f"NB = {nb}, K = {K}")  # fmt: skip
         cfg.pop("X_SHARED", None)
         return _launch(
             _fp4_diag_kernel, x, words, scales, gs, out, N, nb * sb, cfg, SB=sb, HAS_GS=g is not None

@@ -131,7 +131,7 @@ def mma_rows(N: int = 28672, K: int = 8192) -> dict:
     rows = {f"mma-w4a16-m{M}": mma_row(mma_decode.config(M, N, K), 8 if M <= 8 else 16) for M in (1, 16)}
     for fmt, sb in (("mxfp4", 32), ("nvfp4", 16)):
         rows |= {
-            f"mma-{fmt}-m{M}": mma_fp4_row(mma_decode.config_fp4(M, N, K), 8 if M <= 8 else 16, sb)
+            f"mma-{fmt}-m{M}": mma_fp4_row(mma_decode.config_fp4(M, N, K, sb), 8 if M <= 8 else 16, sb)
             for M in (1, 16)
         }
     return rows
@@ -147,13 +147,14 @@ def mma_row(cfg: dict, bm: int) -> dict:
 
 def mma_fp4_row(cfg: dict, bm: int, sb: int) -> dict:
     """qmatmul.mma_decode's fp4 kernel (sb = 32: MXFP4, 16: NVFP4) with a config of its config_fp4()."""
-    diag = cfg.get("DIAG", False)  # the block-diagonal kernel: eight scale blocks a step
+    diag = cfg.get("DIAG", False)  # the block-diagonal kernel: NB scale blocks a step for MP rows of x
     cfg = {k: v for k, v in cfg.items() if k not in ("SPLIT_K", "DIAG") and not (diag and k == "X_SHARED")}
     cfg |= {
         "SB": sb,
         "BM": bm,
         "HAS_GS": sb == 16,
         "BLOCK_K": cfg.setdefault("NB", 128 // sb) * sb if diag else 64,
+        **({"MP": cfg.get("MP", 1)} if diag else {}),
         "BLOCK_N": 16 * cfg["R"] * cfg["num_warps"],
     }
     kernel = "_fp4_diag_kernel" if diag else "_fp4_mma_kernel"
@@ -307,7 +308,7 @@ def compile_row(row: dict, arch: int = 90):
     types = dict(row["types"])
     if arch < 80:  # no bf16 tensor cores (a T4): the chapters run fp16 activations there
         types = {k: "*fp16" if v == "*bf16" else v for k, v in types.items()}
-    options = {k: cfg.pop(k) for k in ("num_warps", "num_stages") if k in cfg}
+    options = {k: cfg.pop(k) for k in ("num_warps", "num_stages", "maxnreg") if k in cfg}
     signature, constants, attrs = {}, {}, {}
     for i, (name, param) in enumerate(zip(fn.arg_names, fn.params, strict=True)):
         if name in cfg or name in row["ones"]:  # constexprs, and the strides the JIT specializes to 1

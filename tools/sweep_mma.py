@@ -4,7 +4,9 @@ timing.
 
     python tools/sweep_mma.py [--format w4a16|mxfp4|nvfp4] [--out DIR] [--budget-s SECONDS] [--one-row]
 
---one-row times M = 1 only, the fp4 formats' block-diagonal kernel (DIAG) beside the per-lane one.
+--one-row times M = 1 only, the fp4 formats' block-diagonal kernel (DIAG) beside the per-lane one; --small-m the same
+at M = 1, 2 and 4 (NVFP4: 1 and 2, where its steps of 64 values hold 8 / M blocks), NB and MP as the kernel's wrapper
+chooses them.
 
 Writes sweep_mma.json (W4A16) or sweep_mma_<format>.json (rows like tools/sweep_decode.py's) and prints each
 configuration's % of the copy bandwidth at M = 1, 4 and 16 on the three decode shapes.
@@ -35,9 +37,14 @@ def configs():
             for xs, nw, r in [(False, 4, 1), (False, 4, 2), (True, 4, 1), (True, 4, 2), (True, 8, 1)]]  # fmt: skip
 
 
-def fp4_configs(one_row: bool = False):
+def fp4_configs(one_row: bool = False, small_m: bool = False):
     """The fp4 kernel's configurations (each with every split of FP4_SPLITS); one_row: M = 1's, the block-diagonal
-    kernel's among them."""
+    kernel's among them; small_m: M = 1-4's, the block-diagonal kernel's steps as decode_fp4 chooses them."""
+    if small_m:  # maxnreg 72: seven programs of 4 warps an SM, one wave of 896 at 28672 x 8192
+        return [
+            dict(R=2, num_warps=4, DIAG=True, maxnreg=72),
+            *(dict(R=r, num_warps=4, DIAG=d, X_SHARED=False) for d in (True, False) for r in (1, 2)),
+        ]
     if one_row:
         return [dict(R=r, num_warps=4, DIAG=True, NB=nb) for r in (1, 2) for nb in (4, 8)] + [
             dict(R=r, num_warps=4, DIAG=False, X_SHARED=False) for r in (1, 2)
@@ -54,8 +61,16 @@ def main(argv=None) -> int:
     parser.add_argument("--budget-s", type=float, default=240)
     parser.add_argument("--format", default="w4a16", choices=("w4a16", "mxfp4", "nvfp4"))
     parser.add_argument("--one-row", action="store_true", help="M = 1 only (the fp4 block-diagonal kernel)")
+    parser.add_argument("--small-m", action="store_true", help="M = 1, 2, 4 (the fp4 block-diagonal kernel)")
     args = parser.parse_args(argv)
     ms_timed = (1,) if args.one_row else MS
+    if args.small_m:
+        ms_timed = (1, 2) if args.format == "nvfp4" else (1, 2, 4)
+    narrow = (
+        args.one_row or args.small_m
+    )  # checked at the Ms timed, else at M = 1, 5, 16 before and 1, 16 after
+    checked_before = [(m, 128) for m in ms_timed] if narrow else [(1, 128), (5, 64), (16, 128)]
+    checked_after = [(m, 128) for m in ms_timed] if narrow else [(1, 128), (16, 64)]
 
     import torch
 
@@ -133,7 +148,7 @@ def main(argv=None) -> int:
               flush=True)  # fmt: skip
         print("tinygemm:", timed("tinygemm", lambda x, w, o, N: lambda: torch._weight_int4pack_mm(x, *w[2])),
               flush=True)  # fmt: skip
-    for cfg in fp4_configs(args.one_row) if fp4 else configs():
+    for cfg in fp4_configs(args.one_row, args.small_m) if fp4 else configs():
         for split in ((2, *FP4_SPLITS) if args.one_row else FP4_SPLITS) if fp4 else SPLITS:
             if time.time() - t0 > args.budget_s:
                 print("budget spent")
@@ -151,7 +166,7 @@ def main(argv=None) -> int:
             call = lambda x, w, N, group: run(x, w, repack(w[0]), N, G=group)
             tag = f"mma {args.format} {cfg} split={split}"
             try:
-                for M, group in ((1, 128),) if args.one_row else ((1, 128), (5, 64), (16, 128)):
+                for M, group in checked_before:
                     check(call, M, 10 + M, group)
             except Exception as exc:  # noqa: BLE001
                 print(f"{tag}: FAILS ({type(exc).__name__}: {str(exc).splitlines()[0][:160]})", flush=True)
@@ -159,7 +174,7 @@ def main(argv=None) -> int:
                 continue
             line = timed("mma", lambda x, w, o, N: lambda: run(x, w[0], w[1], N, out=o), cfg, split)
             try:
-                for M, group in ((1, 128),) if args.one_row else ((1, 128), (16, 64)):
+                for M, group in checked_after:
                     check(call, M, 20 + M, group)
                 ok = ""
             except Exception:  # noqa: BLE001
