@@ -618,10 +618,13 @@ def config(M: int, N: int, K: int) -> dict:
     it is short. Up to M = 4 each lane reads its own x (M = 1: 74 / 76 / 56; M = 4: 71 / 66 / 47, two tiles a warp
     where N is short: 56 / 44 with one); from M = 5 the program reads x once through shared memory, where per lane
     every warp's reads of x outgrow the weight's (M = 16, two tiles a warp: 54 / 57 / 39; per lane at best
-    45 / 48 / 39)."""
+    45 / 48 / 39). M = 2-4 where N is short (twelfth round, sweep 33): one tile a warp and K split 7 ways, 896 programs
+    of 70 registers, one wave of seven an SM on the H200, ahead of two tiles a warp and of 8 ways (two waves)."""
     split = 2 if N >= 16384 else 8
+    if M == 1 or (M <= 4 and N >= 16384):
+        return dict(R=1, num_warps=4, X_SHARED=False, SPLIT_K=split)
     if M <= 4:
-        return dict(R=1 if M == 1 or N >= 16384 else 2, num_warps=4, X_SHARED=False, SPLIT_K=split)
+        return dict(R=1, num_warps=4, X_SHARED=False, SPLIT_K=7)
     return dict(R=1 if M <= 8 else 2, num_warps=4, X_SHARED=True, SPLIT_K=split)
 
 

@@ -62,13 +62,14 @@ def main(argv=None) -> int:
     parser.add_argument("--format", default="w4a16", choices=("w4a16", "mxfp4", "nvfp4"))
     parser.add_argument("--one-row", action="store_true", help="M = 1 only (the fp4 block-diagonal kernel)")
     parser.add_argument("--small-m", action="store_true", help="M = 1, 2, 4 (the fp4 block-diagonal kernel)")
+    parser.add_argument("--waves", action="store_true", help="W4A16 at M = 1, 4: x per lane, one tile a warp, K split "
+                        "6-8 ways, with and without a cap of 64 registers (eight programs an SM)")  # fmt: skip
     args = parser.parse_args(argv)
-    ms_timed = (1,) if args.one_row else MS
+    ms_timed = (1,) if args.one_row else (1, 4) if args.waves else MS
     if args.small_m:
         ms_timed = (1, 2) if args.format == "nvfp4" else (1, 2, 4)
-    narrow = (
-        args.one_row or args.small_m
-    )  # checked at the Ms timed, else at M = 1, 5, 16 before and 1, 16 after
+    # checked at the Ms timed, else at M = 1, 5, 16 before timing and 1, 16 after
+    narrow = args.one_row or args.small_m or args.waves
     checked_before = [(m, 128) for m in ms_timed] if narrow else [(1, 128), (5, 64), (16, 128)]
     checked_after = [(m, 128) for m in ms_timed] if narrow else [(1, 128), (16, 64)]
 
@@ -148,8 +149,10 @@ def main(argv=None) -> int:
               flush=True)  # fmt: skip
         print("tinygemm:", timed("tinygemm", lambda x, w, o, N: lambda: torch._weight_int4pack_mm(x, *w[2])),
               flush=True)  # fmt: skip
-    for cfg in fp4_configs(args.one_row, args.small_m) if fp4 else configs():
-        for split in ((2, *FP4_SPLITS) if args.one_row else FP4_SPLITS) if fp4 else SPLITS:
+    w4_configs = [dict(R=1, num_warps=4, X_SHARED=False, **c) for c in ({}, {"maxnreg": 64})]
+    w4_splits = (6, 7, 8) if args.waves else SPLITS
+    for cfg in fp4_configs(args.one_row, args.small_m) if fp4 else w4_configs if args.waves else configs():
+        for split in ((2, *FP4_SPLITS) if args.one_row else FP4_SPLITS) if fp4 else w4_splits:
             if time.time() - t0 > args.budget_s:
                 print("budget spent")
                 break
