@@ -270,6 +270,40 @@ if gluon is not None:
 
     _barrier = getattr(gl, "thread_barrier", None) or gl.barrier  # renamed after triton 3.6
 
+    @gluon.constexpr_function
+    def _mma_layout(W):
+        """mma.sync m16n8k16's accumulator, W warps along the rows (the weight's N)."""
+        return gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[W, 1], instr_shape=[16, 8])
+
+    @gluon.constexpr_function
+    def _chunks_layout(W):
+        """The words as stored, [tiles, chunks, lane, 4]: a lane's four words of a chunk in one 16-byte load, warps
+        over the row tiles."""
+        return gl.BlockedLayout([1, 1, 1, 4], [1, 1, 32, 1], [W, 1, 1, 1], [3, 2, 1, 0])
+
+    @gluon.jit
+    def _steps(n_steps):
+        """The program's run [g0, g1) of n_steps: the pid_k-th of num_programs(1) even runs (split-K)."""
+        per = gl.cdiv(n_steps, gl.num_programs(1))
+        g0 = gl.program_id(1) * per
+        return g0, gl.minimum(n_steps, g0 + per)
+
+    @gluon.jit
+    def _chunk_offsets(N, K, TN: gl.constexpr, CH: gl.constexpr, w_l: gl.constexpr):
+        """Offsets [TN, CH, 32, 4] into `repack`'s words of the first CH 64-wide chunks of the program's TN row tiles;
+        tiles past N read the last one again (never stored): no mask."""
+        tn = gl.program_id(0) * TN + gl.arange(
+            0, TN, layout=gl.SliceLayout(1, gl.SliceLayout(2, gl.SliceLayout(3, w_l)))
+        )
+        tn = gl.minimum(tn, gl.cdiv(N, 16) - 1)
+        kc = gl.arange(0, CH, layout=gl.SliceLayout(0, gl.SliceLayout(2, gl.SliceLayout(3, w_l))))
+        ln = gl.arange(0, 32, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(3, w_l))))
+        cc = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, w_l))))
+        w_off = (
+            (tn[:, None, None, None] * (K // 64) + kc[None, :, None, None]) * 32 + ln[None, None, :, None]
+        ) * 4
+        return w_off + cc[None, None, None, :]
+
     @gluon.jit
     def _w4_mma_kernel(
         x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, K,
@@ -285,32 +319,13 @@ if gluon is not None:
         TN: gl.constexpr = W * R  # 16-row tiles a program
         BLOCK_N: gl.constexpr = 16 * TN
         KC: gl.constexpr = GROUP // 64  # 64-wide chunks a group
-        mma: gl.constexpr = gl.NVMMADistributedLayout(
-            version=[2, 0], warps_per_cta=[W, 1], instr_shape=[16, 8]
-        )
+        mma: gl.constexpr = _mma_layout(W)
         a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
         b_l: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2)
-        # The words as stored: a lane's four words of a chunk in one 16-byte load, warps over the row tiles.
-        w_l: gl.constexpr = gl.BlockedLayout([1, 1, 1, 4], [1, 1, 32, 1], [W, 1, 1, 1], [3, 2, 1, 0])
         pid_n = gl.program_id(0)
         pid_k = gl.program_id(1)
-        n_groups = K // GROUP
-        per = gl.cdiv(n_groups, gl.num_programs(1))
-        g0 = pid_k * per
-        g1 = gl.minimum(n_groups, g0 + per)
-
-        # tiles past N read the last one again (never stored): no mask
-        tn = pid_n * TN + gl.arange(
-            0, TN, layout=gl.SliceLayout(1, gl.SliceLayout(2, gl.SliceLayout(3, w_l)))
-        )
-        tn = gl.minimum(tn, gl.cdiv(N, 16) - 1)
-        kc = gl.arange(0, KC, layout=gl.SliceLayout(0, gl.SliceLayout(2, gl.SliceLayout(3, w_l))))
-        ln = gl.arange(0, 32, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(3, w_l))))
-        cc = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, w_l))))
-        w_off = (
-            (tn[:, None, None, None] * (K // 64) + kc[None, :, None, None]) * 32 + ln[None, None, :, None]
-        ) * 4
-        w_off = w_off + cc[None, None, None, :]
+        g0, g1 = _steps(K // GROUP)
+        w_off = _chunk_offsets(N, K, TN, KC, _chunks_layout(W))
         rows_a = gl.minimum(pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, a_l)), N - 1)
         rows_c = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, mma))
         rows_s = gl.minimum(rows_c, N - 1)  # rows past N: the last row's scales (never stored)
@@ -443,18 +458,13 @@ if gluon is not None:
         W: gl.constexpr = gl.num_warps()
         TN: gl.constexpr = W * R
         BLOCK_N: gl.constexpr = 16 * TN
-        mma: gl.constexpr = gl.NVMMADistributedLayout(
-            version=[2, 0], warps_per_cta=[W, 1], instr_shape=[16, 8]
-        )
+        mma: gl.constexpr = _mma_layout(W)
         a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
         b_l: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2)
         w_l: gl.constexpr = gl.BlockedLayout([1, 1, 4], [1, 32, 1], [W, 1, 1], [2, 1, 0])
         pid_n = gl.program_id(0)
         pid_k = gl.program_id(1)
-        n_steps = K // 64
-        per = gl.cdiv(n_steps, gl.num_programs(1))
-        g0 = pid_k * per
-        g1 = gl.minimum(n_steps, g0 + per)
+        g0, g1 = _steps(K // 64)
 
         tn = gl.minimum(pid_n * TN + gl.arange(0, TN, layout=gl.SliceLayout(1, gl.SliceLayout(2, w_l))),
                         gl.cdiv(N, 16) - 1)  # fmt: skip
@@ -536,30 +546,13 @@ if gluon is not None:
         BLOCK_N: gl.constexpr = 16 * TN
         STEP: gl.constexpr = NB * SB
         CH: gl.constexpr = STEP // 64  # 64-wide chunks a step
-        mma: gl.constexpr = gl.NVMMADistributedLayout(
-            version=[2, 0], warps_per_cta=[W, 1], instr_shape=[16, 8]
-        )
+        mma: gl.constexpr = _mma_layout(W)
         a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
         b_l: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2)
-        w_l: gl.constexpr = gl.BlockedLayout([1, 1, 1, 4], [1, 1, 32, 1], [W, 1, 1, 1], [3, 2, 1, 0])
         pid_n = gl.program_id(0)
         pid_k = gl.program_id(1)
-        n_steps = K // STEP
-        per = gl.cdiv(n_steps, gl.num_programs(1))
-        g0 = pid_k * per
-        g1 = gl.minimum(n_steps, g0 + per)
-
-        tn = pid_n * TN + gl.arange(
-            0, TN, layout=gl.SliceLayout(1, gl.SliceLayout(2, gl.SliceLayout(3, w_l)))
-        )
-        tn = gl.minimum(tn, gl.cdiv(N, 16) - 1)
-        kc = gl.arange(0, CH, layout=gl.SliceLayout(0, gl.SliceLayout(2, gl.SliceLayout(3, w_l))))
-        ln = gl.arange(0, 32, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(3, w_l))))
-        cc = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, w_l))))
-        w_off = (
-            (tn[:, None, None, None] * (K // 64) + kc[None, :, None, None]) * 32 + ln[None, None, :, None]
-        ) * 4
-        w_off = w_off + cc[None, None, None, :]
+        g0, g1 = _steps(K // STEP)
+        w_off = _chunk_offsets(N, K, TN, CH, _chunks_layout(W))
         rows_c = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, mma))
         cols = gl.arange(0, BM, layout=gl.SliceLayout(0, mma))
         # rows past N: the last row's scales; columns past MP x NB (their sums are zeros) none
