@@ -568,7 +568,10 @@ if gluon is not None:
         xj = gl.arange(0, SB // 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(3, x_l))))
         xm = gl.arange(0, BM, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, x_l))))
         x_off = xb[:, None, None, None] * SB + xt[None, :, None, None] * (SB // 4) + xj[None, None, :, None]
-        if MP == 1:  # every column the same row of x (to the full shape)
+        # One row: every column the same row of x (to the full shape). The general form below compiled to 74 registers
+        # at M = 1 against these 66 (MXFP4), which costs a second wave at 28672 x 8192 (docs/perf-notes.md, twelfth
+        # round); so does its reduction below.
+        if MP == 1:
             x_off = x_off + (xm * 0)[None, None, None, :]
             x_diag = xb[:, None, None, None] == xm[None, None, None, :]
         else:
@@ -638,7 +641,7 @@ def decode(x: torch.Tensor, words: torch.Tensor, scales, zeros, group_size: int,
                    dict(cfg or config(M, N, K)), GROUP=group_size)  # fmt: skip
 
 
-def _diag_shape(M: int, sb: int) -> tuple[int, int]:
+def diag_shape(M: int, sb: int) -> tuple[int, int]:
     """(MP, NB) of the block-diagonal kernel for M rows of x and blocks of sb values: MP rows padded to 1, 2 or 4, NB
     scale blocks a step, MP x NB of the MMA's eight columns; one row takes 128 values of K a step."""
     mp = 1 if M == 1 else 2 if M == 2 else 4
@@ -653,7 +656,7 @@ def config_fp4(M: int, N: int, K: int, block: int = 32) -> dict:
     with two tiles a warp and K split 8 ways (per lane, every warp's reads of x cost 4-9 points at M = 16); otherwise x
     per lane, two tiles a warp and K split 4 ways where N is long, 16 ways where N is short and K long, one tile and 8
     ways on 8192 x 8192."""
-    mp, nb = _diag_shape(M, block)
+    mp, nb = diag_shape(M, block)
     if nb * block >= 64 and K % (nb * block) == 0 and (M == 1 or (M <= 4 and N >= 16384)):
         # the block-diagonal kernel, at most 72 registers: seven programs of 4 warps an SM (896 at 28672 x 8192, one
         # wave on the H200's 132 SMs; with 80 registers six fit, and a second wave cost 15-25 points)
@@ -690,7 +693,7 @@ def decode_fp4(x: torch.Tensor, words: torch.Tensor, scales, g, N: int, out=None
     gs = scales if g is None else g.float().reshape(1)
     cfg = dict(cfg or config_fp4(M, N, K, sb))
     if cfg.pop("DIAG", False):
-        mp, nb = (cfg.setdefault(k, v) for k, v in zip(("MP", "NB"), _diag_shape(M, sb), strict=True))
+        mp, nb = (cfg.setdefault(k, v) for k, v in zip(("MP", "NB"), diag_shape(M, sb), strict=True))
         if M > mp or mp * nb > 8 or K % (nb * sb) or nb * sb % 64:
             raise ValueError(f"the block-diagonal kernel takes MP >= M rows of x and NB blocks a step, MP x NB at most "
                              f"8, the step ({nb * sb} values) a multiple of 64 dividing K; got M = {M}, MP = {mp}, "

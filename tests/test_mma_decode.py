@@ -227,16 +227,13 @@ def test_fp4_decode_refuses_bad_arguments_before_launching():
         mma_decode.decode_fp4(x, words, scales, None, 32)  # MXFP4 wants K/32 scales
     with pytest.raises(ValueError, match="16 \\(NVFP4\\) or 32"):
         mma_decode.repack_fp4(packed, 64)
-    with pytest.raises(ValueError, match="MP >= M rows"):
-        mma_decode.decode_fp4(
-            torch.cat([x, x]), words, scales, g, 32, DIAG=True, MP=1
-        )  # two rows, one carried
+    two, four = torch.cat([x, x]), torch.cat([x] * 4)
+    with pytest.raises(ValueError, match="MP >= M rows"):  # two rows, one carried
+        mma_decode.decode_fp4(two, words, scales, g, 32, DIAG=True, MP=1)
     with pytest.raises(ValueError, match="MP x NB at most 8"):
         mma_decode.decode_fp4(x, words, scales, g, 32, DIAG=True, NB=16)
-    with pytest.raises(ValueError, match="a multiple of 64"):
-        mma_decode.decode_fp4(
-            torch.cat([x] * 4), words, scales, g, 32, DIAG=True
-        )  # NVFP4, 4 rows: 32-wide steps
+    with pytest.raises(ValueError, match="a multiple of 64"):  # NVFP4 at four rows: steps of 32 values
+        mma_decode.decode_fp4(four, words, scales, g, 32, DIAG=True)
 
 
 def test_small_m_takes_the_block_diagonal_kernel_where_its_steps_fit():
@@ -247,9 +244,8 @@ def test_small_m_takes_the_block_diagonal_kernel_where_its_steps_fit():
     for (M, block), shape in shapes.items():
         cfg = mma_decode.config_fp4(M, 28672, 8192, block)
         assert cfg["DIAG"] and (cfg["MP"], cfg["NB"]) == shape and cfg["maxnreg"] == 72, (M, block, cfg)
-    assert mma_decode.config_fp4(1, 96, 256, 16)["DIAG"] and not mma_decode.config_fp4(2, 96, 256, 16).get(
-        "DIAG"
-    )
+    assert mma_decode.config_fp4(1, 96, 256, 16)["DIAG"]  # N short: one row only
+    assert not mma_decode.config_fp4(2, 96, 256, 16).get("DIAG")
     assert not mma_decode.config_fp4(4, 28672, 8192, 16).get("DIAG")
     assert not mma_decode.config_fp4(5, 28672, 8192, 32).get("DIAG")
     assert not mma_decode.config_fp4(1, 96, 192, 32).get("DIAG")

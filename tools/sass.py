@@ -146,14 +146,17 @@ def mma_row(cfg: dict, bm: int) -> dict:
 
 
 def mma_fp4_row(cfg: dict, bm: int, sb: int) -> dict:
-    """qmatmul.mma_decode's fp4 kernel (sb = 32: MXFP4, 16: NVFP4) with a config of its config_fp4()."""
+    """qmatmul.mma_decode's fp4 kernel (sb = 32: MXFP4, 16: NVFP4) with a config of its config_fp4() (the block-diagonal
+    kernel's MP and NB, where the config leaves them out, one row's)."""
+    from qmatmul import mma_decode
+
     diag = cfg.get("DIAG", False)  # the block-diagonal kernel: NB scale blocks a step for MP rows of x
     cfg = {k: v for k, v in cfg.items() if k not in ("SPLIT_K", "DIAG") and not (diag and k == "X_SHARED")}
     cfg |= {
         "SB": sb,
         "BM": bm,
         "HAS_GS": sb == 16,
-        "BLOCK_K": cfg.setdefault("NB", 128 // sb) * sb if diag else 64,
+        "BLOCK_K": cfg.setdefault("NB", mma_decode.diag_shape(1, sb)[1]) * sb if diag else 64,
         **({"MP": cfg.get("MP", 1)} if diag else {}),
         "BLOCK_N": 16 * cfg["R"] * cfg["num_warps"],
     }

@@ -2,11 +2,12 @@
 Triton kernel (and tinygemm for W4A16), every configuration checked against the chapter's reference before and after
 timing.
 
-    python tools/sweep_mma.py [--format w4a16|mxfp4|nvfp4] [--out DIR] [--budget-s SECONDS] [--one-row]
+    python tools/sweep_mma.py [--format w4a16|mxfp4|nvfp4] [--out DIR] [--budget-s SECONDS]
+                              [--one-row | --small-m | --waves]
 
 --one-row times M = 1 only, the fp4 formats' block-diagonal kernel (DIAG) beside the per-lane one; --small-m the same
 at M = 1, 2 and 4 (NVFP4: 1 and 2, where its steps of 64 values hold 8 / M blocks), NB and MP as the kernel's wrapper
-chooses them.
+chooses them; --waves W4A16 at M = 1 and 4 with K split 6-8 ways, with and without a register cap.
 
 Writes sweep_mma.json (W4A16) or sweep_mma_<format>.json (rows like tools/sweep_decode.py's) and prints each
 configuration's % of the copy bandwidth at M = 1, 4 and 16 on the three decode shapes.
