@@ -38,6 +38,19 @@ LAB_SETTINGS = {
     "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false"},
 }
 REQUIRE = "QMATMUL_REQUIRE_BROWSER"
+# The server starts every kernel 5 s late, as a loaded CI machine once did: a cell run before the notebook has its
+# kernel is dropped without a word, so the test must wait for the kernel on every run, not only on a slow one.
+SLOW_KERNEL_START = """
+import asyncio
+from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelManager
+
+class SlowStart(AsyncMappingKernelManager):
+    async def start_kernel(self, **kwargs):
+        await asyncio.sleep(5)
+        return await super().start_kernel(**kwargs)
+
+c.ServerApp.kernel_manager_class = SlowStart
+"""
 NOTEBOOK = "w8a16"  # its cells 0-6: title, setup, imports, format text and table, widget text, the widget
 
 pytestmark = [pytest.mark.xdist_group("browser"), pytest.mark.timeout(600)]
@@ -61,6 +74,8 @@ def lab(tmp_path):
     for name, value in LAB_SETTINGS.items():
         (settings / name).parent.mkdir(parents=True, exist_ok=True)
         (settings / name).write_text(json.dumps(value))
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "jupyter_server_config.py").write_text(SLOW_KERNEL_START)
     env = dict(os.environ, JUPYTER_CONFIG_DIR=str(tmp_path / "cfg"), JUPYTER_RUNTIME_DIR=str(tmp_path / "rt"),
                JUPYTERLAB_SETTINGS_DIR=str(settings))  # fmt: skip
     env.pop("TRITON_INTERPRET", None)  # the setup cell must choose the interpreter itself
@@ -112,15 +127,26 @@ def test_setup_and_widget_cells_in_jupyterlab(lab):
             page.goto(url)
             cells = page.locator(".jp-Notebook .jp-Cell")
             expect(cells.nth(6)).to_be_attached(timeout=120_000)
+            # Wait for the kernel (SLOW_KERNEL_START). The toolbar's indicator reads "idle" before the session
+            # starts; the status bar names the kernel's state only once it has one.
+            kernel_state = page.locator(
+                "#jp-main-statusbar .jp-StatusBar-TextItem", has_text=re.compile(r"\| Idle$")
+            )
+            expect(kernel_state, "the notebook's kernel never started").to_be_visible(timeout=180_000)
             # Run cells 0-6 one by one. A key pressed before the notebook has focus is lost (CI once ran only
             # cells 0-5 of seven presses), so each cell is selected by a click and its run shown by the next
-            # cell becoming the active one before the next press.
+            # cell becoming the active one before the next press, and a code cell's by its prompt.
             for i in range(7):
                 cells.nth(i).click()
                 page.keyboard.press("Escape")  # command mode
                 expect(cells.nth(i)).to_have_class(re.compile(r"\bjp-mod-active\b"))
                 page.keyboard.press("Shift+Enter")
                 expect(cells.nth(i + 1)).to_have_class(re.compile(r"\bjp-mod-active\b"), timeout=30_000)
+                if "jp-CodeCell" in (cells.nth(i).get_attribute("class") or ""):
+                    prompt = cells.nth(i).locator(".jp-InputPrompt")
+                    expect(prompt, f"cell {i} was not run").not_to_have_text(
+                        re.compile(r"\[ \]"), timeout=30_000
+                    )
             outputs = page.locator(".jp-OutputArea-output")
             expect(outputs.filter(has_text=re.compile(r"smoke kernel for W8A16: ok"))).to_have_count(
                 1, timeout=240_000
