@@ -7,7 +7,6 @@ timings say nothing about a GPU, so nothing is timed there).
 from __future__ import annotations
 
 import functools
-import time
 from dataclasses import dataclass
 
 import torch
@@ -65,7 +64,6 @@ class Timing:
     nbytes: int
     flops: int = 0
     copy_bw: float | None = None
-    wall_ms: float | None = None  # synchronized wall-clock time per call
 
     @property
     def bandwidth(self) -> float:
@@ -84,31 +82,10 @@ class Timing:
         return text
 
 
-def wall_ms(fn, calls: int = 10) -> float:
-    """Host wall-clock time per call, the device synchronized: work on any stream counts."""
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) * 1e3 / calls
-
-
 def time_it(label: str, fn, nbytes: int, flops: int = 0, with_copy_bw: bool = True) -> Timing:
     fn()
     torch.cuda.synchronize()
-    t = Timing(label, median_ms(fn), nbytes, flops, copy_bandwidth() if with_copy_bw else None)
-    t.wall_ms = wall_ms(fn)
-    return t
-
-
-def escaped_stream(t: Timing) -> bool:
-    """True when the events saw far less time than the wall clock: the work ran on another stream.
-
-    Python launch overhead alone can make the wall clock up to about 2x the events on small kernels, so only
-    a gap of 4x counts.
-    """
-    return t.wall_ms is not None and t.ms < 0.25 * t.wall_ms
+    return Timing(label, median_ms(fn), nbytes, flops, copy_bandwidth() if with_copy_bw else None)
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -91,14 +91,6 @@ def test_ranges():
     assert "more ranges" in checks._ranges(list(range(0, 40, 2)))
 
 
-def test_escaped_stream_rule():
-    from qmatmul import bench
-
-    cheat = bench.Timing("side stream", ms=0.004, nbytes=1, wall_ms=0.075)
-    launch_bound = bench.Timing("small kernel", ms=0.030, nbytes=1, wall_ms=0.060)
-    assert bench.escaped_stream(cheat) and not bench.escaped_stream(launch_bound)
-
-
 def test_audit_does_not_take_a_copy_of_x_or_out_for_the_weight():
     """The interpreter copies x and out; with M == K a copy of x has the weight's shape [N, K] when N == M."""
     ops = [checks.OpRecord("_to_copy", [(64, 64)], [torch.float16])]
