@@ -36,10 +36,10 @@ from qmatmul.gemm import decoded_gemm  # noqa: F401 - the notebook's names
 
 BANDWIDTH_SHAPE = (28672, 8192)
 BANDWIDTH_MS = (1, 16)
-# Fraction of the copy bandwidth measured in the same process (the graded cell times eagerly, do_bench around the
-# call). Decoding, not memory, bounds a plain Triton kernel for this format on the H200: the bar is half what the
-# solution reaches there, rounded down, and far above the naive path (the recorded figures: docs/bench-h200.json,
-# quoted in course.md; docs/perf-notes.md says why half).
+# Fraction of the copy bandwidth measured in the same process (graded on the CUDA-graph figure where the calls can
+# be captured, else the eager one: qmatmul/harness.py). Decoding, not memory, bounds a plain Triton kernel for this
+# format on the H200: the bar is half what the solution reaches there, rounded down, and far above the naive path
+# (the recorded figures: docs/bench-h200.json, quoted in course.md; docs/perf-notes.md says why half).
 BANDWIDTH_THRESHOLD = 0.12
 # The names of the course package the learner's graded code may use (grader/static.py, course_problems).
 GIVEN = {

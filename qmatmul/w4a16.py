@@ -44,9 +44,10 @@ from qmatmul.gemm import decoded_gemm  # noqa: F401 - the notebook's names
 BANDWIDTH_SHAPE = (28672, 8192)
 BANDWIDTH_GROUP = 128
 BANDWIDTH_MS = (1, 16)
-# Fraction of the copy bandwidth measured in the same process (the graded cell times eagerly, do_bench around the
-# call). The bar is about half what the solution reaches on the lent H200 and far above the naive path (the
-# recorded figures: docs/bench-h200.json, quoted in course.md; docs/perf-notes.md says why half).
+# Fraction of the copy bandwidth measured in the same process (graded on the CUDA-graph figure where the calls can
+# be captured, else the eager one: qmatmul/harness.py). The bar is about half what the solution reaches on the lent
+# H200 and far above the naive path (the recorded figures: docs/bench-h200.json, quoted in course.md;
+# docs/perf-notes.md says why half).
 BANDWIDTH_THRESHOLD = 0.13
 # The names of the course package the learner's graded code may use (grader/static.py, course_problems).
 GIVEN = {
