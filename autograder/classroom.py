@@ -25,6 +25,7 @@ import re
 import shutil
 import subprocess
 import sys
+import textwrap
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -395,7 +396,8 @@ def print_gradebook(assignment: str, rows: list[dict], failures: dict | None = N
             if msg.startswith("NotMeasured"):
                 unmeasured.add(c)
                 continue
-            print(f"  {r['student']} · {c.removeprefix('test_')}: {msg[:300]}")
+            brief = textwrap.shorten(msg, 300, placeholder=" …")  # whole in the student's feedback
+            print(f"  {r['student']} · {c.removeprefix('test_')}: {brief}")
     for c in sorted(unmeasured):
         print(
             f"  (everyone) · {c.removeprefix('test_')}: not measured on this machine (no CUDA GPU): no points"

@@ -115,6 +115,22 @@ def test_feedback_skips_chapters_with_nothing_graded(tmp_path, capsys):
         assert f"{other}: nothing graded yet" in out
 
 
+def test_the_gradebook_summary_shortens_a_message_at_a_word(capsys):
+    """A long verdict is cut at a word with a mark that it goes on (the whole is in the student's feedback); the
+    cells not measured on this machine are said once for everyone."""
+    import classroom
+
+    hint = "broadcast it as s[None, :] along the N offsets, not along the rows (M) of the output tile. " * 5
+    rows = [{"student": "ada", "scores": {"test_prefill": (0.0, 3.0), "test_speed": (0.0, 3.0)}, "total": 0.0,
+             "max": 6.0, "messages": {"test_prefill": "CheckFailed: " + hint, "test_speed": "NotMeasured: no GPU"}}]  # fmt: skip
+    classroom.print_gradebook(CHAPTER, rows)
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("  ada · prefill: "))
+    assert line.endswith(" …") and len(line) <= len("  ada · prefill: ") + 300
+    assert line.removesuffix(" …").split()[-1] in hint.split()
+    assert "(everyone) · speed: not measured on this machine" in out
+
+
 def test_stamp_uses_the_files_time_in_nbgraders_format(tmp_path):
     from nbgrader.utils import parse_utc
 
