@@ -106,6 +106,33 @@ def problem(x_shape, weights, dtype, device: str, g: torch.Generator, strided: b
     return x_full[:, :K], *(t.to(device) for t in weights)
 
 
+# The rounding probe: one fixed problem on which a kernel that multiplies the scale into its 16-bit weights before
+# tl.dot fails on every run, in fp16 and bf16 and for every group size; the random problems alone caught that in 2
+# to 8 runs of 100 (W8A16 and W4A16, visible and hidden checks, 200 seeds on the CPU, 2026-12-04). x is all ones;
+# along K each group of the integer weights (codes minus zero point) repeats (1, 1, 1, -3) and ends in (1, 1, 1, -2),
+# so it sums to 1 and the exact output is the sum of the groups' scales. Every scale is PROBE_SCALE, a float32 for
+# which 3·round16(s) - round16(3s) is 3 units in the last place of s in fp16 and in bf16, of one sign: rounding the
+# weights misses by 4 (G = 32) to 17 (G = 128) times the tolerance, while a kernel that keeps the integers exact in
+# the dot and scales the partial sums is exact up to fp32 rounding (tests/test_checks.py).
+PROBE_SCALE = float.fromhex("0x1.5921p-7")  # 0.0105325
+
+
+def rounding_probe_weights(N: int, K: int, group: int) -> torch.Tensor:
+    """The probe's integer weights [N, K] (int8, codes minus zero point): each group of `group` along K sums to 1."""
+    if group % 4 or K % group:
+        raise ValueError(
+            f"the rounding probe needs groups of a multiple of 4 dividing K, got {group} and K = {K}"
+        )
+    d = torch.tensor([1, 1, 1, -3], dtype=torch.int8).repeat(N, K // 4)
+    d[:, group - 1 :: group] = -2
+    return d
+
+
+def rounding_probe_x(M: int, K: int, dtype, device: str, strided: bool) -> torch.Tensor:
+    """The probe's activations: ones [M, K] in `dtype` (a view of a wider buffer when `strided`)."""
+    return torch.ones(M, K + (7 if strided else 0), dtype=dtype, device=device)[:, :K]
+
+
 def poisoned_out(M: int, N: int, dtype, device: str, strided: bool):
     """A NaN-filled output (a view of a wider buffer when strided, so stray writes can be seen): (full, out)."""
     pad = 5 if strided else 0
@@ -141,7 +168,8 @@ def call_quantizer(
 
 def check_kernel(fn, what: str, cases, *, g: torch.Generator, hidden: bool, seed: int, names: Sequence[str],
                  problem: Callable, reference: Callable, mistakes: Callable, dtypes=None,
-                 strided_cases=(False, True), note: str = "") -> None:  # fmt: skip
+                 strided_cases=(False, True), note: str = "", probe: Callable | None = None,
+                 probe_case: tuple = ()) -> None:  # fmt: skip
     """A kernel check cell: the learner's matmul kernel on every case, dtype and layout, then one line of success.
 
     cases: (M, N, K) or (M, N, K, group_size), drawn from the cell's generator g (chapter.cell; seed is named in the
@@ -149,21 +177,26 @@ def check_kernel(fn, what: str, cases, *, g: torch.Generator, hidden: bool, seed
     call's tensors in order (named by `names`, x first); the case's entries after K are passed after them. Each call
     writes into a NaN-poisoned `out` and must pass checks.verify_kernel_result against reference(*args), naming the
     known mistakes(*args) it matches. dtypes: the activation dtypes (default: every one this device checks).
+    probe(*probe_case, dtype, device, strided=strided), where given, builds one fixed problem more (the rounding
+    probe above), run last in every dtype and layout, visible and hidden checks alike.
     """
     dev = device()
     n = 0
-    for case in cases:
+    runs = [(case, lambda *a, strided: problem(*a, g, strided=strided), "") for case in cases]
+    if probe is not None:
+        runs.append((probe_case, probe, ", the rounding probe: x = 1"))
+    for case, make, label in runs:
         M, N, K, *extra = case
         for dtype in act_dtypes(dev) if dtypes is None else dtypes:
             for strided in strided_cases:
-                tensors = problem(*case, dtype, dev, g, strided=strided)
+                tensors = make(*case, dtype, dev, strided=strided)
                 inputs = dict(zip(names, tensors, strict=True))
                 full, out = poisoned_out(M, N, dtype, dev, strided)
                 before = checks.snapshot(inputs)
                 args = (*tensors, *extra)
                 group = "".join(f", group_size={G}" for G in extra)
                 ctx = (f" (M={M}, N={N}, K={K}{group}, {str(dtype).replace('torch.', '')}"
-                       f"{', strided x and out' if strided else ''})")  # fmt: skip
+                       f"{', strided x and out' if strided else ''}{label})")  # fmt: skip
                 y, ops = checks.run_audited(fn, *args, out=out, what=what)
                 checks.verify_kernel_result(y, ops, what=what, inputs=inputs, before=before, out=out, full=full,
                                             weight_shape=(N, K), dtype=dtype, expected=reference(*args),

@@ -247,6 +247,16 @@ def random_problem(M, N, K, G, dtype, device, g, strided: bool = False):
     return chapter.problem((M, K), quantize(random_weight(N, K, g), G), dtype, device, g, strided)
 
 
+def rounding_probe(M, N, K, G, dtype, device, strided: bool = False):
+    """The checks' rounding probe (qmatmul/chapter.py): x of ones and weights (q - 8) · PROBE_SCALE whose groups of G
+    sum to one scale; scales folded into 16-bit weights before the dot miss it on every run."""
+    q = (chapter.rounding_probe_weights(N, K, G) + 8).to(torch.uint8)
+    scales = torch.full((N, K // G), chapter.PROBE_SCALE)
+    zeros = torch.full((N, K // G), 8, dtype=torch.uint8)
+    x = chapter.rounding_probe_x(M, K, dtype, device, strided)
+    return x, *(t.to(device) for t in (pack(q), scales, zeros))
+
+
 def random_packed(N: int, K: int, G: int, device: str, g: torch.Generator):
     """Random codes, scales and zeros straight on the device (for the bandwidth cells)."""
     packed = torch.randint(0, 256, (N, K // 2), dtype=torch.uint8, device=device, generator=g)
@@ -480,7 +490,7 @@ def kernel_mistakes(x, packed, scales, zeros, G) -> list[Mistake]:
 # chapter.check_kernel(fn, what, cases, **kw) on this chapter's problems, reference and known mistakes
 _check_kernel = functools.partial(
     chapter.check_kernel, names=("x", "packed", "scales", "zeros"), problem=random_problem,
-    reference=reference, mistakes=kernel_mistakes,
+    reference=reference, mistakes=kernel_mistakes, probe=rounding_probe, probe_case=(2, 64, 128, 32),
 )  # fmt: skip
 
 

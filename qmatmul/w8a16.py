@@ -140,6 +140,13 @@ def random_problem(M: int, N: int, K: int, dtype, device: str, g: torch.Generato
     return chapter.problem((M, K), quantize(random_weight(N, K, g)), dtype, device, g, strided)
 
 
+def rounding_probe(M: int, N: int, K: int, dtype, device: str, strided: bool = False):
+    """The checks' rounding probe (qmatmul/chapter.py): x of ones and rows of q summing to 1, one PROBE_SCALE each;
+    a scale folded into 16-bit weights before the dot misses it on every run."""
+    q, s = chapter.rounding_probe_weights(N, K, K), torch.full((N,), chapter.PROBE_SCALE)
+    return chapter.rounding_probe_x(M, K, dtype, device, strided), q.to(device), s.to(device)
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Checks for exercise 1: the quantizer
 
@@ -271,8 +278,15 @@ def kernel_mistakes(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> list[M
         ),
         Mistake(
             "scale applied twice",
-            "Apply s once: either to the weight tile or to the accumulator, not both.",
+            "Apply s once, to the accumulator in the epilogue.",
             raw * sf[None, :] ** 2,
+        ),
+        Mistake(
+            "weights rounded to 16 bits",
+            "q · s rounded to fp16/bf16 before the dot loses up to half a unit in the last place per weight, and "
+            "the output drifts past the tolerance: put q itself in the dot (every int8 is exact in fp16 and bf16) "
+            "and multiply the accumulator by s in the epilogue.",
+            xf @ (qf * sf[:, None]).to(x.dtype).float().T,
         ),
         Mistake(
             "weights read as unsigned",
@@ -307,7 +321,7 @@ def kernel_mistakes(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> list[M
 # chapter.check_kernel(fn, what, cases, **kw) on this chapter's problems, reference and known mistakes
 _check_kernel = functools.partial(
     chapter.check_kernel, names=("x", "q", "s"), problem=random_problem,
-    reference=reference, mistakes=kernel_mistakes,
+    reference=reference, mistakes=kernel_mistakes, probe=rounding_probe, probe_case=(2, 64, 128),
 )  # fmt: skip
 
 
