@@ -106,25 +106,24 @@ def problem(x_shape, weights, dtype, device: str, g: torch.Generator, strided: b
     return x_full[:, :K], *(t.to(device) for t in weights)
 
 
-# The rounding probe: one fixed problem on which a kernel that multiplies the scale into its 16-bit weights before
+# The rounding probe: one fixed problem on which a kernel that multiplies a scale into its 16-bit weights before
 # tl.dot fails on every run, in fp16 and bf16 and for every group size; the random problems alone caught that in 2
-# to 8 runs of 100 (W8A16 and W4A16, visible and hidden checks, 200 seeds on the CPU, 2026-12-04). x is all ones;
-# along K each group of the integer weights (codes minus zero point) repeats (1, 1, 1, -3) and ends in (1, 1, 1, -2),
-# so it sums to 1 and the exact output is the sum of the groups' scales. Every scale is PROBE_SCALE, a float32 for
-# which 3·round16(s) - round16(3s) is 3 units in the last place of s in fp16 and in bf16, of one sign: rounding the
-# weights misses by 4 (G = 32) to 17 (G = 128) times the tolerance, while a kernel that keeps the integers exact in
-# the dot and scales the partial sums is exact up to fp32 rounding (tests/test_checks.py).
+# to 22 runs of 100 (W8A16, W4A16 and NVFP4's tensor scale, visible and hidden checks, 100-200 seeds on the CPU,
+# 2026-12-04). x is all ones; along K each row of the weights repeats (1, 1, 1, -3) and ends in (1, 1, 1, -2), so it
+# sums to 1 and the exact output is one scale. Every scale is PROBE_SCALE (NVFP4: its block scales are 1 and its
+# tensor scale is PROBE_SCALE), a float32 for which 3·round16(s) - round16(3s) is 3 units in the last place of s in
+# fp16 and in bf16, of one sign: rounding the weights adds 3 units a quad, K / 4 quads of one sign, 24 times the
+# tolerance at K = 128, while a kernel that keeps the weights exact in the dot and scales the sums afterwards is
+# exact up to fp32 rounding (tests/test_checks.py).
 PROBE_SCALE = float.fromhex("0x1.5921p-7")  # 0.0105325
 
 
-def rounding_probe_weights(N: int, K: int, group: int) -> torch.Tensor:
-    """The probe's integer weights [N, K] (int8, codes minus zero point): each group of `group` along K sums to 1."""
-    if group % 4 or K % group:
-        raise ValueError(
-            f"the rounding probe needs groups of a multiple of 4 dividing K, got {group} and K = {K}"
-        )
+def rounding_probe_weights(N: int, K: int) -> torch.Tensor:
+    """The probe's weights [N, K] (int8: the codes minus the zero point, or the E2M1 values): each row sums to 1."""
+    if K % 4:
+        raise ValueError(f"the rounding probe needs K divisible by 4, got {K}")
     d = torch.tensor([1, 1, 1, -3], dtype=torch.int8).repeat(N, K // 4)
-    d[:, group - 1 :: group] = -2
+    d[:, -1] = -2
     return d
 
 

@@ -201,6 +201,17 @@ def random_problem(M, N, K, dtype, device, gen, strided=False):
     return chapter.problem((M, K), quantize(random_weight(N, K, gen)), dtype, device, gen, strided)
 
 
+def rounding_probe(M, N, K, dtype, device, strided=False):
+    """The checks' rounding probe (qmatmul/chapter.py): x of ones, E2M1 values whose rows sum to 1, block scales of 1
+    and the tensor scale PROBE_SCALE; g folded into 16-bit weights before the dot misses it on every run."""
+    packed = fp4.pack_nibbles(fp4.e2m1_encode(chapter.rounding_probe_weights(N, K).float()))
+    scales = fp4.e4m3_encode(torch.ones(N, K // BLOCK))
+    g = torch.tensor([chapter.PROBE_SCALE])
+    return chapter.rounding_probe_x(M, K, dtype, device, strided), *(
+        t.to(device) for t in (packed, scales, g)
+    )
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Exercise 1: the two-level quantizer
 
@@ -310,6 +321,9 @@ def kernel_mistakes(x, packed, scales, g) -> list[Mistake]:
     out = [
         Mistake("tensor scale missing", "Multiply the accumulator by the tensor scale g once, in the epilogue.", raw),
         Mistake("tensor scale applied twice", "Apply g once: in the epilogue, not also to the weight tile.", raw * g * g),
+        Mistake("weights rounded to 16 bits", "E2M1 · s is exact in fp16 and bf16, E2M1 · s · g is not: with g in the "
+                "weight tile every weight is rounded to 16 bits and the output drifts past the tolerance. Multiply "
+                "the accumulator by g once, in the epilogue.", xf @ (vals * s * g).to(x.dtype).float().T),
         Mistake("e4m3 scale decoded as E8M0", "NVFP4's block scales are e4m3 (sign, 4 exponent bits with bias 7, "
                 "3 mantissa bits), not E8M0 powers of two: ((b & 0x7F) << 7) as fp16 bits, times 2^8.",
                 (xf @ (vals * fp4.e8m0_decode(scales).repeat_interleave(BLOCK, 1)).T) * g),
@@ -326,7 +340,7 @@ def kernel_mistakes(x, packed, scales, g) -> list[Mistake]:
 # chapter.check_kernel(fn, what, cases, **kw) on this chapter's problems, reference and known mistakes
 _check_kernel = functools.partial(
     chapter.check_kernel, names=("x", "packed", "scales", "g"), problem=random_problem,
-    reference=reference, mistakes=kernel_mistakes,
+    reference=reference, mistakes=kernel_mistakes, probe=rounding_probe, probe_case=(2, 64, 128),
 )  # fmt: skip
 
 

@@ -248,9 +248,9 @@ def random_problem(M, N, K, G, dtype, device, g, strided: bool = False):
 
 
 def rounding_probe(M, N, K, G, dtype, device, strided: bool = False):
-    """The checks' rounding probe (qmatmul/chapter.py): x of ones and weights (q - 8) · PROBE_SCALE whose groups of G
-    sum to one scale; scales folded into 16-bit weights before the dot miss it on every run."""
-    q = (chapter.rounding_probe_weights(N, K, G) + 8).to(torch.uint8)
+    """The checks' rounding probe (qmatmul/chapter.py): x of ones and weights (q - 8) · PROBE_SCALE whose rows sum to
+    one scale; scales folded into 16-bit weights before the dot miss it on every run."""
+    q = (chapter.rounding_probe_weights(N, K) + 8).to(torch.uint8)
     scales = torch.full((N, K // G), chapter.PROBE_SCALE)
     zeros = torch.full((N, K // G), 8, dtype=torch.uint8)
     x = chapter.rounding_probe_x(M, K, dtype, device, strided)

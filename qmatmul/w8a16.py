@@ -143,7 +143,7 @@ def random_problem(M: int, N: int, K: int, dtype, device: str, g: torch.Generato
 def rounding_probe(M: int, N: int, K: int, dtype, device: str, strided: bool = False):
     """The checks' rounding probe (qmatmul/chapter.py): x of ones and rows of q summing to 1, one PROBE_SCALE each;
     a scale folded into 16-bit weights before the dot misses it on every run."""
-    q, s = chapter.rounding_probe_weights(N, K, K), torch.full((N,), chapter.PROBE_SCALE)
+    q, s = chapter.rounding_probe_weights(N, K), torch.full((N,), chapter.PROBE_SCALE)
     return chapter.rounding_probe_x(M, K, dtype, device, strided), q.to(device), s.to(device)
 
 

@@ -115,6 +115,7 @@ def _folded(chapter_name):
     """A stand-in for a learner's kernel (torch here; the op audit is bypassed below) that dequantizes in float32
     and, with fold, rounds the weights to x's dtype before the dot, as a kernel feeding tl.dot 16-bit weights does."""
     from qmatmul import w4a16
+    from qmatmul.formats import fp4
 
     def w8(x, q, s, out=None, fold=True):
         w = q.float() * s.float()[:, None]
@@ -124,15 +125,19 @@ def _folded(chapter_name):
         w = (w4a16.unpack(p).float() - z.float().repeat_interleave(G, 1)) * s.float().repeat_interleave(G, 1)
         return out.copy_((x.float() @ (w.to(x.dtype).float() if fold else w).T).to(x.dtype))
 
-    return {"w8a16": w8, "w4a16": w4}[chapter_name]
+    def nv(x, p, s, g, out=None, fold=True):
+        w = fp4.e2m1_decode(fp4.unpack_nibbles(p)) * fp4.e4m3_decode(s).repeat_interleave(16, 1) * g.float()
+        return out.copy_((x.float() @ (w.to(x.dtype).float() if fold else w).T).to(x.dtype))
+
+    return {"w8a16": w8, "w4a16": w4, "nvfp4": nv}[chapter_name]
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("G", [32, 64, 128])
 def test_the_rounding_probe_separates_folded_scales_from_exact_ones(G, dtype):
-    from qmatmul import w4a16, w8a16
+    from qmatmul import nvfp4, w4a16, w8a16
 
-    for chapter, args in ((w4a16, (2, 64, 2 * G, G)), (w8a16, (2, 64, 2 * G))):
+    for chapter, args in ((w4a16, (2, 64, 2 * G, G)), (w8a16, (2, 64, 2 * G)), (nvfp4, (2, 64, 2 * G))):
         name = chapter.__name__.removeprefix("qmatmul.")
         tensors, extra = chapter.rounding_probe(*args, dtype, "cpu"), args[3:]
         ref = chapter.reference(*tensors, *extra)
@@ -144,10 +149,10 @@ def test_the_rounding_probe_separates_folded_scales_from_exact_ones(G, dtype):
 
 
 @pytest.mark.parametrize("check", ["w8a16.check_prefill", "w8a16.check_decode", "w4a16.check_prefill",
-                                   "w4a16.check_decode"])  # fmt: skip
+                                   "w4a16.check_decode", "nvfp4.check_prefill", "nvfp4.check_decode"])  # fmt: skip
 def test_a_kernel_that_folds_the_scale_into_16_bit_weights_fails_every_run(check, monkeypatch):
-    """Random problems alone caught it in 2 to 8 runs of 100; with the probe every run names it, visible and hidden,
-    and the same kernel with exact weights passes every run."""
+    """Random problems alone caught it in 2 to 22 runs of 100; with the probe every run names it, visible and
+    hidden, and the same kernel with exact weights passes every run."""
     import importlib
 
     name, fn_name = check.split(".")
@@ -156,8 +161,6 @@ def test_a_kernel_that_folds_the_scale_into_16_bit_weights_fails_every_run(check
     learner = _folded(name)
     for seed in range(4):
         for hidden in (False, True):
-            with pytest.raises(
-                CheckFailed, match=r"the rounding probe.*\n.*known mistake: weights rounded to 16 bits"
-            ):
+            with pytest.raises(CheckFailed, match="known mistake: weights rounded to 16 bits"):
                 check_fn(learner, seed=seed, hidden=hidden)
             check_fn(lambda *a, out=None: learner(*a, out=out, fold=False), seed=seed, hidden=hidden)
