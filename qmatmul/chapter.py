@@ -106,15 +106,15 @@ def problem(x_shape, weights, dtype, device: str, g: torch.Generator, strided: b
     return x_full[:, :K], *(t.to(device) for t in weights)
 
 
-# The rounding probe: one fixed problem on which a kernel that multiplies a scale into its 16-bit weights before
-# tl.dot fails on every run, in fp16 and bf16 and for every group size; the random problems alone caught that in 2
-# to 22 runs of 100 (W8A16, W4A16 and NVFP4's tensor scale, visible and hidden checks, 100-200 seeds on the CPU,
+# The rounding probe: one fixed problem on which a kernel that multiplies a scale into its 16-bit weights before tl.dot
+# fails on every run, in fp16 and bf16 and for every group size; the random problems alone caught that in 2 to 77 runs
+# of 100 (W8A16, W4A16, NVFP4's tensor scale and FP8's two scales, visible and hidden checks, 100-200 seeds on the CPU,
 # 2026-12-04). x is all ones; along K each row of the weights repeats (1, 1, 1, -3) and ends in (1, 1, 1, -2), so it
-# sums to 1 and the exact output is one scale. Every scale is PROBE_SCALE (NVFP4: its block scales are 1 and its
-# tensor scale is PROBE_SCALE), a float32 for which 3·round16(s) - round16(3s) is 3 units in the last place of s in
-# fp16 and in bf16, of one sign: rounding the weights adds 3 units a quad, K / 4 quads of one sign, 24 times the
-# tolerance at K = 128, while a kernel that keeps the weights exact in the dot and scales the sums afterwards is
-# exact up to fp32 rounding (tests/test_checks.py).
+# sums to 1 and the exact output is one scale. Every scale is PROBE_SCALE (NVFP4: its block scales are 1 and its tensor
+# scale is PROBE_SCALE), a float32 for which 3·round16(s) - round16(3s) is 3 units in the last place of s in fp16 and in
+# bf16, of one sign: rounding the weights adds 3 units a quad, K / 4 quads of one sign, 24 times the tolerance at K =
+# 128, while a kernel that keeps the weights exact in the dot and scales the sums afterwards is exact up to fp32
+# rounding (tests/test_checks.py).
 PROBE_SCALE = float.fromhex("0x1.5921p-7")  # 0.0105325
 
 

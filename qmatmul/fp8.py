@@ -639,7 +639,13 @@ def check_decoder(decode_fn, *, hidden: bool = False, seed: int | None = None) -
 # Exercises 3 and 4: the GEMM with row scales in the epilogue, and the decode kernel
 
 
-def kernel_mistakes(xq, sx, wq, sw) -> list[Mistake]:
+FOLDED = ("before the dot rounds every product to 16 bits (the e4m3 values themselves are exact there), and the "
+          "output drifts past the tolerance: multiply the fp32 accumulator by sx[:, None] · sw[None, :] in the "
+          "epilogue.")  # fmt: skip
+
+
+def kernel_mistakes(xq, sx, wq, sw, dtype: torch.dtype | None = None) -> list[Mistake]:
+    """The known wrong outputs; with `dtype` (the decoded operands' 16-bit type) also a scale folded into one."""
     raw = xq.float().cpu() @ wq.float().cpu().T
     sxc, swc = sx.float().cpu().reshape(-1), sw.float().cpu().reshape(-1)
     M, K = xq.shape
@@ -663,6 +669,14 @@ def kernel_mistakes(xq, sx, wq, sw) -> list[Mistake]:
         if 0 < kt < K:
             out.append(Mistake(f"last partial K block dropped (BLOCK_K = {bk})", "Loop over range(0, K, BLOCK_K) "
                                "and mask k < K.", deq_x[:, :kt] @ deq_w[:, :kt].T))  # fmt: skip
+    if dtype is not None:
+        xf, wf = xq.float().cpu(), wq.float().cpu()
+        out += [
+            Mistake("sw folded into the weights", f"sw multiplied into the decoded weights {FOLDED}",
+                    (xf @ deq_w.to(dtype).float().T) * sxc[:, None]),
+            Mistake("sx folded into the activations", f"sx multiplied into the decoded activations {FOLDED}",
+                    (deq_x.to(dtype).float() @ wf.T) * swc[None, :]),
+        ]  # fmt: skip
     return out
 
 
@@ -722,7 +736,7 @@ def _check_kernel(fn, what, shapes, device, g) -> int:
             ctx = (f" (M={M}, N={N}, K={K}, {path}{', strided xq and out' if strided else ''}"
                    f"{', per-tensor activation scale' if per_tensor else ''})")  # fmt: skip
             y, ops = _run_path(fn, (xq, sx, wq, sw, out), fp8_dot, n, what)
-            mistakes = kernel_mistakes(xq, sx, wq, sw)
+            mistakes = kernel_mistakes(xq, sx, wq, sw, dtype=dtype)
             try:
                 checks.verify_kernel_result(y, ops, what=what, inputs=inputs, before=before, out=out, full=full,
                                             weight_shape=(N, K), dtype=dtype, expected=reference(xq, sx, wq, sw),
@@ -785,6 +799,38 @@ def _check_accumulation(fn, what: str, device: str) -> int:
     return n
 
 
+def rounding_problems(M: int, N: int, K: int, device: str) -> list[tuple]:
+    """The rounding probe (qmatmul/chapter.py) for each operand, (which, (xq, sx, wq, sw)): one operand's rows sum to
+    1 along K with the scale PROBE_SCALE, the other is ones with scale 1. A kernel that multiplies that scale into the
+    decoded 16-bit operand before the dot misses it on every run."""
+    d, s = chapter.rounding_probe_weights(max(M, N), K).float(), chapter.PROBE_SCALE
+    problems = []
+    for ones, xs, ws, sx, sw in (
+        ("x", torch.ones(M, K), d[:N], 1.0, s),
+        ("w", d[:M], torch.ones(N, K), s, 1.0),
+    ):
+        args = (xs.to(E4M3), torch.full((M,), sx), ws.to(E4M3), torch.full((N,), sw))
+        problems.append((ones, tuple(t.to(device) for t in args)))
+    return problems
+
+
+def _check_rounding(fn, what: str, device: str) -> int:
+    """The rounding probes, on every path: a scale folded into a 16-bit operand fails them on every run."""
+    M, N, K = 16, 64, 128
+    n = 0
+    dtype = out_dtype(device)
+    for fp8_dot in _paths(device):
+        path = "native fp8 tl.dot" if fp8_dot else "e4m3 decoded to fp16"
+        for ones, args in rounding_problems(M, N, K, device):
+            out = torch.full((M, N), float("nan"), dtype=dtype, device=device)
+            y, _ = _run_path(fn, (*args, out), fp8_dot, 1, what)
+            checks.compare(y, reference(*args), what=what, rtol=checks.tolerance_for(dtype), poisoned=True,
+                           context=f" (M={M}, N={N}, K={K}, {path}, the rounding probe: {ones} = 1)",
+                           mistakes=kernel_mistakes(*args, dtype=dtype))  # fmt: skip
+            n += 1
+    return n
+
+
 def _accumulation_hint(report: str, imprecise: bool) -> str:
     """A timed batch with a few wrong outputs in a million where fp8 accumulates imprecisely
     (imprecise_fp8_accumulation): the report, and what that points at."""
@@ -812,6 +858,7 @@ def check_matmul(fn, *, hidden: bool = False, seed: int | None = None) -> None:
         shapes.append((1, 129, 77))
     n = _check_kernel(fn, "fp8_matmul", shapes, device, g)
     n += _check_accumulation(fn, "fp8_matmul", device)
+    n += _check_rounding(fn, "fp8_matmul", device)
     checks.passed(f"fp8_matmul: {n} {'hidden' if hidden else 'visible'} cases match the reference (seed {seed})."
                   + _skipped(device))  # fmt: skip
 
@@ -828,6 +875,7 @@ def check_decode(fn, *, hidden: bool = False, seed: int | None = None) -> None:
                    int(torch.randint(40, 3000 if big else 300, (1,), generator=g)))
                   for M in (1, int(torch.randint(2, 16, (1,), generator=g)), 16)]  # fmt: skip
     n = _check_kernel(fn, "fp8_decode", shapes, device, g)
+    n += _check_rounding(fn, "fp8_decode", device)
     checks.passed(f"fp8_decode: {n} {'hidden' if hidden else 'visible'} cases match the reference (seed {seed})."
                   + _skipped(device))  # fmt: skip
 

@@ -129,7 +129,13 @@ def _folded(chapter_name):
         w = fp4.e2m1_decode(fp4.unpack_nibbles(p)) * fp4.e4m3_decode(s).repeat_interleave(16, 1) * g.float()
         return out.copy_((x.float() @ (w.to(x.dtype).float() if fold else w).T).to(x.dtype))
 
-    return {"w8a16": w8, "w4a16": w4, "nvfp4": nv}[chapter_name]
+    def f8(xq, sx, wq, sw, out=None, fold=True, operand="w"):  # FP8: fold sw into the weights or sx into x
+        x, w = xq.float() * sx.float()[:, None], wq.float() * sw.float()[:, None]
+        if fold:
+            x, w = (x.to(out.dtype).float(), w) if operand == "x" else (x, w.to(out.dtype).float())
+        return out.copy_((x @ w.T).to(out.dtype))
+
+    return {"w8a16": w8, "w4a16": w4, "nvfp4": nv, "fp8": f8}[chapter_name]
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -148,8 +154,25 @@ def test_the_rounding_probe_separates_folded_scales_from_exact_ones(G, dtype):
         assert not checks.mismatch(exact, ref, checks.tolerance_for(dtype)).any(), (name, G, dtype)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_fp8s_rounding_probes_separate_either_folded_scale_from_exact_ones(dtype):
+    from qmatmul import fp8
+
+    for ones, args in fp8.rounding_problems(16, 64, 128, "cpu"):
+        out = torch.empty(16, 64, dtype=dtype)
+        ref = fp8.reference(*args)
+        for operand in "xw":
+            folded = _folded("fp8")(*args, out=out.clone(), operand=operand)
+            assert checks.mismatch(folded, ref, checks.tolerance_for(dtype)).all() == (operand != ones), (
+                operand
+            )
+        exact = _folded("fp8")(*args, out=out.clone(), fold=False)
+        assert not checks.mismatch(exact, ref, checks.tolerance_for(dtype)).any()
+
+
 @pytest.mark.parametrize("check", ["w8a16.check_prefill", "w8a16.check_decode", "w4a16.check_prefill",
-                                   "w4a16.check_decode", "nvfp4.check_prefill", "nvfp4.check_decode"])  # fmt: skip
+                                   "w4a16.check_decode", "nvfp4.check_prefill", "nvfp4.check_decode",
+                                   "fp8.check_matmul", "fp8.check_decode"])  # fmt: skip
 def test_a_kernel_that_folds_the_scale_into_16_bit_weights_fails_every_run(check, monkeypatch):
     """Random problems alone caught it in 2 to 22 runs of 100; with the probe every run names it, visible and
     hidden, and the same kernel with exact weights passes every run."""
@@ -159,8 +182,11 @@ def test_a_kernel_that_folds_the_scale_into_16_bit_weights_fails_every_run(check
     check_fn = getattr(importlib.import_module(f"qmatmul.{name}"), fn_name)
     monkeypatch.setattr(checks, "run_audited", lambda fn, *a, out=None, what=None: (fn(*a, out=out), []))
     learner = _folded(name)
+    named = "(sw|sx) folded into the" if name == "fp8" else "weights rounded to 16 bits"
     for seed in range(4):
         for hidden in (False, True):
-            with pytest.raises(CheckFailed, match="known mistake: weights rounded to 16 bits"):
-                check_fn(learner, seed=seed, hidden=hidden)
+            for operand in "xw" if name == "fp8" else "w":
+                kw = {"operand": operand} if name == "fp8" else {}
+                with pytest.raises(CheckFailed, match=f"known mistake: {named}"):
+                    check_fn(lambda *a, out=None, kw=kw: learner(*a, out=out, **kw), seed=seed, hidden=hidden)
             check_fn(lambda *a, out=None: learner(*a, out=out, fold=False), seed=seed, hidden=hidden)
