@@ -708,6 +708,9 @@ def _paths(device: str) -> list[bool]:
     return [True, False]  # the interpreter runs both (tests/test_fp8.py records that its fp8 tl.dot works)
 
 
+PATH_NAMES = {True: "native fp8 tl.dot", False: "e4m3 decoded to fp16"}  # fp8_dot -> the path in the messages
+
+
 def _run_path(fn, args, fp8_dot: bool, n_passed: int, what: str):
     try:
         with use_path(fp8_dot):
@@ -725,7 +728,7 @@ def _check_kernel(fn, what, shapes, device, g) -> int:
     n = 0
     dtype = out_dtype(device)
     for fp8_dot in _paths(device):
-        path = "native fp8 tl.dot" if fp8_dot else "e4m3 decoded to fp16"
+        path = PATH_NAMES[fp8_dot]
         for i, (M, N, K) in enumerate(shapes):
             strided = i % 2 == 1
             per_tensor = i == 1 and len(shapes) > 2  # strided x with one scale for the whole tensor
@@ -776,27 +779,38 @@ ACCUMULATION_MISTAKE = (
 )
 
 
-def _check_accumulation(fn, what: str, device: str) -> int:
-    """A deterministic case that shows reduced-precision accumulation (run after the ordinary cases pass)."""
-    M, N, K = (128, 128, 8192) if device == "cuda" else (32, 64, 1024)
+def _check_fixed(fn, what: str, device: str, M: int, N: int, K: int, problems) -> int:
+    """Fixed problems that show a mistake random inputs show only by chance, run after the ordinary cases on every
+    path: problems holds (args, note, mistakes, explanation); a failure names `mistakes` it matches, or is
+    `explanation` (a known mistake with no output of its own to match)."""
     n = 0
     dtype = out_dtype(device)
     for fp8_dot in _paths(device):
-        xq, sx, wq, sw = accumulation_problem(M, N, K, device)
-        out = torch.full((M, N), float("nan"), dtype=dtype, device=device)
-        y, _ = _run_path(fn, (xq, sx, wq, sw, out), fp8_dot, 1, what)
-        path = "native fp8 tl.dot" if fp8_dot else "e4m3 decoded to fp16"
-        try:
-            checks.compare(y, reference(xq, sx, wq, sw), what=what, rtol=checks.tolerance_for(dtype),
-                           poisoned=True, context=f" (M={M}, N={N}, K={K}, {path}: big products that cancel, "
-                           f"small ones that sum to {(K - 512) / 2048:g})")  # fmt: skip
-        except CheckFailed as exc:
-            head, *rest = str(exc).splitlines()
-            raise CheckFailed(
-                "\n".join([head, f"This matches a known mistake: {ACCUMULATION_MISTAKE}", *rest])
-            ) from None
-        n += 1
+        for args, note, mistakes, explanation in problems:
+            args = tuple(t.clone() for t in args)  # fresh for each path, as if built again
+            out = torch.full((M, N), float("nan"), dtype=dtype, device=device)
+            y, _ = _run_path(fn, (*args, out), fp8_dot, 1, what)
+            try:
+                checks.compare(y, reference(*args), what=what, rtol=checks.tolerance_for(dtype), poisoned=True,
+                               context=f" (M={M}, N={N}, K={K}, {PATH_NAMES[fp8_dot]}{note})",
+                               mistakes=kernel_mistakes(*args, dtype=dtype) if mistakes else ())  # fmt: skip
+            except CheckFailed as exc:
+                if not explanation:
+                    raise
+                head, *rest = str(exc).splitlines()
+                raise CheckFailed(
+                    "\n".join([head, f"This matches a known mistake: {explanation}", *rest])
+                ) from None
+            n += 1
     return n
+
+
+def _check_accumulation(fn, what: str, device: str) -> int:
+    """A deterministic case that shows reduced-precision accumulation (run after the ordinary cases pass)."""
+    M, N, K = (128, 128, 8192) if device == "cuda" else (32, 64, 1024)
+    note = f": big products that cancel, small ones that sum to {(K - 512) / 2048:g}"
+    return _check_fixed(fn, what, device, M, N, K,
+                        [(accumulation_problem(M, N, K, device), note, False, ACCUMULATION_MISTAKE)])  # fmt: skip
 
 
 def rounding_problems(M: int, N: int, K: int, device: str) -> list[tuple]:
@@ -817,18 +831,11 @@ def rounding_problems(M: int, N: int, K: int, device: str) -> list[tuple]:
 def _check_rounding(fn, what: str, device: str) -> int:
     """The rounding probes, on every path: a scale folded into a 16-bit operand fails them on every run."""
     M, N, K = 16, 64, 128
-    n = 0
-    dtype = out_dtype(device)
-    for fp8_dot in _paths(device):
-        path = "native fp8 tl.dot" if fp8_dot else "e4m3 decoded to fp16"
-        for ones, args in rounding_problems(M, N, K, device):
-            out = torch.full((M, N), float("nan"), dtype=dtype, device=device)
-            y, _ = _run_path(fn, (*args, out), fp8_dot, 1, what)
-            checks.compare(y, reference(*args), what=what, rtol=checks.tolerance_for(dtype), poisoned=True,
-                           context=f" (M={M}, N={N}, K={K}, {path}, the rounding probe: {ones} = 1)",
-                           mistakes=kernel_mistakes(*args, dtype=dtype))  # fmt: skip
-            n += 1
-    return n
+    problems = [
+        (args, f", the rounding probe: {ones} = 1", True, "")
+        for ones, args in rounding_problems(M, N, K, device)
+    ]
+    return _check_fixed(fn, what, device, M, N, K, problems)
 
 
 def _accumulation_hint(report: str, imprecise: bool) -> str:
@@ -1105,7 +1112,7 @@ def check_block_matmul(fn, *, hidden: bool = False, seed: int | None = None) -> 
         shapes.append((1, 130, 77))
     n = 0
     for fp8_dot in _paths(device):
-        path = "native fp8 tl.dot" if fp8_dot else "e4m3 decoded to fp16"
+        path = PATH_NAMES[fp8_dot]
         for i, (M, N, K) in enumerate(shapes):
             strided = i % 2 == 1
             xq, sx, wq, sw = random_block_problem(M, N, K, device, g, strided=strided)
