@@ -33,12 +33,16 @@ c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "build
 # QMATMUL_EXCHANGE (a folder every student can write to); `make exchange` creates it with nbgrader's
 # permissions and writes the two lines students' Jupyter needs (see course.md, "Instructor guide").
 c.Exchange.root = os.environ.get("QMATMUL_EXCHANGE") or "/srv/nbgrader/exchange"
+# Collect takes in regular files only, never through a link a student left in their inbound folder.
+c.ExchangeFactory.collect = "autograder.intake.SafeCollect"
 
 # Triton compiles each kernel on first use (seconds on a GPU), and the interpreter runs kernels as numpy:
 # a cell may take minutes, never hours. A hung kernel is interrupted and that cell gets no points. nbgrader
 # runs every cell whatever the cells before it raised.
 c.Execute.timeout = 300
 c.Execute.interrupt_on_timeout = True
+# And one budget for a whole notebook, the run of its cells and the trusted grading together (seconds;
+# QMATMUL_NOTEBOOK_BUDGET, default 900: qmatmul/grader/nbhooks.py): a hang costs its cells and at most this.
 
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 
@@ -46,7 +50,10 @@ c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedE
 # ("Attribute 'checksum' for cell test_quantizer has changed") even for an untouched notebook. This subclass
 # does exactly what nbgrader's OverwriteCells does and logs the expected restoration at INFO; a locked cell a
 # student really edited is still reported as a warning (and restored).
+# The first step refuses a submission that holds anything but regular files (autograder/intake.py: a symlink
+# there would make nbgrader read or write whatever it names).
 c.Autograde.sanitize_preprocessors = [
+    "autograder.intake.RegularFilesOnly",
     "nbgrader.preprocessors.ClearOutput",
     "nbgrader.preprocessors.DeduplicateIds",
     "nbgrader.preprocessors.OverwriteKernelspec",

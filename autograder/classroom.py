@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import demo
+import intake
 import parallel
 import sandbox
 
@@ -148,6 +149,11 @@ def autograde(assignment: str, students: list[str], dirs: CourseDirs) -> dict:
         t0 = time.time()
         _journal(assignment, student, dirs).unlink(missing_ok=True)
         print(f"[{i}/{len(students)}] {assignment} · {student} ...", end=" ", flush=True)
+        refused = intake.refusal(ROOT / dirs.submitted / student / assignment)
+        if refused:
+            failures[student] = refused
+            print(f"FAILED: {refused}")
+            continue
         res = nbgrader(
             "autograde", assignment, f"--student={student}", "--force", dirs=dirs, timeout=STUDENT_TIMEOUT
         )
@@ -198,14 +204,18 @@ def autograde_class(pairs: list[tuple[str, str]], dirs: CourseDirs, jobs: int = 
             'postgresql+psycopg://grader@dbhost/qmatmul (course.md, "A class of hundreds"), or use --jobs 1.'
         )
     _create_students(sorted({s for _, s in pairs}), dirs)  # one writer creates them, not N at once
-    work = []
+    work, failures = [], {}
     for assignment, student in pairs:
+        refused = intake.refusal(ROOT / dirs.submitted / student / assignment)
+        if refused:
+            failures[assignment, student] = refused
+            print(f"{assignment} · {student}: FAILED: {refused}")
+            continue
         _journal(assignment, student, dirs).unlink(missing_ok=True)  # a job killed midway leaves no entry
         cmd, env = nbgrader_command("autograde", assignment, f"--student={student}", "--force", dirs=dirs)
         env.pop("PATH")  # the host that runs the job puts QMATMUL_BIN before its own PATH
         work.append(parallel.Job(assignment, student, cmd, env, str(ROOT), STUDENT_TIMEOUT))
-    failures = {}
-    left = collections.Counter(a for a, _ in pairs)
+    left = collections.Counter(job.assignment for job in work)
 
     def failed(res: parallel.Result) -> str | None:
         why = nbgrader_failure(res.job.assignment, res.job.student, res.returncode, res.stderr, dirs)
@@ -225,6 +235,10 @@ def autograde_class(pairs: list[tuple[str, str]], dirs: CourseDirs, jobs: int = 
                 res.job.assignment, {s: w for (a, s), w in failures.items() if a == res.job.assignment}
             )
 
+    refused = len(failures)
+    for assignment in dict.fromkeys(a for a, _ in pairs):  # a chapter whose every submission was refused
+        if chapter_done and not left[assignment]:
+            chapter_done(assignment, {s: w for (a, s), w in failures.items() if a == assignment})
     t0 = time.time()
     if scheduler is None:
         parallel.run_local(work, jobs, done)
@@ -232,7 +246,8 @@ def autograde_class(pairs: list[tuple[str, str]], dirs: CourseDirs, jobs: int = 
         parallel.run_dask(work, scheduler, done)
     seconds = time.time() - t0
     rate = len(work) / seconds * 3600 if seconds else 0.0
-    print(f"graded {len(work) - len(failures)}/{len(work)} in {seconds:.0f} s ({rate:.0f} notebooks/hour)")
+    print(f"graded {len(work) + refused - len(failures)}/{len(work) + refused} in {seconds:.0f} s "
+          f"({rate:.0f} notebooks/hour)")  # fmt: skip
     return failures
 
 

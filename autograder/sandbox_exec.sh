@@ -3,34 +3,52 @@
 #   * no capabilities: its own user namespace, uid/gid 65534, every capability dropped, a new session;
 #   * its own PID namespace (the host's processes invisible, no /proc/<pid>/root to reach) that dies with
 #     the grader: a detached process cannot outlive its grading or write after it;
-#   * no network; private /tmp, /var/tmp and /dev/shm; a read-only file system in which the course's private
-#     files (QMATMUL_SANDBOX_HIDE: other students' work, the gradebook, the solutions, .git, the GPU locks, a
-#     local PostgreSQL's sockets) are empty, and the gradebook's database URL is not in its environment.
-# Writable: the working folder (the student's own autograded copy), QMATMUL_SANDBOX_RUNTIME (a kernel's
-# connection file and IPC sockets) and QMATMUL_WORKER_DIR (the grader's payloads for its worker).
+#   * no network; private /tmp, /var/tmp and /dev/shm of bounded size;
+#   * a file system built from a list of what may be seen, not of what must be hidden: the system's folders
+#     (/usr, /etc, /lib ...) and QMATMUL_SANDBOX_READ (the interpreter, its site-packages and import path, the
+#     course package) read-only, and nothing else of the host. The course's checkout, the class's submissions,
+#     logs, exports and gradebook, the exchange, /home, /srv, /run are simply not there. QMATMUL_SANDBOX_HIDE
+#     empties paths that lie inside what is shown (the GPU locks, say). The gradebook's URL is not in the
+#     environment.
+#   * the working folder (for the notebook's kernel, the student's autograded folder, where nbgrader writes the
+#     graded notebook afterwards) is an empty tmpfs: nothing the code writes there reaches the host, so no link
+#     it leaves can be followed by nbgrader. Writable on the host: only QMATMUL_SANDBOX_RUNTIME (a kernel's
+#     connection file and IPC sockets) and QMATMUL_WORKER_DIR (the grader's payloads for its worker, which the
+#     trusted side reads without following links).
 #   usage: sandbox_exec.sh COMMAND [ARG ...]
 set -euo pipefail
 here="$PWD"
-args=(--ro-bind / / --dev-bind /dev /dev --proc /proc --tmpfs /dev/shm
+tmp_size="${QMATMUL_SANDBOX_TMP_BYTES:-1073741824}"  # each private tmpfs: 1 GiB
+args=(--dev-bind /dev /dev --proc /proc --size "$tmp_size" --tmpfs /dev/shm
       --unshare-user --uid 65534 --gid 65534 --cap-drop ALL --unshare-pid --unshare-ipc --unshare-uts
       --unshare-net --unshare-cgroup-try --new-session --die-with-parent
-      --tmpfs /tmp --tmpfs /var/tmp --setenv TMPDIR /tmp --setenv MPLCONFIGDIR /tmp/mpl
+      --setenv TMPDIR /tmp --setenv MPLCONFIGDIR /tmp/mpl
       --setenv TRITON_CACHE_DIR /tmp/triton --setenv HOME /tmp --unsetenv JPY_PARENT_PID
       --unsetenv QMATMUL_DB_URL --unsetenv QMATMUL_DEMO_DB_URL)
-# A private /tmp must not hide the course itself when the checkout (or the python running it) lives there.
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-exe="$(command -v "$1" || echo "$1")"
-venv="$(cd "$(dirname "$exe")/.." && pwd)"                     # a venv's own folder (site-packages)
-prefix="$(dirname "$(dirname "$(readlink -f "$exe")")")"        # the interpreter it points to
-for keep in "$root" "$venv" "$prefix"; do
-  case "$keep" in /tmp/*|/var/tmp/*|/dev/shm/*) args+=(--ro-bind "$keep" "$keep");; esac
+for dir in /usr /bin /sbin /lib /lib32 /lib64 /libx32 /etc /opt /sys; do
+  if [ -L "$dir" ]; then args+=(--symlink "$(readlink "$dir")" "$dir")
+  elif [ -d "$dir" ]; then args+=(--ro-bind "$dir" "$dir"); fi
 done
+args+=(--size "$tmp_size" --tmpfs /tmp --size "$tmp_size" --tmpfs /var/tmp)
+# Emptied first (the checkout among them), so that what is shown below can sit inside them.
 IFS=: read -r -a hide <<< "${QMATMUL_SANDBOX_HIDE:-}"
 for path in "${hide[@]}"; do
   if [ -d "$path" ]; then args+=(--tmpfs "$path"); elif [ -e "$path" ]; then args+=(--ro-bind /dev/null "$path"); fi
 done
-args+=(--bind "$here" "$here" --chdir "$here")
-for dir in "${QMATMUL_SANDBOX_RUNTIME:-}" "${QMATMUL_WORKER_DIR:-}"; do
-  if [ -n "$dir" ]; then args+=(--bind "$dir" "$dir"); fi
+exe="$(command -v "$1" || echo "$1")"
+IFS=: read -r -a shown <<< "${QMATMUL_SANDBOX_READ:-}"
+shown+=("$(cd "$(dirname "$exe")/.." && pwd)" "$(dirname "$(dirname "$(readlink -f "$exe")")")")
+for path in "${shown[@]}"; do
+  if [ -n "$path" ] && [ -e "$path" ]; then args+=(--ro-bind "$path" "$path"); fi
 done
+writable=()
+for dir in "${QMATMUL_SANDBOX_RUNTIME:-}" "${QMATMUL_WORKER_DIR:-}"; do
+  if [ -n "$dir" ]; then args+=(--bind "$dir" "$dir"); writable+=("$dir"); fi
+done
+inside=no
+for dir in "${writable[@]}"; do
+  case "$here/" in "$dir"/*) inside=yes;; esac
+done
+if [ "$inside" = no ]; then args+=(--size "$tmp_size" --tmpfs "$here"); fi
+args+=(--chdir "$here")
 exec bwrap "${args[@]}" -- "$@"

@@ -19,6 +19,7 @@ import argparse
 import copy
 import datetime as dt
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +32,9 @@ from nbgrader.preprocessors import OverwriteCells as _OverwriteCells
 from traitlets import Bool
 
 from qmatmul.course import assignments, selected_assignments  # noqa: F401 - assignments: used by its callers
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import intake  # noqa: E402 - autograder/intake.py, beside this file
 
 ROOT = Path(__file__).resolve().parent.parent
 SUBMITTED = ROOT / "autograder" / "submitted"
@@ -143,6 +147,7 @@ def feedback(selected: list[str], export: bool = True, autograded: Path = AUTOGR
             print(f"{assignment}: nbgrader generate_feedback failed:\n{res.stderr[-2000:]}")
             status = 1
             continue
+        prune_feedback(assignment)
         print(f"{assignment}: feedback in autograder/feedback/<student>/{assignment}/")
     if export:
         sys.path.insert(0, str(ROOT / "autograder"))
@@ -152,6 +157,22 @@ def feedback(selected: list[str], export: bool = True, autograded: Path = AUTOGR
     return status
 
 
+def prune_feedback(assignment: str, feedback_dir: Path = FEEDBACK) -> list[Path]:
+    """Leave in each student's feedback folder only what the course generated (intake.feedback_extras): nbgrader
+    copies a submission's other files there and its release_feedback publishes every `*.html`, so a student's
+    `notes.html` (or a link named so) would be handed back as feedback. Returns what was removed."""
+    notebooks = [p.stem for p in (ROOT / "solutions" / assignment).glob("*.ipynb")]
+    removed = []
+    for student in students_with(feedback_dir, assignment):
+        for extra in intake.feedback_extras(feedback_dir / student / assignment, notebooks):
+            if extra.is_dir() and not extra.is_symlink():
+                shutil.rmtree(extra)
+            else:
+                extra.unlink()
+            removed.append(extra)
+    return removed
+
+
 def hand_back(assignment: str, feedback_dir: Path = FEEDBACK, flags: tuple = ()) -> int:
     """Release the feedback of `assignment` to the exchange, student by student.
 
@@ -159,6 +180,7 @@ def hand_back(assignment: str, feedback_dir: Path = FEEDBACK, flags: tuple = ())
     carry submission_secret.txt) and stops at the first hand-copied one; here those are listed instead, for
     the instructor to send their HTML some other way."""
     status, by_hand = 0, []
+    prune_feedback(assignment, feedback_dir)
     for student in students_with(feedback_dir, assignment):
         if not (feedback_dir / student / assignment / "submission_secret.txt").exists():
             by_hand.append(student)

@@ -14,7 +14,9 @@ from conftest import ROOT, skip_unless_required
 
 pytestmark = pytest.mark.slow
 CORPUS = ROOT / "autograder" / "adversarial"
-SANDBOX_ONLY = {"sandbox_escape"}  # unsandboxed, it would really write into the package
+# Unsandboxed, these would really write into the package, or replace the gradebook by a link.
+SANDBOX_ONLY = {"sandbox_escape", "plant_links"}
+ALONE = {"sleeper"}  # spends a notebook's whole time budget: graded by a test of its own, with a short budget
 
 
 def corpus(chapter: str) -> list:
@@ -69,7 +71,7 @@ def _autograded(tmp_path, name):
 def test_the_corpus_earns_what_it_deserves_without_the_sandbox(tmp_path, monkeypatch):
     monkeypatch.setenv("DETACHED_MARKER", "detached-marker.txt")
     monkeypatch.setenv("DETACHED_SLEEP", "300")
-    students = [s for s in corpus("w8a16") if s.name not in SANDBOX_ONLY]
+    students = [s for s in corpus("w8a16") if s.name not in SANDBOX_ONLY | ALONE]
     together = {s.name for s in students} - {"detached"}  # the detached student's own run is timed
     rows, spans = grade(tmp_path, students, sandbox=False, monkeypatch=monkeypatch, together=together)
     assert_expected(students, rows)
@@ -81,6 +83,21 @@ def test_the_corpus_earns_what_it_deserves_without_the_sandbox(tmp_path, monkeyp
             "test_decode",
             "test_decode_bandwidth",
         }
+
+
+BUDGET = 45  # seconds: QMATMUL_NOTEBOOK_BUDGET for the sleeper
+
+
+@pytest.mark.xdist_group("adversarial-plain")
+def test_a_hang_costs_at_most_the_notebooks_budget(tmp_path, monkeypatch):
+    """The sleeper's quantizer cell never ends: the run of the notebook's cells stops at the budget, and every
+    test cell fails at once naming it (before: 300 s for the notebook's cell, then 300 s more per test cell)."""
+    monkeypatch.setenv("QMATMUL_NOTEBOOK_BUDGET", str(BUDGET))
+    students = [s for s in corpus("w8a16") if s.name in ALONE]
+    rows, spans = grade(tmp_path, students, sandbox=False, monkeypatch=monkeypatch)
+    assert_expected(students, rows)
+    started, ended = spans["sleeper"]
+    assert ended - started < BUDGET + 60, f"the sleeper held the class for {ended - started:.0f} s"
 
 
 def _escape_line(notebook) -> str:
@@ -107,7 +124,7 @@ def test_the_sandbox_holds_what_plain_mode_cannot(tmp_path, monkeypatch):
     # CI machine; its notebook kernel may legitimately live that long), short enough that the students graded
     # after it cover the wait.
     monkeypatch.setenv("DETACHED_SLEEP", str(DETACHED_SLEEP))
-    names = {"sandbox_escape", "detached", "forge_channel", "patch_checks", "honest_toplevel"}
+    names = {"sandbox_escape", "plant_links", "detached", "forge_channel", "patch_checks", "honest_toplevel"}
     students = [s for s in corpus("w8a16") if s.name in names]
     package = (ROOT / "qmatmul" / "__init__.py").read_bytes()
     rows, spans = grade(tmp_path, students, sandbox=True, monkeypatch=monkeypatch)
@@ -115,6 +132,10 @@ def test_the_sandbox_holds_what_plain_mode_cannot(tmp_path, monkeypatch):
     line = _escape_line(_autograded(tmp_path, "sandbox_escape") / "w8a16.ipynb")
     assert "REACHED" not in line, line
     assert (ROOT / "qmatmul" / "__init__.py").read_bytes() == package
+    # the links planted where the code ran reached nothing nbgrader writes or publishes
+    graded = _autograded(tmp_path, "plant_links")
+    assert not (graded / "w8a16.ipynb").is_symlink() and not (graded / "scores.html").exists()
+    assert (tmp_path / "gradebook.db").read_bytes().startswith(b"SQLite format 3")
     started, ended = spans["detached"]
     assert ended - started < DETACHED_SLEEP, (
         f"grading the detached student took {ended - started:.0f} s: raise DETACHED_SLEEP"

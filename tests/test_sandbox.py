@@ -36,6 +36,16 @@ def test_snoop_sees_everything_without_and_nothing_with_the_sandbox(tmp_path, mo
     listener.bind(("127.0.0.1", 0))
     listener.listen()
     monkeypatch.setenv("SNOOP_PORT", str(listener.getsockname()[1]))
+    # What a class leaves beside the autograded folders (another student's log and journal entry, the exports)
+    # and an exchange with another student's submission.
+    for path in ("logs/w8a16/other.log", "journal/w8a16/other", "grades-by-cell.csv"):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("another student's scores\n")
+    inbound = tmp_path / "exchange" / "qmatmul" / "inbound" / "other+w8a16+2026-12-04"
+    inbound.mkdir(parents=True)
+    (inbound / "w8a16.ipynb").write_text("another student's notebook\n")
+    monkeypatch.setenv("QMATMUL_EXCHANGE", str(tmp_path / "exchange"))
+    monkeypatch.setenv("SNOOP_EXCHANGE", str(tmp_path / "exchange"))
     dirs = classroom.CourseDirs(
         submitted=str(tmp_path / "submitted"), autograded=str(tmp_path / "autograded"),
         feedback=str(tmp_path / "feedback"), release=str(tmp_path / "release"), db=str(tmp_path / "gradebook.db"),
@@ -54,5 +64,7 @@ def test_snoop_sees_everything_without_and_nothing_with_the_sandbox(tmp_path, mo
     if sandbox:
         assert "network blocked" in line and "other notebooks read 0" in line, line
         assert "gradebook read 0" in line and "solutions read 0" in line, line
+        assert "class results read 0" in line and "exchange read 0" in line, line
     else:  # the same code, unsandboxed, finds what the sandbox hides: the test above can fail
         assert "network open" in line and "gradebook read 1" in line and "solutions read 0" not in line, line
+        assert "class results read 0" not in line and "exchange read 1" in line, line

@@ -3,7 +3,8 @@
     StashTests        before Execute: test cells are not run in the learner's kernel (their code is kept)
     ResilientExecute  nbgrader's Execute, but a kernel that dies (a segfault, a GPU fault) ends only the run
                       of the notebook's own cells: the grading goes on; each cell holds the GPU's lock shared
-                      (qmatmul/gpulock.py: no other grader's timed window runs meanwhile)
+                      (qmatmul/gpulock.py: no other grader's timed window runs meanwhile). It starts the
+                      notebook's one time budget (`budget`, NOTEBOOK_BUDGET s): no cell runs past it
     TrustedGrades     after Execute: test cells get their code back and, as outputs, the trusted verdicts
                       (a printed line when passed, an error when not): nbgrader's SaveAutoGrades scores those
 
@@ -14,10 +15,16 @@ nbgrader reads it from nbgrader_config.py.
 from __future__ import annotations
 
 import os
+import time
 
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 from traitlets import Bool, Dict, Float, List, Unicode
+
+# One wall-clock budget for a notebook, the run of its own cells and the trusted grading together: a cell that
+# hangs costs its cells and at most this, never a timeout per test cell. An honest notebook grades in 1-2 minutes
+# on the 2-core CPU machine and the H200 (docs/grading-h200.md); the slowest, the capstone on a CPU, in 3.
+NOTEBOOK_BUDGET = float(os.environ.get("QMATMUL_NOTEBOOK_BUDGET", "900"))
 
 PLACEHOLDER = (
     "# Graded by the course's trusted grader, outside this notebook's kernel: this code runs there.\n"
@@ -37,7 +44,13 @@ class StashTests(NbGraderPreprocessor):
 
 
 class ResilientExecute(Execute):
+    budget = Float(
+        NOTEBOOK_BUDGET, help="seconds for the whole notebook: its own cells and the trusted grading"
+    ).tag(config=True)
+
     def preprocess(self, nb, resources, *args, **kwargs):
+        # The deadline TrustedGrades passes on to the worker: the run of the notebook's cells spends from it too.
+        resources.setdefault("qmatmul", {})["deadline"] = self._deadline = time.monotonic() + self.budget
         from qmatmul.checks import AUTOGRADE_ENV
 
         before = os.environ.get(AUTOGRADE_ENV)
@@ -64,11 +77,20 @@ class ResilientExecute(Execute):
             gpulock.active(previous)
 
     def preprocess_cell(self, cell, resources, index):
-        """Each cell the learner's kernel runs may launch kernels: it shares the GPU, never beside a timing."""
+        """Each cell the learner's kernel runs may launch kernels: it shares the GPU, never beside a timing. No
+        cell runs for longer than what is left of the notebook's budget; once it is spent, no cell runs."""
         from qmatmul import gpulock
 
-        with gpulock.shared():
-            return super().preprocess_cell(cell, resources, index)
+        left = self._deadline - time.monotonic()
+        if cell.cell_type != "code" or left <= 0:
+            return cell, resources
+        timeout = self.timeout
+        self.timeout = max(1, int(min(timeout, left))) if timeout else max(1, int(left))
+        try:
+            with gpulock.shared():
+                return super().preprocess_cell(cell, resources, index)
+        finally:
+            self.timeout = timeout
 
 
 class TrustedGrades(NbGraderPreprocessor):
@@ -91,7 +113,9 @@ class TrustedGrades(NbGraderPreprocessor):
             if not self.sandbox_command:
                 raise RuntimeError("TrustedGrades.sandbox is set but no sandbox_command is configured")
             wrap, env = self.sandbox_command, {**os.environ, **self.sandbox_env}
-        verdicts = trusted.grade(cells, cwd=cwd, wrap=wrap, env=env, timeout=self.timeout, log=self.log.info)
+        deadline = resources.get("qmatmul", {}).get("deadline")
+        verdicts = trusted.grade(cells, cwd=cwd, wrap=wrap, env=env, timeout=self.timeout, deadline=deadline,
+                                 log=self.log.info)  # fmt: skip
         for v in verdicts:
             outputs = []
             if v.output:

@@ -10,6 +10,7 @@ modified, a result that is `out` itself.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import re
@@ -17,6 +18,7 @@ import secrets
 import select
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -33,12 +35,103 @@ GPU_FAULT = r"illegal memory access|misaligned address|unspecified launch failur
 ROOT = Path(__file__).resolve().parent.parent.parent
 
 
-def _limit_files() -> None:
-    """No file the worker writes (its log, results, anything of the learner's) grows past 4 GiB: a print loop
-    cannot fill the disk."""
-    import resource
+MEMORY_ENV = (
+    "QMATMUL_WORKER_MEMORY"  # bytes of address space for a worker on a machine without a GPU; 0: none
+)
 
-    resource.setrlimit(resource.RLIMIT_FSIZE, (4 << 30, 4 << 30))
+
+def memory_limit() -> int | None:
+    """The worker's address-space limit: 8 GiB (a CPU worker peaks under 1 GiB) where no CUDA GPU is used, none
+    with one (the CUDA driver reserves far more address space than it touches, and a limit breaks it)."""
+    if torch.cuda.is_available():
+        return None
+    limit = int(os.environ.get(MEMORY_ENV, 8 << 30))
+    return limit or None
+
+
+def _limits(memory: int | None):
+    """What the worker's process starts under (and everything it starts, the sandbox included): no file it
+    writes (its log, results, anything of the learner's) grows past 4 GiB, so a print loop cannot fill the disk;
+    on a CPU, no more than `memory` bytes of address space."""
+
+    def apply() -> None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4 << 30, 4 << 30))
+        if memory:
+            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+
+    return apply
+
+
+def read_regular(path: Path) -> bytes:
+    """The bytes of a file the worker wrote (or could have replaced), never through a link: the worker's folder
+    is writable by the learner's code, so a result, an output batch or the log may have become a symlink to a
+    file of the course's. O_NOFOLLOW refuses a link, fstat anything but a regular file."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{Path(path).name} is not a regular file")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read()
+    finally:
+        os.close(fd)
+
+
+def create_new(path: Path) -> int:
+    """A file descriptor for writing a new file in the worker's folder, never through a link a learner's code
+    left there: whatever stands at `path` is removed first (a link itself, not its target) and the file is
+    created anew (O_EXCL: if something appears in between, this fails rather than follow it)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+
+
+def write_new(path: Path, data: bytes) -> None:
+    with os.fdopen(create_new(path), "wb") as f:
+        f.write(data)
+
+
+def save_args(path: Path, value) -> None:
+    buf = io.BytesIO()
+    torch.save(value, buf)
+    write_new(path, buf.getvalue())
+
+
+def load_result(path: Path):
+    """A torch.save file from the worker, read as data only (weights_only) and never through a link."""
+    return torch.load(io.BytesIO(read_regular(path)), weights_only=True)
+
+
+def import_path(exclude=()) -> list[str]:
+    """The worker's import path, stated: the folder that holds the course package, then those of this
+    interpreter's entries that belong to an installation (the standard library and site-packages, inside the
+    interpreter's prefixes) or that PYTHONPATH names (a GPU box's wheel folders), in their order. Left out: the
+    current directory, a script's or test's folder, the user's site-packages, and anything under `exclude`
+    (the submission's and the worker's folders). The worker starts isolated (python -I: no PYTHON* variables,
+    no current directory, no user site) with exactly this list, so nothing a submission hands in beside its
+    notebook is imported; the sandbox shows these folders and no others of the host (autograder/sandbox.py)."""
+    import site
+
+    banned = [Path(p).resolve() for p in exclude if p]
+    prefixes = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    named = {Path(p).resolve() for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
+    user = Path(getattr(site, "getusersitepackages", lambda: "")() or "/nonexistent").resolve()
+    out: list[str] = [str(ROOT)]
+    for entry in sys.path:
+        if not entry:
+            continue
+        here = Path(entry).resolve()
+        installed = any(p == here or p in here.parents for p in prefixes)
+        if not (installed or here in named) or here == user or here == ROOT:
+            continue
+        if any(here == b or b in here.parents for b in banned) or str(here) in out:
+            continue
+        out.append(str(here))
+    return out
+
+
+BOOTSTRAP = "import sys; sys.path[:] = {path!r}; from qmatmul.grader import worker; sys.exit(worker.main(sys.argv[1:]))"
 
 
 class WorkerGone(Exception):
@@ -61,7 +154,7 @@ class Worker:
     """One untrusted process per notebook: it runs `program` (label, source pairs) and then serves calls."""
 
     def __init__(self, program, *, source=None, release=None, cwd=None, wrap=(), env=None, timeout: float = 240.0,
-                 start_timeout: float = 300.0):  # fmt: skip
+                 start_timeout: float = 300.0, deadline: float | None = None):  # fmt: skip
         self.program, self.source, self.cwd = list(program), source, cwd
         self.release = (
             release or {}
@@ -69,42 +162,73 @@ class Worker:
         self._own_work: dict[str, list[str]] = {}
         self.wrap, self.env = list(wrap), env
         self.timeout, self.start_timeout = timeout, start_timeout
+        # The notebook's one budget (time.monotonic() by which its grading ends, None: none): every start and
+        # call waits at most what is left of it, so a hang costs its cells and never more than the budget.
+        self.deadline = deadline
+        self.start_failure: str | None = None  # the cells did not define their functions: no second try
         self.proc = None
         self.dir = Path(tempfile.mkdtemp(prefix="qmatmul-worker-"))
+        self.scratch = (
+            self.dir / "work"
+        )  # the worker's current directory: empty, its own, never the submission
+        self.scratch.mkdir()
         self.failed_cells: list[str] = []
         self._buf = b""
 
     # -- process ------------------------------------------------------------------------------------------
+    def _wait(self, timeout: float, what: str) -> tuple[float, bool]:
+        """How long the next wait may be: `timeout`, or what is left of the notebook's budget if less (then
+        True). Raises CheckFailed when the budget is spent."""
+        if self.deadline is None:
+            return timeout, False
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise CheckFailed(
+                f"{what}: not run: the time budget for grading this notebook is spent (a cell or a call that ran "
+                "for minutes used it up; see the cells before this one)"
+            )
+        return min(timeout, left), left < timeout
+
     def start(self) -> None:
+        """Start the worker and run the notebook's cells. If they did not finish (or the process died) once,
+        every later start fails at once with the same reason: the same cells would do the same again, and one
+        hang must not cost a timeout per test cell."""
+        if self.start_failure is not None:
+            raise CheckFailed(self.start_failure)
+        wait, budgeted = self._wait(self.start_timeout, "defining your notebook's functions")
         program_path = self.dir / "program.json"
-        program_path.write_text(json.dumps(self.program))
+        write_new(program_path, json.dumps(self.program).encode())
         r, w = os.pipe()
         self.log_path = self.dir / "log"
-        log = open(self.log_path, "w")  # noqa: SIM115 - the child keeps it
+        log = os.fdopen(create_new(self.log_path), "w")  # a restart: never through a link the last one left
         env = dict(self.env if self.env is not None else os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         env["QMATMUL_WORKER_DIR"] = str(self.dir)
-        cmd = [*self.wrap, sys.executable, "-u", "-m", "qmatmul.grader.worker", str(program_path), str(w)]
+        # An isolated interpreter with its import path stated (import_path), started in a folder of its own: a
+        # `qmatmul/` or `torch.py` handed in beside the notebook is never on the path, and whatever the
+        # learner's code writes lands in the scratch folder, never where nbgrader writes afterwards.
+        bootstrap = BOOTSTRAP.format(path=import_path(exclude=(self.cwd, self.dir)))
+        cmd = [*self.wrap, sys.executable, "-I", "-u", "-c", bootstrap, str(program_path), str(w)]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
-                                     pass_fds=(w,), cwd=self.cwd, env=env, start_new_session=True,
-                                     preexec_fn=_limit_files)  # fmt: skip
+                                     pass_fds=(w,), cwd=self.scratch, env=env, start_new_session=True,
+                                     preexec_fn=_limits(memory_limit()))  # fmt: skip
         os.close(w)
         log.close()
         self.reply_fd, self._buf = r, b""
         try:
-            ready = self._read(self.start_timeout, None)
+            ready = self._read(wait, None)
         except TimeoutError:
             self.stop()
-            raise CheckFailed(
-                f"your notebook's code did not finish defining its functions within {self.start_timeout:.0f} s "
+            budget = " (what was left of the notebook's time budget)" if budgeted else ""
+            self.start_failure = (
+                f"your notebook's code did not finish defining its functions within {wait:.0f} s{budget} "
                 "(a cell that runs forever?)"
-            ) from None
+            )
+            raise CheckFailed(self.start_failure) from None
         except WorkerGone:
             why = self._death()
             self.stop()
-            raise CheckFailed(
-                f"the process running your notebook's cells died while defining them ({why})"
-            ) from None
+            self.start_failure = f"the process running your notebook's cells died while defining them ({why})"
+            raise CheckFailed(self.start_failure) from None
         self.failed_cells = ready.get("failed", [])
 
     def alive(self) -> bool:
@@ -140,7 +264,7 @@ class Worker:
 
     def log_tail(self, n: int = 4000) -> str:
         try:
-            return self.log_path.read_text(errors="replace")[-n:]
+            return read_regular(self.log_path).decode(errors="replace")[-n:]
         except OSError:
             return ""
 
@@ -198,16 +322,17 @@ class Worker:
             self.start()
         nonce = secrets.token_hex(16)
         job = {**job, "nonce": nonce, "state": dict(WORKER_STATE), "contexts": list(WORKER_CONTEXTS)}
-        timeout = self.timeout if timeout is None else timeout
+        timeout, budgeted = self._wait(self.timeout if timeout is None else timeout, what)
         try:
             self.proc.stdin.write((json.dumps(job) + "\n").encode())
             self.proc.stdin.flush()
             return self._read(timeout, nonce)
         except TimeoutError:
             self.stop()
+            budget = " (what was left of the notebook's time budget)" if budgeted else ""
             raise CheckFailed(
-                f"{what}: your code did not finish within {timeout:.0f} s and was stopped (a loop that never "
-                "ends? a grid far larger than the output?). The other exercises keep their points."
+                f"{what}: your code did not finish within {timeout:.0f} s{budget} and was stopped (a loop that "
+                "never ends? a grid far larger than the output?). The other exercises keep their points."
             ) from None
         except (WorkerGone, BrokenPipeError):
             why = self._death()
@@ -257,7 +382,7 @@ class Worker:
         self.require_own_work(name, what)
         token = secrets.token_hex(8)
         args_path, result_path = self.dir / f"args-{token}.pt", self.dir / f"result-{token}.pt"
-        torch.save((list(args), dict(kwargs)), args_path)
+        save_args(args_path, (list(args), dict(kwargs)))
         job = {"op": "call", "name": name, "grid": grid, "args": str(args_path), "result": str(result_path),
                "audit": audit, "driver": driver}  # fmt: skip
         try:
@@ -266,7 +391,7 @@ class Worker:
             args_path.unlink(missing_ok=True)
         try:
             self._raise_for(reply, name)
-            loaded = torch.load(result_path, weights_only=True)
+            loaded = load_result(result_path)
         except (LearnerError, CheckFailed):
             raise
         except Exception as exc:  # noqa: BLE001 - whatever is in the file, it is not a result we can read
@@ -316,7 +441,7 @@ class Worker:
             t_fetch -= time.perf_counter()
             self._exchange({"op": "bench_fetch", "result": str(path)}, what)
             try:
-                got = torch.load(path, weights_only=True)["outs"]
+                got = load_result(path)["outs"]
             except Exception as exc:  # noqa: BLE001
                 raise CheckFailed(
                     f"{what}: its timed outputs could not be read ({type(exc).__name__})"

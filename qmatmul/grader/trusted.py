@@ -62,23 +62,23 @@ def _names(src: str) -> set[str]:
 
 
 def grade(cells: list[notebook.Cell], *, cwd=None, wrap=(), env=None, timeout: float = 240.0,
-          overrides: dict | None = None, only=None, log=None) -> list[Verdict]:  # fmt: skip
-    """Verdicts of the notebook's test cells (those whose grade_id contains one of `only`, if given)."""
+          deadline: float | None = None, overrides: dict | None = None, only=None, log=None) -> list[Verdict]:  # fmt: skip
+    """Verdicts of the notebook's test cells (those whose grade_id contains one of `only`, if given). `deadline`
+    (time.monotonic()) ends the notebook's grading: what is left of it bounds every start and call."""
     strict, checks.STRICT = checks.STRICT, True
     locking = gpulock.active()  # timed windows alone on their GPU, across the host's graders
     try:
-        return _grade(
-            cells, cwd=cwd, wrap=wrap, env=env, timeout=timeout, overrides=overrides, only=only, log=log
-        )
+        return _grade(cells, cwd=cwd, wrap=wrap, env=env, timeout=timeout, deadline=deadline, overrides=overrides,
+                      only=only, log=log)  # fmt: skip
     finally:
         checks.STRICT = strict
         gpulock.active(locking)
 
 
-def _grade(cells, *, cwd, wrap, env, timeout, overrides, only, log) -> list[Verdict]:
+def _grade(cells, *, cwd, wrap, env, timeout, deadline, overrides, only, log) -> list[Verdict]:
     ns = trusted_namespace(cells)
     worker = Worker(notebook.program(cells, overrides), source=learner_source(cells, overrides), release=ns,
-                    cwd=cwd, wrap=wrap, env=env, timeout=timeout)  # fmt: skip
+                    cwd=cwd, wrap=wrap, env=env, timeout=timeout, deadline=deadline)  # fmt: skip
     verdicts = []
     try:
         for cell in notebook.tests(cells):
