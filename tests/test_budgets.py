@@ -20,7 +20,9 @@ def test_a_hang_while_defining_costs_the_budget_once():
     w = Worker(SLEEPER, timeout=240, start_timeout=300, deadline=time.monotonic() + 6)
     try:
         t0 = time.monotonic()
-        with pytest.raises(CheckFailed, match="did not finish defining its functions within [0-9]+ s .what was left"):
+        with pytest.raises(
+            CheckFailed, match="did not finish defining its functions within [0-9]+ s .what was left"
+        ):
             w.call("f", (torch.zeros(1),), {})
         assert time.monotonic() - t0 < 20
         t0 = time.monotonic()
@@ -33,7 +35,10 @@ def test_a_hang_while_defining_costs_the_budget_once():
 
 
 def test_a_spent_budget_runs_nothing_more():
-    program = [("setup", notebook.QUIET_START), ("learner", "import time\ndef nap(x):\n    time.sleep(100)\n")]
+    program = [
+        ("setup", notebook.QUIET_START),
+        ("learner", "import time\ndef nap(x):\n    time.sleep(100)\n"),
+    ]
     w = Worker(program, timeout=240, deadline=time.monotonic() + 15)
     try:
         with pytest.raises(CheckFailed, match="what was left of the notebook's time budget"):
