@@ -870,12 +870,16 @@ def _preload(fmt: str, model: nn.Module, table: dict, device) -> None:
 
 class _GradingKernels:
     """Kernel sets whose kernels validate their inputs like the chapters' wrappers, compute the fp32 reference,
-    and log (kind, M, K) per call. Dequantized weights are cached per stored tensor."""
+    and log (kind, M, K) per call. Dequantized weights are cached per stored tensor.
 
-    def __init__(self):
+    fresh: the quantizer returns new tensors at each call, never the cached ones. A rebuilt module (built on a
+    decoy, then given the first one's buffers in place) would otherwise write those buffers into the cache entry
+    of the decoy's weight, and a forward that quantizes the decoy's weight afresh would read the real one's."""
+
+    def __init__(self, fresh: bool = False):
         self.calls: list[tuple[str, str, int, int]] = []
         self.audit: _Audit | None = None
-        self._deq: dict = {}
+        self.fresh = fresh
 
     def _pause(self):
         return _Paused(self.audit)
@@ -890,7 +894,7 @@ class _GradingKernels:
                     key = _weight_key(fmt, wc)
                     if key not in _QCACHE:  # the same weight quantized again (the reference model, a re-run)
                         _QCACHE[key] = tuple(t.to(w.device) for t in reference_quantize(fmt, wc))
-                    return _QCACHE[key]
+                    return tuple(t.clone() for t in _QCACHE[key]) if self.fresh else _QCACHE[key]
 
             def run(kind, x, *stored, out=None, fmt=fmt):
                 with self._pause():
@@ -969,6 +973,15 @@ def reference_quantize_model(model: nn.Module, fmt: str, cls=ReferenceQuantLinea
 # their QuantLinear or quantize_model with the grading kernels and returns what it saw as data (a JSON string and
 # tensors). The check, here, draws the inputs, computes the expected results itself and decides. In the learner's
 # own notebook the same drivers run in-process. A driver never decides: what it reports can only take points away.
+#
+# Every forward that is graded runs on a module rebuilt from its registered tensors: a first driver builds the
+# learner's QuantLinear (or quantized model) on the real weights and returns its buffers and parameters (what
+# state_dict() holds, non-persistent buffers too); for a hidden check and the stack the worker is then stopped, and
+# in a fresh one (the notebook's cells run again) a second driver builds the learner's class on a decoy nn.Linear
+# of the same shape, dtype and bias (other weights, drawn here from a seed of their own), loads the first one's
+# tensors into it and runs it. No closure, global or hidden copy of the real weight exists in that process, so a
+# forward that computes from anything but its buffers computes with the decoy's weights and fails; the first
+# module's outputs only name that mistake. A visible check rebuilds in the same worker (_fresh_process says why).
 
 
 def _describe_exception(exc: BaseException, what: str) -> dict:
@@ -981,15 +994,15 @@ def _pack(meta: dict, tensors: dict) -> dict:
     return {"meta": json.dumps(meta), "tensors": {k: v.detach().cpu() for k, v in tensors.items()}}
 
 
-def _drive(fn, driver: str, *args, what: str) -> tuple[dict, dict]:
+def _drive(fn, driver: str, *args, what: str, **kwargs) -> tuple[dict, dict]:
     """Run drive_<driver>(fn, *args) where fn's code runs; (meta, tensors), or CheckFailed for the learner's error."""
     if checks.is_remote(fn):
         try:
-            res = fn.drive(f"qmatmul.capstone:drive_{driver}", *args, what=what)
+            res = fn.drive(f"qmatmul.capstone:drive_{driver}", *args, what=what, **kwargs)
         except LearnerError as exc:
             raise CheckFailed(checks._learner_error_message(exc, what)) from None
     else:
-        res = globals()[f"drive_{driver}"](fn, *args)
+        res = globals()[f"drive_{driver}"](fn, *args, **kwargs)
     try:
         meta, tensors = json.loads(res["meta"]), dict(res["tensors"])
         assert all(isinstance(t, torch.Tensor) for t in tensors.values())
@@ -1005,6 +1018,89 @@ def _raise_learner(err: dict, ctx: str = "") -> None:
     exc = LearnerError(err.get("type", "Exception"), err.get("message", ""), unfilled=bool(err.get("unfilled")),
                        where=err.get("where", ""), compile_summary=err.get("compile_summary", ""))  # fmt: skip
     raise CheckFailed(checks._learner_error_message(exc, err.get("what", "your code")) + ctx)
+
+
+def _learner_message(err: dict) -> str:
+    exc = LearnerError(err.get("type", "Exception"), err.get("message", ""), unfilled=bool(err.get("unfilled")),
+                       where=err.get("where", ""), compile_summary=err.get("compile_summary", ""))  # fmt: skip
+    return checks._learner_error_message(exc, err.get("what", "your code"))
+
+
+# -- rebuilding a module from its registered tensors
+
+REBUILT_ON = "built again on an nn.Linear of the same shape with other weights"
+OTHER_THAN_BUFFERS = ("Keep the quantized weight (and the bias) in register_buffer and compute only from the buffers: "
+                      "the nn.Linear it was built from, or a copy of its weight kept anywhere else (a closure, a "
+                      "global, a plain attribute), is not part of the layer that state_dict() saves and "
+                      "model.to(device) moves")  # fmt: skip
+_BUILT: list = []  # the modules built on the real weights, alive until a rebuild in the same process is done
+
+
+def _rebuilt(fn, fresh: bool, on: str = REBUILT_ON) -> str:
+    where = ", in a process of its own" if fresh and checks.is_remote(fn) else ""
+    return f"{on} and given the first one's buffers and parameters (as load_state_dict does){where}"
+
+
+def _fresh_process(fn, fresh: bool) -> None:
+    """Under the trusted grader, for a rebuild in a fresh worker: stop this one. The next call starts a new one,
+    which runs the notebook's cells again and holds nothing that the learner's code kept from the calls before.
+
+    One fresh worker per graded cell (a start costs about 1.6 s on a 2-core CPU: 0.9 s to start and run the cells,
+    0.7 s more for the first call): the hidden check of a cell rebuilds in a fresh worker, the visible one in the
+    worker that built the module (the first modules kept alive meanwhile: no id is reused). That one defeats a
+    closure, an attribute or a global keyed by the module; only a fresh process defeats a copy found again from
+    the buffers themselves, and a cell passes only if its hidden check does, on every format. In the learner's
+    own notebook every rebuild is in-process."""
+    if fresh and checks.is_remote(fn):
+        fn.worker.stop()
+
+
+def _state(module: nn.Module) -> dict:
+    """name -> tensor of every parameter and buffer of a module (non-persistent buffers too): what rebuilds it."""
+    state = {n: p.detach() for n, p in module.named_parameters()}
+    state.update({n: b.detach() for n, b in module.named_buffers()})
+    return state
+
+
+def _describe_tensor(t: torch.Tensor) -> str:
+    return f"{str(t.dtype).removeprefix('torch.')} {list(t.shape)}"
+
+
+def _load_state(module: nn.Module, state: dict) -> str | None:
+    """Copy `state` (from _state of the module built on the real weights) into the module rebuilt on a decoy, in
+    place, as load_state_dict(strict=True) would. None, or why it does not fit, in words."""
+    mine = _state(module)
+    missing, extra = sorted(set(state) - set(mine)), sorted(set(mine) - set(state))
+    if missing or extra:
+        said = [f"lacks {', '.join(missing[:4])}"] if missing else []
+        said += [f"has {', '.join(extra[:4])}, which the first did not"] if extra else []
+        return "built again, it " + " and ".join(said)
+    for name, t in state.items():
+        own = mine[name]
+        if own.dtype != t.dtype or tuple(own.shape) != tuple(t.shape):
+            return f"{name} is {_describe_tensor(t)} in the first and {_describe_tensor(own)} built again"
+    try:
+        with torch.no_grad():
+            for name, t in state.items():
+                mine[name].copy_(t.to(mine[name].device))
+    except Exception as exc:  # noqa: BLE001 - a buffer that cannot be written in place (an expanded view, say)
+        return f"its tensors could not be loaded in place ({type(exc).__name__}: {str(exc)[:200]})"
+    return None
+
+
+def _state_arg(tensors: dict, prefix: str) -> dict:
+    """The tensors a build driver returned under `prefix`, as the state to hand the rebuild (copies: the call's
+    arguments are written back after it, and these stay the trusted side's)."""
+    return {k[len(prefix) :]: v.clone() for k, v in tensors.items() if k.startswith(prefix)}
+
+
+def _differs(a, b, rtol: float) -> bool:
+    """Do two outputs of the same computation differ (beyond rtol; NaN and inf equal to themselves)?"""
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor) or tuple(a.shape) != tuple(b.shape):
+        return True
+    a, b = a.detach().cpu().double(), b.detach().cpu().double()
+    same = (a == b) | (torch.isnan(a) & torch.isnan(b))
+    return bool((checks.mismatch(a, b, rtol) & ~same).any())
 
 
 def _float_tensors(module: nn.Module):
@@ -1082,29 +1178,32 @@ def _ops_records(data) -> list:
             for n, shapes, dtypes in data]  # fmt: skip
 
 
+def _linear_for(case: dict, device) -> nn.Linear:
+    N, K = case["weight"].shape
+    lin = nn.Linear(K, N, bias=case["bias"] is not None, device=device)
+    with torch.no_grad():
+        lin.weight.copy_(case["weight"])
+        if case["bias"] is not None:
+            lin.bias.copy_(case["bias"])
+    return lin
+
+
 def drive_quant_linear(cls, cases: list) -> dict:
     """Where the learner's code runs: for each case {fmt, weight, bias, xs}, QuantLinear(linear, fmt) on a Linear
-    of that weight and bias, then a forward of each x (under the grading kernels, the learner's own torch ops
-    recorded). Returns data, never a verdict: meta["cases"][i] and tensors named "i:..."."""
+    of that weight and bias. Returns data, never a verdict: meta["cases"][i] and tensors named "i:...": what the
+    module holds (its buffers, its state to rebuild it from, the weight-sized float tensors it keeps) and, to name
+    a mistake only, its outputs for xs. The graded forwards run on the rebuilt module (drive_quant_linear_rebuilt)."""
     device = _device()
     meta, tensors = {"cases": []}, {}
     grading = _GradingKernels()
     sets = grading.sets()
     _DCACHE.clear()
-    lins = []
-    for case in cases:
-        N, K = case["weight"].shape
-        lin = nn.Linear(K, N, bias=case["bias"] is not None, device=device)
-        with torch.no_grad():
-            lin.weight.copy_(case["weight"])
-            if case["bias"] is not None:
-                lin.bias.copy_(case["bias"])
-        lins.append(lin)
+    lins = [_linear_for(case, device) for case in cases]
     shapes = {tuple(c["weight"].shape) for c in cases}
     alive = _weight_sized(shapes)
     mods = []
     for c, (case, lin) in enumerate(zip(cases, lins, strict=True)):
-        info = {"error": None, "forwards": []}
+        info = {"error": None}
         meta["cases"].append(info)
         try:
             with using(sets):
@@ -1127,9 +1226,51 @@ def drive_quant_linear(cls, cases: list) -> dict:
         info["weight_copies"] = _weight_copies(mod, N, K) or [
             ["a tensor kept outside the module", *b] for b in born if sorted(b[1][-2:]) == sorted((N, K))
         ]
+        info["buffers"] = []
         for i, (name, b) in enumerate(mod.named_buffers()):
-            info.setdefault("buffers", []).append(name)
+            info["buffers"].append(name)
             tensors[f"{c}:buffer{i}"] = b
+        for name, t in _state(mod).items():
+            tensors[f"{c}:state|{name}"] = t
+        for j, x in enumerate(case["xs"]):  # what this module computes (only to name a mistake)
+            try:
+                with using(sets), torch.no_grad():
+                    y = mod(x.to(device, copy=True))
+            except BaseException:  # noqa: BLE001 - the rebuilt module's forward says what is wrong
+                break
+            if isinstance(y, torch.Tensor):
+                tensors[f"{c}:y{j}"] = y
+    _BUILT[:] = [m for m in mods if m is not None]
+    return _pack(meta, tensors)
+
+
+def drive_quant_linear_rebuilt(cls, cases: list) -> dict:
+    """Where the learner's code runs (under the trusted grader, a fresh worker): for each case {fmt, weight, bias,
+    state, xs}, QuantLinear(linear, fmt) on a decoy Linear of that weight and bias, `state` (the buffers and
+    parameters of the module built on the real weight) loaded into it, then a forward of each x under the grading
+    kernels, the learner's own torch ops recorded. Returns data: meta["cases"][i] and tensors "i:y{j}"."""
+    device = _device()
+    meta, tensors = {"cases": []}, {}
+    grading = _GradingKernels(fresh=True)
+    sets = grading.sets()
+    _DCACHE.clear()
+    for c, case in enumerate(cases):
+        info = {"error": None, "forwards": []}
+        meta["cases"].append(info)
+        lin = _linear_for(case, device)
+        try:
+            with using(sets):
+                mod = cls(lin, case["fmt"])
+        except BaseException as exc:  # noqa: BLE001
+            info["error"] = _describe_exception(exc, "QuantLinear(linear, fmt)")
+            continue
+        del lin
+        if not isinstance(mod, nn.Module):
+            info["load"] = f"QuantLinear(linear, fmt) made a {type(mod).__name__}, not an nn.Module"
+            continue
+        info["load"] = _load_state(mod, case["state"])
+        if info["load"]:
+            continue
         for j, x in enumerate(case["xs"]):
             x = x.to(device)
             x0 = x.clone()
@@ -1147,6 +1288,7 @@ def drive_quant_linear(cls, cases: list) -> dict:
                                      "returned": type(y).__name__, "x_changed": not torch.equal(x, x0)})  # fmt: skip
             if isinstance(y, torch.Tensor):
                 tensors[f"{c}:y{j}"] = y
+    _BUILT.clear()
     return _pack(meta, tensors)
 
 
@@ -1178,18 +1320,19 @@ def check_quant_linear(cls, *, hidden: bool = False, seed: int | None = None) ->
         xs = [(torch.randn(*s, generator=g) * 0.5).to(dt) for s in shapes for dt in (torch.float32, act)]
         cases.append({"fmt": fmt, "weight": weight, "bias": b, "xs": xs})
     everything, all_got = _drive(cls, "quant_linear", cases, what="QuantLinear")
-    for c, case in enumerate(cases):
-        fmt, weight, b, xs = case["fmt"], case["weight"], case["bias"], case["xs"]
+    built = []
+    for c, case in enumerate(cases):  # what the module built on the real weight holds
+        fmt, weight, b = case["fmt"], case["weight"], case["bias"]
         N, K = weight.shape
-        bias = b is not None
-        ctx = f" ({LABELS[fmt]}, N={N}, K={K}, {'with' if bias else 'no'} bias)"
+        ctx = f" ({LABELS[fmt]}, N={N}, K={K}, {'with' if b is not None else 'no'} bias)"
         try:
             meta = everything["cases"][c]
         except (KeyError, IndexError, TypeError):
             raise CheckFailed("QuantLinear: the grader could not read what your code did: flagged for your "
                               "instructor") from None  # fmt: skip
         got = {k.split(":", 1)[1]: v for k, v in all_got.items() if k.split(":", 1)[0] == str(c)}
-        if meta.get("error") and "at" not in meta["error"]:
+        built.append(got)
+        if meta.get("error"):
             _raise_learner(meta["error"], ctx)
         if not meta.get("module"):
             raise CheckFailed(f"QuantLinear must be an nn.Module (class QuantLinear(torch.nn.Module)){ctx}")
@@ -1212,13 +1355,56 @@ def check_quant_linear(cls, *, hidden: bool = False, seed: int | None = None) ->
                     "not among the module's buffers: register each tensor that kernels(fmt).quantize returns with "
                     f"self.register_buffer(name, tensor), so that model.to(device) and state_dict() see it{ctx}"
                 )
+    # The forwards graded are those of QuantLinear rebuilt from these buffers, on decoy layers (hidden: in a fresh
+    # worker).
+    fresh = hidden
+    _fresh_process(cls, fresh)
+    # The decoys' own seed: nothing in them leads to the real weights.
+    dg = checks.generator(checks.fresh_seed())
+    rebuild = []
+    for case, got in zip(cases, built, strict=True):
+        N, K = case["weight"].shape
+        decoy_b = None if case["bias"] is None else torch.randn(N, generator=dg) * 0.5
+        rebuild.append({"fmt": case["fmt"], "weight": w8a16.random_weight(N, K, dg), "bias": decoy_b,
+                        "state": _state_arg(got, "state|"), "xs": case["xs"]})  # fmt: skip
+    everything, all_got = _drive(cls, "quant_linear_rebuilt", rebuild, what="QuantLinear")
+    for c, case in enumerate(cases):
+        fmt, weight, b, xs = case["fmt"], case["weight"], case["bias"], case["xs"]
+        N, K = weight.shape
+        bias = b is not None
+        ctx = f" ({LABELS[fmt]}, N={N}, K={K}, {'with' if bias else 'no'} bias)"
+        try:
+            meta = everything["cases"][c]
+            assert isinstance(meta.get("forwards"), list)
+        except (KeyError, IndexError, TypeError, AssertionError):
+            raise CheckFailed("QuantLinear: the grader could not read what your code did: flagged for your "
+                              "instructor") from None  # fmt: skip
+        got = {k.split(":", 1)[1]: v for k, v in all_got.items() if k.split(":", 1)[0] == str(c)}
+        if meta.get("error") and "at" not in meta["error"]:
+            _raise_learner(meta["error"], f"{ctx[:-1]}; QuantLinear {REBUILT_ON})")
+        if meta.get("load"):
+            raise CheckFailed(
+                f"your QuantLinear's buffers do not rebuild it: {meta['load']}{ctx}. The layer graded is "
+                f"QuantLinear {_rebuilt(cls, fresh)}: register the same buffers (names, dtypes, shapes) for every "
+                "layer of a shape, whatever its weights"
+            )
+        stored_ref = reference_quantize(fmt, weight)
         w_deq = dequantized(fmt, stored_ref)
         for j, x in enumerate(xs):
             shape = tuple(x.shape)
             M = math.prod(shape[:-1])
             kind = "decode" if M <= DECODE_MAX_M else "prefill"
             c2 = f"{ctx[:-1]}, x {str(x.dtype).replace('torch.', '')} {list(shape)}: M = {M})"
+            # What the module built on the real weight returned: it only names a mistake.
+            first = built[c].get(f"y{j}")
             if j >= len(meta["forwards"]):
+                if first is not None:
+                    raise CheckFailed(
+                        f"QuantLinear computes with something other than its registered buffers{c2}: "
+                        f"{_rebuilt(cls, fresh)}, its forward raised "
+                        f"({_learner_message(meta['error']).splitlines()[0]}) where the first returned a tensor. "
+                        f"{OTHER_THAN_BUFFERS}"
+                    )
                 _raise_learner(meta["error"], c2)
             fw = meta["forwards"][j]
             # The product and the weight belong to the kernels: no torch matmul, no 16- or 32-bit copy of the
@@ -1266,8 +1452,17 @@ def check_quant_linear(cls, *, hidden: bool = False, seed: int | None = None) ->
             if bias:
                 mistakes += [checks.Mistake("bias forgotten", "nn.Linear adds its bias: y = x W^T + b.", raw),
                              checks.Mistake("bias added twice", "Add the bias once, after the kernel.", raw + 2 * b)]  # fmt: skip
-            checks.compare(y.reshape(M, N).float(), expected, what="QuantLinear.forward",
-                           rtol=4 * checks.tolerance_for(act), mistakes=mistakes, context=c2)  # fmt: skip
+            rtol = 4 * checks.tolerance_for(act)
+            try:
+                checks.compare(y.reshape(M, N).float(), expected, what="QuantLinear.forward", rtol=rtol,
+                               mistakes=mistakes, context=c2)  # fmt: skip
+            except CheckFailed:
+                if first is None or not _differs(y, first, rtol):
+                    raise
+                raise CheckFailed(
+                    f"QuantLinear computes with something other than its registered buffers{c2}: "
+                    f"{_rebuilt(cls, fresh)}, it returns other numbers than the first. {OTHER_THAN_BUFFERS}"
+                ) from None
             n += 1
     checks.passed(f"QuantLinear: {n} {'hidden' if hidden else 'visible'} calls right, kernels and buffers as they "
                   f"should be (seed {seed})")  # fmt: skip
@@ -1323,16 +1518,65 @@ def drive_quantize_model(fn, fmt: str, batches: list, table: dict | None = None)
                 tensors[f"{name}|{bname}"] = b
                 info["buffers"].append(bname)
         meta["layers"][name] = info
+    for name, t in _state(result).items():  # what rebuilds the model (drive_quantize_model_rebuilt)
+        tensors[f"state|{name}"] = t
+    # The embeddings graded are the rebuilt model's (drive_quantize_model_rebuilt); these only name a mistake.
+    _embeddings(result, batches, sets, grading, meta, tensors)
+    _BUILT[:] = [result]
+    return _pack(meta, tensors)
+
+
+def _embeddings(model, batches, sets, grading, meta: dict, tensors: dict) -> None:
     meta["calls"] = []
     for i, batch in enumerate(batches):
         grading.calls.clear()
         try:
             with using(sets):
-                tensors[f"e{i}"] = embed(result, batch)
+                tensors[f"e{i}"] = embed(model, batch)
         except BaseException as exc:  # noqa: BLE001
             meta["error"] = _describe_exception(exc, "the quantized model")
             break
         meta["calls"].append(len(grading.calls))
+
+
+def _decoy_model(device: str, seed: int) -> MiniLM:
+    """The course's MiniLM with every Linear's weight and bias drawn from `seed`: what quantize_model runs on again
+    before the first model's buffers are loaded into its result."""
+    model = course_model(device)
+    _CACHE.pop(("course", device), None)  # no copy of the real Linears left in this process's caches
+    g = checks.generator(seed)
+    with torch.no_grad():
+        for name in linear_names(model):
+            lin = model.get_submodule(name)
+            lin.weight.copy_(w8a16.random_weight(*lin.weight.shape, g))
+            if lin.bias is not None:
+                lin.bias.copy_(torch.randn(lin.bias.shape, generator=g) * 0.1)
+    return model
+
+
+def drive_quantize_model_rebuilt(fn, fmt: str, batches: list, seed: int, state: dict) -> dict:
+    """Where the learner's code runs (under the trusted grader, a fresh worker): quantize_model on a decoy MiniLM
+    (every Linear's weight and bias drawn from `seed`), `state` (the buffers and parameters of the model quantized
+    from the real weights) loaded into what it returns, then that model's embeddings of each batch."""
+    device = _device()
+    meta, tensors = {"error": None}, {}
+    grading = _GradingKernels(fresh=True)
+    sets = grading.sets()
+    model = _decoy_model(device, seed)
+    try:
+        with using(sets), torch.no_grad():
+            result = fn(model, fmt)
+    except BaseException as exc:  # noqa: BLE001
+        meta["error"] = _describe_exception(exc, "quantize_model")
+        return _pack(meta, tensors)
+    del model
+    if not isinstance(result, nn.Module):
+        meta["load"] = f"quantize_model returned a {type(result).__name__}, not the model"
+        return _pack(meta, tensors)
+    meta["load"] = _load_state(result, state)
+    if not meta["load"]:
+        _embeddings(result, batches, sets, grading, meta, tensors)
+    _BUILT.clear()
     return _pack(meta, tensors)
 
 
@@ -1456,14 +1700,42 @@ def check_quantize_model(fn, *, hidden: bool = False, seed: int | None = None) -
         raise CheckFailed(f"after quantize_model, {len(meta['kept_copies'])} floating-point copies of the Linear weights "
                           f"({dtype} {shape}, ...) are still alive, held outside the model's modules: store only the "
                           f"quantized tensors, or the model is no smaller than before{ctx}")  # fmt: skip
+    # The embeddings graded are those of the model rebuilt from these buffers, on decoy Linears (hidden: in a fresh
+    # worker).
+    fresh = hidden
+    _fresh_process(fn, fresh)
+    rebuilt = _rebuilt(fn, fresh, "rebuilt by quantize_model from a copy of the model whose Linears have other "
+                       "weights")  # fmt: skip
+    first = got
+    meta, got = _drive(fn, "quantize_model_rebuilt", fmt, batches, checks.fresh_seed(), _state_arg(first, "state|"),
+                       what="quantize_model")  # fmt: skip
+    if meta.get("error") and "calls" not in meta:
+        _raise_learner(meta["error"], f"{ctx[:-1]}; quantize_model run again on a copy of the model whose Linears "
+                       "have other weights)")  # fmt: skip
+    if meta.get("load"):
+        raise CheckFailed(f"quantize_model's layers do not rebuild from their buffers: {meta['load']}{ctx}. The model "
+                          f"graded is the one {rebuilt}: give each layer the same buffers (names, dtypes, shapes) "
+                          "whatever its weights")  # fmt: skip
     for i, batch in enumerate(batches):
         if i >= len(meta.get("calls", [])):
+            if f"e{i}" in first:
+                raise CheckFailed(
+                    f"the quantized model computes with something other than its layers' registered buffers{ctx}: "
+                    f"{rebuilt}, it raised ({_learner_message(meta['error']).splitlines()[0]}) where the first "
+                    f"gave embeddings. {OTHER_THAN_BUFFERS}"
+                )
             _raise_learner(meta["error"], ctx)
         want = _reference_embeddings(fmt, batch, device)
         e = got.get(f"e{i}")
         if e is None or tuple(e.shape) != tuple(want.shape):
             raise CheckFailed(f"the quantized model's embeddings have the wrong shape{ctx}")
+        # Another answer than the first model's names the mistake: the layers compute with something else.
+        elsewhere = f"e{i}" in first and _differs(e, first[f"e{i}"], 1e-3)
+        other = (f"the quantized model computes with something other than its layers' registered buffers{ctx}: "
+                 f"{rebuilt}, it gives other embeddings than the first")  # fmt: skip
         if not torch.isfinite(e).all():
+            if elsewhere:
+                raise CheckFailed(f"{other} (NaN or inf). {OTHER_THAN_BUFFERS}")
             raise CheckFailed(f"the quantized model's embeddings hold NaN or inf{ctx}")
         if (
             meta["calls"][i] < len(before) - 1
@@ -1475,6 +1747,9 @@ def check_quantize_model(fn, *, hidden: bool = False, seed: int | None = None) -
         cos = cosine(e, want)
         if float(cos.min()) < MODEL_COSINE_BOUND:
             j = int(cos.argmin())
+            if elsewhere:
+                raise CheckFailed(f"{other} (its embedding of {batch[j]!r} has cosine similarity {float(cos[j]):.5f} "
+                                  f"to the reference-quantized model's). {OTHER_THAN_BUFFERS}")  # fmt: skip
             raise CheckFailed(f"the quantized model's embedding of {batch[j]!r} has cosine similarity "
                               f"{float(cos[j]):.5f} to the reference-quantized model's; the bound is "
                               f"{MODEL_COSINE_BOUND}{ctx}")  # fmt: skip
@@ -1502,42 +1777,78 @@ def _stack_kernels() -> tuple[KernelSet | None, str]:
     return None, ""
 
 
-def drive_stack(cls, op: str, seed: int, M: int = 1, reps: int = 1) -> dict:
+def _stack_device() -> str | None:
+    """Where the stack is timed: a CUDA GPU, or None (not measured)."""
+    return "cuda" if torch.cuda.is_available() else None
+
+
+def _stack_inputs(seed: int, M: int, device: str) -> dict:
+    g = checks.generator(seed, device)
+    return {K: torch.randn(M, K, device=device, generator=g).to(act_dtype(device))
+            for K in sorted({k for _, k in LLAMA_BLOCK})}  # fmt: skip
+
+
+def _stack_probe(layers, full: dict, probe: int, device: str, meta: dict, tensors: dict) -> None:
+    """Each layer's output for one row (inputs from `probe`): the stack built on the real weights and the one rebuilt
+    from its buffers must agree, layer by layer."""
+    xs = _stack_inputs(probe, 1, device)
+    try:
+        with using(full), torch.no_grad():
+            for i, (_, K) in enumerate(LLAMA_BLOCK):
+                tensors[f"probe{i}"] = layers[i](xs[K])
+    except BaseException as exc:  # noqa: BLE001
+        meta["probe_error"] = _describe_exception(exc, "QuantLinear.forward")
+
+
+def drive_stack(cls, op: str, seed: int, M: int = 1, reps: int = 1, probe: int = 0, state=None) -> dict:
     """Where the learner's code runs. op "build": one Llama-3-8B block's Linears (weights from `seed`) as
-    QuantLinear(linear, "w8a16"); "run": reps forwards of the stack at M rows, through the W8A16 kernels ("yours")
-    or the reference path ("naive"), the device synchronized; "nothing": the round trip alone."""
+    QuantLinear(linear, "w8a16"), returning their buffers and parameters ("i|name") and their outputs for one row
+    of inputs from `probe`; "rebuild" (under the trusted grader, in a fresh worker): the same on decoy weights (from
+    `seed`), `state` loaded into each, the probe's outputs, and that stack kept for the timed runs; "run": reps
+    forwards of the rebuilt stack at M rows (inputs from `seed`), through the W8A16 kernels ("yours") or the
+    reference path ("naive"), the device synchronized; "nothing": the round trip alone."""
     meta, tensors = {"error": None}, {}
+    device = _stack_device() or "cpu"
     if op == "nothing":
         return _pack(meta, tensors)
-    if op == "build":
+    if op in ("build", "rebuild"):
         _STACK.clear()
         ks, where = _stack_kernels()
         if ks is None:
             meta["no_kernels"] = True
             return _pack(meta, tensors)
         full = {f: reference_kernels(f) for f in FORMATS} | {"w8a16": ks}
-        g = checks.generator(seed, "cuda")
+        g = checks.generator(seed, device)
         try:
             with using(full):
-                layers = _llama_stack(cls, "w8a16", "cuda", g)
+                layers = _llama_stack(cls, "w8a16", device, g)
         except BaseException as exc:  # noqa: BLE001
             meta["error"] = _describe_exception(exc, "QuantLinear(linear, 'w8a16')")
             return _pack(meta, tensors)
-        _STACK.update(layers=layers, full=full, where=where)
         meta["where"] = where
+        if op == "build":
+            for i, m in enumerate(layers):
+                for name, t in _state(m).items():
+                    tensors[f"{i}|{name}"] = t
+        else:
+            for i, m in enumerate(layers):
+                why = _load_state(
+                    m, {k.split("|", 1)[1]: v for k, v in state.items() if k.split("|", 1)[0] == str(i)}
+                )
+                if why:
+                    meta["load"] = f"{why} (the layer {list(LLAMA_BLOCK[i])})"
+                    return _pack(meta, tensors)
+            _STACK.update(layers=layers, full=full, where=where)
+        _stack_probe(layers, full, probe, device, meta, tensors)
         return _pack(meta, tensors)
     mode = op.split(":")[1]
     sets = _STACK["full"] if mode == "yours" else {f: reference_kernels(f) for f in FORMATS}
-    g = checks.generator(seed, "cuda")
-    xs = {
-        K: torch.randn(M, K, device="cuda", generator=g).to(act_dtype("cuda"))
-        for K in {k for _, k in LLAMA_BLOCK}
-    }
+    xs = _stack_inputs(seed, M, device)
     try:
         with using(sets), torch.no_grad():
             for _ in range(reps):
                 ys = [m(xs[m.in_features]) for m in _STACK["layers"]]
-            torch.cuda.synchronize()
+            _sync(device)
     except BaseException as exc:  # noqa: BLE001
         meta["error"] = _describe_exception(exc, "the stack through your QuantLinear")
         return _pack(meta, tensors)
@@ -1545,11 +1856,18 @@ def drive_stack(cls, op: str, seed: int, M: int = 1, reps: int = 1) -> dict:
     return _pack(meta, tensors)
 
 
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
 def check_stack_speed(cls, *, seed: int | None = None) -> None:
     """GPU only: the Llama-sized stack in W8A16 through the learner's QuantLinear, with the W8A16 kernels that
     load_kernels() finds (the course's solution kernels where a course checkout has them and the learner's
-    are missing), must beat the naive path by STACK_SPEEDUP at M = 1 and 16. The clock is the grader's."""
-    if not torch.cuda.is_available():
+    are missing), must beat the naive path by STACK_SPEEDUP at M = 1 and 16. The clock is the grader's. What is
+    timed is the stack rebuilt from its buffers on decoy weights, in a fresh worker (see drive_stack)."""
+    device = _stack_device()
+    if device is None:
         checks.not_measured(
             "Performance not measured: no CUDA GPU here. On a GPU this cell times a Llama-3-8B block's seven "
             f"Linears through your QuantLinear (W8A16) at M = 1 and 16; it must be {STACK_SPEEDUP:g}x faster "
@@ -1558,22 +1876,51 @@ def check_stack_speed(cls, *, seed: int | None = None) -> None:
         return
     seed = checks.fresh_seed() if seed is None else seed
     what = "the stack through your QuantLinear"
-    meta, _ = _drive(cls, "stack", "build", seed, what=what)
+    probe = checks.fresh_seed()
+    meta, built = _drive(cls, "stack", "build", seed, probe=probe, what=what)
     if meta.get("no_kernels"):
         raise CheckFailed("no W8A16 decode kernel of yours was found (finish ../w8a16/w8a16.ipynb): the reference "
                           "path is the naive path, so there is nothing to beat it with")  # fmt: skip
     if meta.get("error"):
         _raise_learner(meta["error"])
-    g = checks.generator(seed, "cuda")
+    # Timed and checked: the stack rebuilt from these buffers on decoy weights (their own seed), in a fresh worker.
+    _fresh_process(cls, True)
+    state = {k: v for k, v in built.items() if not k.startswith("probe")}
+    meta, again = _drive(cls, "stack", "rebuild", checks.fresh_seed(), probe=probe, state=state, what=what)
+    built = {
+        k: v for k, v in built.items() if k.startswith("probe")
+    }  # the 218 M weights' buffers: no longer needed
+    del state
+    if meta.get("error"):
+        _raise_learner(meta["error"], f" (QuantLinear {REBUILT_ON})")
+    if meta.get("load"):
+        raise CheckFailed(
+            f"your QuantLinear's buffers do not rebuild it: {meta['load']}. The layers timed are QuantLinear "
+            f"{_rebuilt(cls, True)}: register the same buffers (names, dtypes, shapes) for every layer of a shape, "
+            "whatever its weights"
+        )
+    rtol = 4 * checks.tolerance_for(act_dtype(device))
+    for i, (N, K) in enumerate(LLAMA_BLOCK):
+        first, y = built.get(f"probe{i}"), again.get(f"probe{i}")
+        if first is None or (y is not None and not _differs(y, first, rtol)):
+            continue
+        how = "it returns other numbers than the first"
+        if y is None and meta.get("probe_error"):
+            how = f"its forward raised ({_learner_message(meta['probe_error']).splitlines()[0]})"
+        raise CheckFailed(
+            f"QuantLinear computes with something other than its registered buffers (the stack's layer [{N}, {K}], "
+            f"one row): {_rebuilt(cls, True)}, {how}. {OTHER_THAN_BUFFERS}"
+        )
+    g = checks.generator(seed, device)
     N0, K0 = LLAMA_BLOCK[0]
     w0 = (
-        torch.empty(N0, K0, device="cuda").normal_(0, 0.02, generator=g).cpu()
+        torch.empty(N0, K0, device=device).normal_(0, 0.02, generator=g).cpu()
     )  # the first layer, as built there
     stored0 = reference_quantize("w8a16", w0)
 
-    def clock(op, M, reps):
+    def clock(op, M, reps, inputs=0):
         t0 = time.perf_counter()
-        m, t = _drive(cls, "stack", op, seed + M, M, reps, what=what)
+        m, t = _drive(cls, "stack", op, inputs, M, reps, what=what)
         elapsed = time.perf_counter() - t0
         if m.get("error"):
             _raise_learner(m["error"])
@@ -1584,7 +1931,8 @@ def check_stack_speed(cls, *, seed: int | None = None) -> None:
         clock("run:yours", M, 3)  # warm: compiles, allocates
         clock("run:naive", M, 3)
         reps = 50
-        (t_mine, out), (t_naive, _) = clock("run:yours", M, reps), clock("run:naive", M, reps)
+        inputs = checks.fresh_seed()
+        (t_mine, out), (t_naive, _) = clock("run:yours", M, reps, inputs), clock("run:naive", M, reps, inputs)
         mine, naive = (t_mine - trip) * 1e6 / reps, (t_naive - trip) * 1e6 / reps
         want = reference_matmul("w8a16", out["x"].cpu(), stored0).to(out["y0"].dtype)
         checks.compare(

@@ -266,6 +266,214 @@ def test_the_course_classes_handed_in_earn_nothing():
         capstone.check_quantize_model(capstone.reference_quantize_model, seed=0)
 
 
+# ----------------------------------------------------------------------------------------------------------
+# The forwards graded run on a module rebuilt from its buffers: the learner's class built again on a decoy
+# nn.Linear (same shape, other weights) with the first one's buffers loaded into it; for a hidden check and the
+# stack, in a fresh worker
+
+
+def _from_weight(sol, keep):
+    """A QuantLinear that registers its buffers as it should, but multiplies with the nn.Linear's own weight:
+    `keep(self, linear)` hides it and returns a function that gives it back (2-D) at each call."""
+
+    class KeepsWeight(sol.QuantLinear):
+        def __init__(self, linear, fmt):
+            super().__init__(linear, fmt)
+            self.original = keep(self, linear)  # a function: no census of tensors looks inside it
+
+        def forward(self, x):
+            ks = capstone.kernels(self.fmt)
+            x2 = x.reshape(-1, self.in_features).to(capstone.act_dtype(x.device))
+            kernel = ks.decode if x2.shape[0] <= capstone.DECODE_MAX_M else ks.prefill
+            y = kernel(x2, *ks.quantize(self.original()))  # quantized afresh: the audit sees one kernel call
+            if self.bias is not None:
+                y = y + self.bias
+            return y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
+
+    return KeepsWeight
+
+
+_BY_ID: dict = {}
+OTHER_THAN_BUFFERS = "computes with something other than its registered buffers"
+
+
+def _in_a_closure(self, linear):
+    w = linear.weight  # alive before QuantLinear was built: the census of tensors made since skips it
+    return lambda: w
+
+
+def _flat_in_a_closure(self, linear):
+    flat, k = linear.weight.detach().flatten().clone(), linear.in_features  # 1-D: no [N, K] tensor kept
+    return lambda: torch.stack(flat.split(k))  # stack: not one of the memory ops the audit weighs
+
+
+def _in_a_global_by_id(self, linear):
+    _BY_ID[id(self)] = linear.weight
+    return lambda: _BY_ID[id(self)]
+
+
+@pytest.mark.parametrize("keep", [_in_a_closure, _flat_in_a_closure, _in_a_global_by_id])
+def test_a_quant_linear_that_computes_from_a_kept_weight_earns_nothing(sol, keep):
+    """Adversarial (the demo class's closure_weight and closure_weight_flat, through the trusted grader): every
+    number right, the buffers right, and none of them used. Before the rebuild, each passed."""
+    with pytest.raises(CheckFailed, match=OTHER_THAN_BUFFERS) as exc:
+        capstone.check_quant_linear(_from_weight(sol, keep), seed=0)
+    assert "built again on an nn.Linear of the same shape with other weights" in str(exc.value)
+    assert "Keep the quantized weight (and the bias) in register_buffer" in str(exc.value)
+
+
+def test_a_model_whose_layers_compute_from_a_kept_weight_earns_nothing(sol):
+    cls = _from_weight(sol, _in_a_closure)
+
+    def quantize_model(model, fmt):
+        for name, m in list(model.named_modules()):
+            if isinstance(m, torch.nn.Linear):
+                parent, _, child = name.rpartition(".")
+                (model.get_submodule(parent) if parent else model).register_module(child, cls(m, fmt))
+        return model
+
+    with pytest.raises(CheckFailed, match="computes with something other than its layers' registered") as exc:
+        capstone.check_quantize_model(quantize_model, seed=0)
+    assert "rebuilt by quantize_model from a copy of the model whose Linears have other" in str(exc.value)
+
+
+def test_the_rebuild_loads_every_buffer_in_place(sol):
+    """No false alarm: non-persistent buffers, a list that aliases the buffers and the bias as a parameter all
+    rebuild (the tensors are written in place, as load_state_dict does)."""
+
+    class Aliased(sol.QuantLinear):
+        def __init__(self, linear, fmt):
+            torch.nn.Module.__init__(self)
+            self.fmt, self.in_features, self.out_features = fmt, linear.in_features, linear.out_features
+            stored = capstone.kernels(fmt).quantize(linear.weight.detach())
+            for i, t in enumerate(stored):
+                self.register_buffer(f"q{i}", t.clone(), persistent=False)
+            self.stored = [self.get_buffer(f"q{i}") for i in range(len(stored))]  # the same tensors
+            self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach().clone())
+
+        def forward(self, x):
+            ks = capstone.kernels(self.fmt)
+            x2 = x.reshape(-1, self.in_features).to(capstone.act_dtype(x.device))
+            y = (ks.decode if x2.shape[0] <= capstone.DECODE_MAX_M else ks.prefill)(x2, *self.stored)
+            y = y if self.bias is None else y + self.bias
+            return y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
+
+    capstone.check_quant_linear(Aliased, hidden=True, seed=4)
+
+
+def test_buffers_that_do_not_rebuild_the_module_are_named(sol):
+    import itertools
+
+    count = itertools.count()
+
+    class Numbered(sol.QuantLinear):  # buffers named by a counter: a second build names them anew
+        def __init__(self, linear, fmt):
+            torch.nn.Module.__init__(self)
+            self.fmt, self.in_features, self.out_features = fmt, linear.in_features, linear.out_features
+            stored = capstone.kernels(fmt).quantize(linear.weight.detach())
+            self.names = [f"w{next(count)}" for _ in stored]
+            for name, t in zip(self.names, stored, strict=True):
+                self.register_buffer(name, t.contiguous())
+            self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().clone())
+
+    # The visible cases name w0..w7 (W8A16 two tensors, W4A16 and NVFP4 three each); rebuilt, W8A16 gets w8, w9.
+    with pytest.raises(
+        CheckFailed, match="buffers do not rebuild it: built again, it lacks w0, w1 and has w8, w9"
+    ):
+        capstone.check_quant_linear(Numbered, seed=0)
+
+
+# A learner's class that files the nn.Linear's weight under the bytes of its quantized weight: rebuilt in the same
+# process, it finds the real weight again from the buffers it is given; only a fresh process has none to find.
+FOUND_AGAIN = """
+_SEEN = {}
+
+
+def _key(t):
+    return t.view(torch.uint8).cpu().numpy().tobytes()  # uint8: no float copy the op audit would weigh
+
+
+class FoundAgain(QuantLinear):
+    def __init__(self, linear, fmt):
+        super().__init__(linear, fmt)
+        _SEEN[_key(self.w0)] = linear.weight
+
+    def forward(self, x):
+        ks = capstone.kernels(self.fmt)
+        x2 = x.reshape(-1, self.in_features).to(capstone.act_dtype(x.device))
+        kernel = ks.decode if x2.shape[0] <= capstone.DECODE_MAX_M else ks.prefill
+        y = kernel(x2, *ks.quantize(_SEEN[_key(self.w0)]))
+        if self.bias is not None:
+            y = y + self.bias
+        return y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
+"""
+SMALL_STACK = [(96, 128), (64, 128), (128, 64)]
+STACK_ON_CPU = f"""
+capstone._stack_device = lambda: "cpu"
+capstone.LLAMA_BLOCK[:] = {SMALL_STACK!r}
+capstone._stack_kernels = lambda: (capstone.reference_kernels("w8a16"), "the reference kernels")
+"""
+
+
+def _capstone_worker(*extra):
+    import demo
+
+    from qmatmul.grader.remote import Worker
+
+    program = [("imports", "import torch\nfrom qmatmul import capstone\n"),
+               ("ex2", demo.solution("capstone")["ex2_quant_linear"]), ("found_again", FOUND_AGAIN), *extra]  # fmt: skip
+    return Worker(program, timeout=120)
+
+
+def _pid(worker):
+    return None if worker.proc is None else worker.proc.pid
+
+
+def test_a_hidden_check_rebuilds_in_a_fresh_worker():
+    """Through the trusted grader's worker: the hidden check stops the worker after the build and grades QuantLinear
+    rebuilt in a new one, where nothing the first build kept exists; a visible check rebuilds in the same worker
+    (one fresh worker per graded cell)."""
+    from qmatmul.grader.remote import RemoteFunction
+
+    worker = _capstone_worker()
+    try:
+        with pytest.raises(CheckFailed, match=OTHER_THAN_BUFFERS) as exc:
+            capstone.check_quant_linear(RemoteFunction(worker, "FoundAgain"), hidden=True, seed=2)
+        assert "in a process of its own, its forward raised" in str(exc.value)
+        assert "KeyError" in str(exc.value)
+        first = _pid(worker)
+        capstone.check_quant_linear(RemoteFunction(worker, "QuantLinear"), seed=1)
+        assert _pid(worker) == first  # a visible check: no new worker
+        capstone.check_quant_linear(RemoteFunction(worker, "QuantLinear"), hidden=True, seed=1)
+        assert _pid(worker) not in (None, first)
+    finally:
+        worker.close()
+
+
+def test_the_stack_is_timed_rebuilt_in_a_fresh_worker(sol, monkeypatch):
+    """The stack check on a CPU (a small stack, the reference kernels, the speed bound off): it times and checks the
+    stack rebuilt from its buffers in a fresh worker, and a layer that finds its weight elsewhere is named."""
+    from qmatmul.grader.remote import RemoteFunction
+
+    monkeypatch.setattr(capstone, "_stack_device", lambda: "cpu")
+    monkeypatch.setattr(capstone, "LLAMA_BLOCK", SMALL_STACK)
+    monkeypatch.setattr(capstone, "STACK_SPEEDUP", 0)
+    worker = _capstone_worker(("stack_on_cpu", STACK_ON_CPU))
+    try:
+        worker.start()
+        first = _pid(worker)
+        capstone.check_stack_speed(RemoteFunction(worker, "QuantLinear"), seed=3)
+        assert _pid(worker) not in (None, first)
+        with pytest.raises(CheckFailed, match=OTHER_THAN_BUFFERS) as exc:
+            capstone.check_stack_speed(RemoteFunction(worker, "FoundAgain"), seed=3)
+        assert "(the stack's layer [96, 128], one row)" in str(exc.value)
+    finally:
+        worker.close()
+    monkeypatch.setattr(capstone, "_stack_kernels", lambda: (capstone.reference_kernels("w8a16"), "ours"))
+    with pytest.raises(CheckFailed, match=OTHER_THAN_BUFFERS):
+        capstone.check_stack_speed(_from_weight(sol, _in_a_closure), seed=3)  # in-process: on the decoy
+
+
 def test_what_the_worker_says_is_read_as_data_or_refused():
     class Forged:  # a stand-in whose worker answered with something other than the driver's data
         __qmatmul_remote__ = True
