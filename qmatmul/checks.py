@@ -12,7 +12,7 @@ import math
 import secrets
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -202,6 +202,18 @@ class OpRecord:
     name: str
     shapes: list  # output shapes
     dtypes: list  # output dtypes
+    inputs: list = field(default_factory=list)  # the dtypes of its tensor arguments
+
+
+# The formats the course teaches, as torch stores them: an op that reads one of these and writes a wider float is
+# torch decoding the format, which a kernel exercise leaves to its kernel.
+LOW_PRECISION = {
+    getattr(torch, name)
+    for name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu",
+                 "float4_e2m1fn_x2")
+    if hasattr(torch, name)
+}  # fmt: skip
+WIDE_FLOATS = {torch.float16, torch.bfloat16, torch.float32, torch.float64}
 
 
 class _Recorder(TorchDispatchMode):
@@ -213,10 +225,19 @@ class _Recorder(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         outs = out if isinstance(out, (tuple, list)) else (out,)
         tensors = [o for o in outs if isinstance(o, torch.Tensor)]
+        flat = [
+            a
+            for arg in (*args, *(kwargs or {}).values())
+            for a in (arg if isinstance(arg, list | tuple) else [arg])
+        ]
+        inputs = [a.dtype for a in flat if isinstance(a, torch.Tensor)]
         self.ops.append(
             OpRecord(
-                func._overloadpacket.__name__, [tuple(t.shape) for t in tensors], [t.dtype for t in tensors]
-            )
+                func._overloadpacket.__name__,
+                [tuple(t.shape) for t in tensors],
+                [t.dtype for t in tensors],
+                inputs,
+            )  # fmt: skip
         )
         return out
 
@@ -235,7 +256,8 @@ def run_audited(fn: Callable, *args, what: str, **kwargs):
         except LearnerError as exc:
             raise CheckFailed(_learner_error_message(exc, what)) from None
         _raise_outside(what, outside)
-        return result, ops
+        _raise_format_casts(what, ops)
+        return result, _less_input_checks(fn, ops)
     recorder = _Recorder()
     tensors = {
         f"argument {i}": a for i, a in enumerate([*args, *kwargs.values()]) if isinstance(a, torch.Tensor)
@@ -245,7 +267,29 @@ def run_audited(fn: Callable, *args, what: str, **kwargs):
         result = call_learner(fn, *args, what=what, **kwargs)
     if watch:
         _raise_outside(what, seen.outside)
-    return result, recorder.ops
+    _raise_format_casts(what, recorder.ops)
+    return result, _less_input_checks(fn, recorder.ops)
+
+
+def _less_input_checks(fn, ops: list) -> list:
+    """A wrapper may validate: when the source shows its input checks only decide a raise (static.validates),
+    their comparisons, any/all and the verdict's read into Python leave the ops (static.without_validation_ops)."""
+    src = fn.worker.source if is_remote(fn) else _notebook_source()
+    if src is None or not static.validates(src, getattr(fn, "__name__", "")):
+        return ops
+    return static.without_validation_ops(ops)
+
+
+def _raise_format_casts(what: str, ops) -> None:
+    """Fail when torch itself decoded a course format (an op read float8 or float4 values and wrote a wider
+    float): the decode is the kernel's work, whatever the wrapper called it through."""
+    for op in ops:
+        narrow = sorted({str(d).removeprefix("torch.") for d in op.inputs if d in LOW_PRECISION})
+        if narrow and any(d in WIDE_FLOATS for d in op.dtypes):
+            raise CheckFailed(
+                f"{what} let PyTorch decode {', '.join(narrow)} values ({op.name}): torch's own conversion of the "
+                "format computed what your kernel should. Pass the codes to your kernel and decode them there."
+            )
 
 
 def _raise_outside(what: str, outside) -> None:
@@ -258,21 +302,25 @@ def _raise_outside(what: str, outside) -> None:
         )
 
 
-def _notebook_kernel_problems(name: str) -> list[str]:
-    """own_kernel_problems for a function of the running notebook, read from its executed cells (IPython's
-    In); nothing outside a notebook. Escapes are the trusted grader's to flag: the setup cell has some."""
+def _notebook_source() -> static.Source | None:
+    """The running notebook's executed cells (IPython's In), parsed; None outside a notebook."""
     try:
         from IPython import get_ipython
 
         shell = get_ipython()
     except ImportError:
-        return []
+        return None
     history = list(shell.user_ns.get("In", [])) if shell is not None else []
-    if not history or not name.isidentifier():
+    return static.parse([(f"In[{i}]", src, False) for i, src in enumerate(history)]) if history else None
+
+
+def _notebook_kernel_problems(name: str) -> list[str]:
+    """own_kernel_problems for a function of the running notebook, read from its executed cells (IPython's
+    In); nothing outside a notebook. Escapes are the trusted grader's to flag: the setup cell has some."""
+    src = _notebook_source()
+    if src is None or not name.isidentifier():
         return []
-    return static.own_kernel_problems(
-        static.parse([(f"In[{i}]", src, False) for i, src in enumerate(history)]), name
-    )
+    return static.own_kernel_problems(src, name)
 
 
 def require_own_kernel(fn, *, what: str) -> None:
@@ -297,7 +345,8 @@ def assert_fused(
     """Fail when the learner computed with a PyTorch matmul or built a full-precision copy of the weights.
 
     allowed_shapes: shapes of the call's own floating-point arguments (x, out). The interpreter copies those,
-    so a tensor of such a shape is not taken for a weight copy (choose test shapes where they differ).
+    so a tensor of as many elements (in any shape: a flattened x) is not taken for a weight copy (choose test
+    shapes where the counts differ).
     """
     used = sorted({op.name for op in ops if op.name in MATMUL_OPS})
     if used:
@@ -308,11 +357,10 @@ def assert_fused(
     n, k = weight_shape
     for op in ops:
         for shape, dtype in zip(op.shapes, op.dtypes, strict=False):
-            if (
+            if (  # as many floating-point values as the weights, in any shape (a flat [N*K] copy too)
                 dtype.is_floating_point
                 and math.prod(shape) >= n * k
-                and sorted(shape[-2:]) == sorted((n, k))
-                and tuple(shape) not in {tuple(a) for a in allowed_shapes}
+                and math.prod(shape) not in {math.prod(a) for a in allowed_shapes}
             ):
                 raise CheckFailed(
                     f"{what} materialized a dequantized copy of the weights ({op.name} made a "

@@ -105,7 +105,11 @@ def start(chapter: str | None = None, *, force_cpu: bool | None = None, quiet: b
             f"{exc.name} is missing: run `pip install torch numpy` and restart the kernel."
         ) from exc
 
+    from qmatmul.grader.kernels import COMPILE_ENV
+
     device, interpret = _pick_device(force_cpu)
+    if os.environ.get(COMPILE_ENV) == "1":  # the grader's compile worker: real JIT functions, nothing runs
+        device, interpret = "cpu", False
     triton_loaded = "triton" in sys.modules
     if interpret:
         if triton_loaded and os.environ.get("TRITON_INTERPRET") != "1":

@@ -588,7 +588,7 @@ def check_decoder(decode_fn, *, hidden: bool = False, seed: int | None = None) -
         seed = checks.fresh_seed() if seed is None else seed
         g = checks.generator(seed)
         codes = codes[torch.randperm(256, generator=g)].repeat(2)  # order and length the kernel cannot assume
-    got = checks.call_learner(decode_fn, codes.to(device), what=what)
+    got, _ = checks.run_audited(decode_fn, codes.to(device), what=what)
     if not isinstance(got, torch.Tensor) or got.dtype != torch.float16 or got.shape != codes.shape:
         raise CheckFailed(f"{what} must give float16 values, one per code, got {getattr(got, 'dtype', got)}")
     got = got.cpu()

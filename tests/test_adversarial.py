@@ -23,7 +23,7 @@ def corpus(chapter: str) -> list:
     return [demo.load(p) for p in sorted((CORPUS / chapter).glob("*.py"))]
 
 
-def grade(tmp_path, students, sandbox: bool, monkeypatch, together=()) -> tuple[dict, dict]:
+def grade(tmp_path, students, sandbox: bool, monkeypatch, together=(), chapter="w8a16") -> tuple[dict, dict]:
     """The gradebook's rows and, for each student graded by a run of its own (classroom.py's path), the run's
     (start, end). The students named in `together` are graded first, in one nbgrader run
     (classroom.autograde_at_once)."""
@@ -33,27 +33,27 @@ def grade(tmp_path, students, sandbox: bool, monkeypatch, together=()) -> tuple[
         sandbox=sandbox,
     )  # fmt: skip
     monkeypatch.setenv("ESCAPE_GRADEBOOK", str(tmp_path / "gradebook.db"))
-    assert classroom.nbgrader("generate_assignment", "w8a16", "--force", dirs=dirs).returncode == 0
+    assert classroom.nbgrader("generate_assignment", chapter, "--force", dirs=dirs).returncode == 0
 
     def submit(group):
         for st in group:
-            classroom.build_submission(st, ROOT / dirs.release, ROOT / dirs.submitted / st.name / "w8a16")
+            classroom.build_submission(st, ROOT / dirs.release, ROOT / dirs.submitted / st.name / chapter)
 
     first = [st for st in students if st.name in together]
     if first:
         submit(first)  # only these are submitted while nbgrader grades every submission it finds
-        failures = classroom.autograde_at_once("w8a16", dirs)
+        failures = classroom.autograde_at_once(chapter, dirs)
         assert not failures, failures
     alone = [st for st in students if st.name not in together]
     submit(alone)
     spans = {}  # student -> (started, ended), wall-clock seconds
     for st in alone:
         t0 = time.time()
-        failures = classroom.autograde("w8a16", [st.name], dirs)
+        failures = classroom.autograde(chapter, [st.name], dirs)
         spans[st.name] = (t0, time.time())
         assert not failures, failures
-    rows = {r["student"]: r for r in classroom.gradebook("w8a16", dirs)}
-    classroom.print_gradebook("w8a16", list(rows.values()))
+    rows = {r["student"]: r for r in classroom.gradebook(chapter, dirs)}
+    classroom.print_gradebook(chapter, list(rows.values()))
     return rows, spans
 
 
@@ -61,6 +61,17 @@ def assert_expected(students, rows) -> None:
     """The gradebook against each student's expectations: classroom.expectations_met (demo.unmet, the one rule)
     prints every UNEXPECTED line, which pytest shows when this fails."""
     assert classroom.expectations_met(students, list(rows.values())), "see the UNEXPECTED lines above"
+
+
+@pytest.mark.parametrize(
+    "chapter", sorted(p.name for p in CORPUS.iterdir() if p.is_dir() and p.name != "w8a16")
+)
+def test_every_chapters_corpus_earns_what_it_deserves(tmp_path, monkeypatch, chapter):
+    """The other chapters' cases, all of a chapter in one nbgrader run (plain mode)."""
+    students = corpus(chapter)
+    rows, _ = grade(tmp_path, students, sandbox=False, monkeypatch=monkeypatch,
+                    together={s.name for s in students}, chapter=chapter)  # fmt: skip
+    assert_expected(students, rows)
 
 
 def _autograded(tmp_path, name):

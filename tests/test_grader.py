@@ -167,7 +167,7 @@ def test_the_audit_sees_torch_arithmetic_in_the_worker(worker):
         timeout=20,
     )
     try:
-        _, ops, _ = RemoteFunction(w, "chunked").audited(torch.ones(2, 3), out=torch.empty(2, 1))
+        _, ops, _ = w.call("chunked", (torch.ones(2, 3),), {"out": torch.empty(2, 1)}, audit=True)
         assert {"mul", "sum"} <= {op.name for op in ops}
         with pytest.raises(
             CheckFailed, match=r"computed with PyTorch outside your Triton kernel \(torch.mul, torch.sum\)"
@@ -216,6 +216,236 @@ def test_own_kernel_rules_read_the_source():
     )
     problems = static.own_kernel_problems(src, "no_launch")
     assert problems[0].startswith("no_launch launches no @triton.jit kernel") and ".matmul" in problems[1]
+
+
+def _lines(*lines: str, indent: str = "    ") -> str:
+    return "".join(f"{indent}{line}\n" for line in lines)
+
+
+_HOST = ("imports", _lines("import math", "import numpy as np", "import torch", "import triton",
+                           "import triton.language as tl", "from qmatmul import w8a16", indent=""), False)  # fmt: skip
+_KERNEL = _lines("@triton.jit", "def k(x_ptr, y_ptr, N, BLOCK: tl.constexpr):", "    tl.store(y_ptr, tl.load(x_ptr))",
+                 "", indent="")  # fmt: skip
+
+
+def _problems(code: str, name: str = "f") -> list[str]:
+    return static.own_kernel_problems(static.parse([_HOST, ("ex", code, True)]), name)
+
+
+LAUNCH_HELPERS = {  # helpers of the learner's that launch the kernel they are handed
+    "a def": _lines("def _launch(kernel, grid, *args, **meta):", "    kernel[grid](*args, **meta)", indent=""),
+    "a lambda": _lines("_launch = lambda kernel, grid, *a, **m: kernel[grid](*a, **m)", indent=""),
+    "through another": _lines("def _go(kk, g, *a, **m):", "    kk[g](*a, **m)", "",
+                              "def _launch(kernel, grid, *args, **meta):", "    _go(kernel, grid, *args, **meta)",
+                              indent=""),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("helper", LAUNCH_HELPERS)
+def test_a_launch_through_a_helper_is_a_launch(helper):
+    """A wrapper that hands its kernel to a helper of its own that launches it launches its own kernel (before:
+    "launches no @triton.jit kernel"); a helper that computes instead, or launches something else, does not."""
+    wrapper = "\n" + _lines(
+        "def f(x, out):", "    _launch(k, (1,), x, out, 4, BLOCK=16)", "    return out", indent=""
+    )
+    by_keyword = "\n" + _lines(
+        "def f(x, out):", "    _launch(grid=(1,), kernel=k)", "    return out", indent=""
+    )
+    assert _problems(_KERNEL + LAUNCH_HELPERS[helper] + wrapper) == []
+    assert _problems(_KERNEL + LAUNCH_HELPERS[helper] + by_keyword) == []
+    computes = _lines(
+        "def _launch(kernel, grid, x, out, *args, **meta):", "    out.copy_(torch.matmul(x, x))", indent=""
+    )
+    problems = _problems(_KERNEL + computes + wrapper)
+    assert problems[0].startswith("f launches no @triton.jit kernel") and ".matmul" in problems[1], problems
+    rebinds = _lines("def _launch(kernel, grid, *args, **meta):", "    kernel = print", "    kernel[grid](*args, **meta)",
+                     indent="")  # fmt: skip
+    assert _problems(_KERNEL + rebinds + wrapper)[0].startswith("f launches no @triton.jit kernel")
+
+
+_BODY = _lines("def body(x_ptr, y_ptr, BLOCK: tl.constexpr):", "    a = tl.load(x_ptr + tl.arange(0, BLOCK))",
+               "    tl.store(y_ptr, tl.dot(a, a))", "", indent="")  # fmt: skip
+
+
+@pytest.mark.parametrize("form", ["triton.jit(body)", "triton.jit(do_not_specialize=['BLOCK'])(body)",
+                                  "triton.autotune(configs=[], key=['BLOCK'])(triton.jit(body))"])  # fmt: skip
+def test_a_kernel_made_by_calling_triton_jit_is_a_kernel(form):
+    """`kern = triton.jit(body)` is a kernel and its body device code (before: no kernel launched, and tl.dot read
+    as "PyTorch .dot on the host"); the wrapper's own host code is still read."""
+    honest = _BODY + _lines(f"kern = {form}", "", "def f(x, out):", "    kern[(1,)](x, out, BLOCK=16)", "    return out",
+                            indent="")  # fmt: skip
+    assert _problems(honest) == []
+    with_at = honest.replace("    return out\n", "    return out.copy_(x @ x)\n")
+    assert any("`@`" in p for p in _problems(with_at)), with_at
+    on_host = honest.replace(
+        "    return out\n", "    body(x, out, 16)\n    return out\n"
+    )  # the body run as Python
+    assert any("(.dot) on the host" in p for p in _problems(on_host))
+    rebound = honest.replace("\ndef f(", "\nkern = torch.matmul\n\ndef f(")  # bound to something else as well
+    assert _problems(rebound)[0].startswith("f launches no @triton.jit kernel")
+
+
+NUMPY_SIZES = {  # numpy and math on Python numbers, shapes and launch configurations: grid arithmetic
+    "np.ceil of shapes": _lines("grid = (int(np.ceil(x.shape[0] / BLOCK)),)"),
+    "prepare's sizes, a config": _lines("M, N, K, out = w8a16.prepare(x, q, s, out)",
+                                        "cfg = w8a16.decode_config(M, N, K, x.device.type)",
+                                        "grid = (int(np.ceil(N / cfg['BLOCK_N']) * np.ceil(M / 16)),)"),
+    "a bound size": _lines("n = x.size(0) * x.stride(1) + len(q)", "n += 1", "grid = (int(np.prod((n, BLOCK))),)"),
+    "math and a lambda": _lines("N = q.numel()", "grid = lambda meta: (math.ceil(np.log2(N + 1)),)"),
+    "a loop over sizes": _lines("grid = (1,)", "for d in x.shape:", "    grid = (int(np.maximum(grid[0], d)),)"),
+}  # fmt: skip
+NUMPY_VALUES = {  # numpy on tensors, or on what could alias one
+    "np.matmul of .numpy()": _lines("out.copy_(torch.as_tensor(np.matmul(x.numpy(), q.numpy())))"),
+    "on a parameter": _lines("out[:] = torch.as_tensor(np.multiply(x, 2))"),
+    "a parameter's default": _lines("out[:] = torch.as_tensor(_times_two(out, a=x))"),
+    "an array written through torch": _lines("a = np.zeros(x.shape)", "torch.as_tensor(a).copy_(x)",
+                                             "out[:] = torch.as_tensor(np.multiply(a, 2))"),
+    "a config stored into": _lines("cfg = w8a16.decode_config(1, 2, 3, 'cpu')", "cfg['X'] = x",
+                                   "out[:] = torch.as_tensor(np.multiply(cfg['X'], 2))"),
+    "a list appended to": _lines("xs = [1]", "xs.append(x)", "out[:] = torch.as_tensor(np.multiply(xs[1], 2))"),
+    "a stand-in's .shape": _lines("out[:] = torch.as_tensor(np.multiply(Box(x).shape, 2))"),
+    "a namedtuple's shape": _lines("out[:] = torch.as_tensor(np.multiply(Pair(x, x).shape, 2))"),
+    "a mock's .shape": _lines("from unittest.mock import MagicMock", "m = MagicMock()", "m.configure_mock(shape=x)",
+                              "out[:] = torch.as_tensor(np.multiply(m.shape, 2))"),
+    "a .shape set by a string": _lines("b = Plain()", "object.__setattr__(b, 'shape', x)",
+                                       "out[:] = torch.as_tensor(np.multiply(b.shape, 2))"),
+    "what numpy returns, called": _lines("out[:] = torch.as_tensor(np.vectorize(math.fabs)(x))"),
+    "numpy as a value": _lines("f = np.multiply", "out[:] = torch.as_tensor(f(x, 2))"),
+}  # fmt: skip
+_NUMPY_HELPERS = _lines(
+    "BLOCK = 64", "", "def _times_two(t, a=1):", "    return np.multiply(a, 2)", "",
+    "class Box:", "    def __init__(self, t):", "        self.t = t", "", "    @property", "    def shape(self):",
+    "        return self.t", "", "from collections import namedtuple", "Pair = namedtuple('Pair', 'shape other')", "",
+    "class Plain:", "    pass", "", indent="",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("how", NUMPY_SIZES)
+def test_numpy_on_sizes_is_grid_arithmetic(how):
+    """numpy and math on Python numbers (before: any numpy in a wrapper was "computes with numpy")."""
+    launch = _lines("k[grid](x, out, 4, BLOCK=16)", "return out")
+    assert (
+        _problems(_KERNEL + _NUMPY_HELPERS + "def f(x, q, s, out=None):\n" + NUMPY_SIZES[how] + launch) == []
+    )
+
+
+@pytest.mark.parametrize("how", NUMPY_VALUES)
+def test_numpy_on_tensors_is_computing(how):
+    code = _KERNEL + _NUMPY_HELPERS + "def f(x, q, s, out=None):\n" + _lines("k[(1,)](x, out, 4, BLOCK=16)")
+    assert any(
+        "computes with numpy" in p for p in _problems(code + NUMPY_VALUES[how] + _lines("return out"))
+    ), how
+
+
+def _checked(checks: str) -> str:
+    return _KERNEL + _lines("def _keep(v):", "    return v < 0", "", "def f(x, q, s, out=None):", indent="") + _lines(
+        "M, N, K, out = w8a16.prepare(x, q, s, out)") + checks + _lines("k[(1,)](x, out, N, BLOCK=16)", "return out")  # fmt: skip
+
+
+CHECKS = {  # a comparison or reduction whose only use is to decide a raise
+    "bool of any": _lines("if bool((s == 255).any()):", "    raise ValueError('NaN scale')"),
+    "assert": _lines("assert not torch.isnan(x).any(), 'NaN in x'"),
+    ".item() in the test and the message": _lines("if s.min().item() <= 0:",
+                                                  "    raise ValueError(f'scale {s.min().item()}')"),
+    "elif and a loop": _lines("for t in (x, s):", "    if t.isinf().any():", "        raise ValueError('inf')",
+                              "    elif not t.isfinite().all():", "        raise ValueError('nan')"),
+}  # fmt: skip
+NOT_CHECKS = {  # ... and what only looks like one
+    "the body computes": _lines("if s.abs().max().item() >= 0:", "    out.copy_(x)"),
+    "a walrus keeps the value": _lines("if (v := s.max().item()) < 0:", "    raise ValueError('x')", "N = N + int(v)"),
+    "a try catches the raise": _lines("try:", "    if bool((s == 3).any()):", "        raise ValueError('x')",
+                                      "except ValueError:", "    N = 0"),
+    "a test handing a value on": _lines("if _keep(s.max().item()):", "    raise ValueError('x')"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("how", CHECKS)
+def test_an_input_check_is_validation(how):
+    """A wrapper may validate (course.md): `.item()` in a check's test is no reading of values, and the checks'
+    own aten ops leave the audit (before: `.item()` was "reads tensor values", and eq, any and the verdict's read
+    "computed with PyTorch outside your Triton kernel")."""
+    src = static.parse([_HOST, ("ex", _checked(CHECKS[how]), True)])
+    assert static.own_kernel_problems(src, "f") == []
+    assert static.validates(src, "f")
+
+
+@pytest.mark.parametrize("how", NOT_CHECKS)
+def test_what_only_looks_like_an_input_check_is_not(how):
+    src = static.parse([_HOST, ("ex", _checked(NOT_CHECKS[how]), True)])
+    assert not static.validates(src, "f")
+    if ".item()" in NOT_CHECKS[how] and how != "a try catches the raise":
+        assert any(".item" in p for p in static.own_kernel_problems(src, "f")), how
+
+
+def test_the_audit_lets_through_only_an_input_checks_ops():
+    """static.without_validation_ops: a check's comparisons, reductions and the read of its scalar verdict leave
+    the ops; a read of a value that no check produced, any arithmetic, and more than CHECK_OP_LIMIT stay."""
+    from qmatmul.checks import OpRecord
+
+    def op(name, shape, dtype="bool"):  # shape None: an op that returns no tensor (the read of a scalar)
+        return OpRecord(
+            name, [] if shape is None else [shape], [] if shape is None else [getattr(torch, dtype)]
+        )
+
+    check = [op("eq", (8,)), op("any", ()), op("_local_scalar_dense", None), op("min", (), "float32"),
+             op("_local_scalar_dense", None), op("abs", (8,), "float32"), op("ne", (8,)), op("eq", (8,)),
+             op("mul", (8,)), op("all", ())]  # fmt: skip
+    assert static.without_validation_ops(check) == []
+    read = [op("select", (), "float16"), op("_local_scalar_dense", None)]  # int(x[0, 0])
+    arithmetic = [op("mul", (8,), "float32"), op("gt", (8,), "float32")]
+    assert static.without_validation_ops(check + read + arithmetic) == read + arithmetic
+    many = [op("eq", (8,))] * (static.CHECK_OP_LIMIT + 3)
+    assert len(static.without_validation_ops(many)) == 3
+
+
+def _with_an_added_cell(ex1: str | None, added: str) -> list:
+    """The W8A16 solution with its quantizer cell replaced by `ex1` (deleted: None) and a cell the learner added
+    after it, without nbgrader metadata."""
+    nb = nbformat.read(ROOT / "solutions" / "w8a16" / "w8a16.ipynb", as_version=4)
+    i = next(
+        j for j, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade_id") == "ex1_quantizer"
+    )
+    if ex1 is None:
+        del nb.cells[i]
+    else:
+        nb.cells[i].source = ex1
+    nb.cells.insert(i + (ex1 is not None), nbformat.v4.new_code_cell(added))
+    return notebook.cells_of(nb)
+
+
+_SCALES = _lines(
+    "amax = w.abs().amax(dim=1)", "return torch.where(amax > 0, amax / 127, torch.ones_like(amax))"
+)
+_ROUND = _lines("return torch.round(w / s[:, None]).clamp(-127, 127).to(torch.int8), s")
+ADDED_CELLS = {  # (the exercise's cell, None if deleted; the cell the learner added; the name it defines)
+    "a helper": ("def quantize_int8_per_channel(w):\n" + _lines("w = w.float()", "s = _scales(w)") + _ROUND,
+                 "def _scales(w):\n" + _SCALES, "_scales"),
+    "the exercise's cell deleted": (None, "def quantize_int8_per_channel(w):\n" + _lines("w = w.float()")
+                                    + _SCALES.replace("return ", "s = ") + _ROUND, "quantize_int8_per_channel"),
+    "the exercise left unfilled": ("def quantize_int8_per_channel(w):\n" + _lines("# YOUR CODE HERE",
+                                   "raise NotImplementedError()"), "def quantize_int8_per_channel(w):\n"
+                                   + _lines("w = w.float()") + _SCALES.replace("return ", "s = ") + _ROUND,
+                                   "quantize_int8_per_channel"),
+    "an import": ("def quantize_int8_per_channel(w):\n" + _lines("w = w.float() * math.prod([1])", "s = _s(w)")
+                  + _ROUND + "\ndef _s(w):\n" + _SCALES, "import math", "math"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", ADDED_CELLS)
+def test_a_name_defined_in_a_cell_the_learner_added_is_explained(case):
+    """The grader runs the exercise cells and the locked ones, never cells the learner added: a name only such a
+    cell defines is missing, and the message says where it is and what to do (before: a NameError, or "no cell
+    binds it ... (exec? globals()?)")."""
+    ex1, added, name = ADDED_CELLS[case]
+    cells = _with_an_added_cell(ex1, added)
+    where = next(c.index for c in cells if c.role == "plain" and c.source == added) + 1
+    (verdict,) = trusted.grade(cells, only=["test_quantizer"], timeout=60)
+    assert verdict.points == 0
+    assert (
+        f"`{name}` is defined in a cell you added (the notebook's cell {where} from the top"
+        in verdict.message
+    )
+    assert "move it into the exercise's cell" in verdict.message
 
 
 @pytest.mark.parametrize(

@@ -78,8 +78,9 @@ def test_the_trusted_side_never_reads_through_a_link(tmp_path):
 
 
 def test_a_link_left_in_the_workers_folder_is_not_followed_on_restart(tmp_path):
-    """The learner's code replaces the worker's log by a link to a course file and dies; the restarted worker's
-    log is written anew beside it, and the course file is untouched."""
+    """The learner's code replaces the worker's log by a link to a course file; the log is read without following
+    it, a restarted worker starts in a new folder (nothing the last process left there, a link or a copy of the
+    real weights, is seen), and the course file is untouched."""
     secret = tmp_path / "solution.ipynb"
     secret.write_text("the hidden tests")
     w = Worker(PROGRAM, timeout=60)
@@ -87,10 +88,11 @@ def test_a_link_left_in_the_workers_folder_is_not_followed_on_restart(tmp_path):
         w.call("plant", (torch.zeros(1), str(secret)), {})
         assert os.path.islink(w.dir / "log")
         assert "the hidden tests" not in w.log_tail()  # read without following the link
+        first = w.dir
         w.stop()
-        w.call("where", (torch.zeros(1),), {})  # a new worker: its log replaces the link
-        assert not os.path.islink(w.dir / "log")
-        assert not (w.dir / "planted").exists() or (w.scratch / "planted").is_symlink()
+        w.call("where", (torch.zeros(1),), {})  # a new worker, in a new folder: nothing the last one left
+        assert w.dir != first and not first.exists()
+        assert not os.path.islink(w.dir / "log") and not (w.scratch / "planted").exists()
     finally:
         w.close()
     assert secret.read_text() == "the hidden tests"

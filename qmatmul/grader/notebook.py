@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,6 +85,35 @@ def program(cells: list[Cell], overrides: dict | None = None) -> list[tuple[str,
             out.append((c.grade_id or f"cell {c.index}", c.source))
         elif c.role == "solution":
             out.append((c.grade_id, overrides.get(c.grade_id, strip_markers(c.source))))
+    return out
+
+
+def added_definitions(cells: list[Cell]) -> dict[str, str]:
+    """name -> where it is defined, for each name that an unmarked code cell (a cell the learner added, or a figure
+    cell of the release) binds at its top level (def, class, assignment, import): `program` leaves those cells out,
+    so the grader's messages can say why such a name is missing. Where several such cells bind it, the last one."""
+    out = {}
+    for c in cells:
+        if c.role != "plain":
+            continue
+        try:  # magics and shell escapes (`%time`, `!ls`) as a blank line: only the definitions matter here
+            tree = ast.parse(re.sub(r"(?m)^([ \t]*)[%!].*$", r"\1pass", c.source))
+        except SyntaxError:
+            continue
+        lines = c.source.splitlines()
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names = [node.name]
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names = [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [(a.asname or a.name).split(".")[0] for a in node.names if a.name != "*"]
+            else:
+                continue
+            line = lines[node.lineno - 1].strip() if node.lineno <= len(lines) else ""
+            for name in names:
+                out[name] = f"the notebook's cell {c.index + 1} from the top, `{line[:80]}`"
     return out
 
 

@@ -29,7 +29,7 @@ import torch
 
 from qmatmul import checks, harness
 from qmatmul.checks import WORKER_CONTEXTS, WORKER_STATE, CheckFailed, LearnerError, OpRecord
-from qmatmul.grader import static
+from qmatmul.grader import kernels, static
 
 GPU_FAULT = r"illegal memory access|misaligned address|unspecified launch failure|illegal instruction|device-side assert"
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -167,6 +167,12 @@ class Worker:
         self.deadline = deadline
         self.start_failure: str | None = None  # the cells did not define their functions: no second try
         self.proc = None
+        self.starts = 0
+        self.compiler: Worker | None = None  # the compile worker (prove_kernels), started when first needed
+        self._proven: dict[
+            str, str | None
+        ] = {}  # a launch -> why it is not a kernel of the learner's, or None
+        self.last_launches: list = []
         self.dir = Path(tempfile.mkdtemp(prefix="qmatmul-worker-"))
         self.scratch = (
             self.dir / "work"
@@ -196,6 +202,12 @@ class Worker:
         if self.start_failure is not None:
             raise CheckFailed(self.start_failure)
         wait, budgeted = self._wait(self.start_timeout, "defining your notebook's functions")
+        if self.starts:  # a restart: a new folder, so nothing the last process left there is seen
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = Path(tempfile.mkdtemp(prefix="qmatmul-worker-"))
+            self.scratch = self.dir / "work"
+            self.scratch.mkdir()
+        self.starts += 1
         program_path = self.dir / "program.json"
         write_new(program_path, json.dumps(self.program).encode())
         r, w = os.pipe()
@@ -260,6 +272,8 @@ class Worker:
 
     def close(self) -> None:
         self.stop()
+        if self.compiler is not None:
+            self.compiler.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def log_tail(self, n: int = 4000) -> str:
@@ -380,11 +394,15 @@ class Worker:
         function "qmatmul.module:function") in the worker. Returns (result, ops, outside)."""
         what = what or name
         self.require_own_work(name, what)
+        if not self.alive():
+            self.start()  # first: a (re)start gives the worker a new folder, where the arguments then go
         token = secrets.token_hex(8)
         args_path, result_path = self.dir / f"args-{token}.pt", self.dir / f"result-{token}.pt"
         save_args(args_path, (list(args), dict(kwargs)))
         job = {"op": "call", "name": name, "grid": grid, "args": str(args_path), "result": str(result_path),
                "audit": audit, "driver": driver}  # fmt: skip
+        if not audit and driver is None and grid is None:  # a plain call: watch which course code it runs
+            job["given"] = {m: sorted(n) for m, n in static.given(self.release).items()}
         try:
             reply = self._exchange(job, what)
         finally:
@@ -402,9 +420,70 @@ class Worker:
         copies = [*loaded["args"], *loaded["kwargs"].values()]
         _mirror(originals, copies)
         result = _map_result(loaded["result"], originals, copies)
-        ops = [OpRecord(n, [tuple(s) for s in shapes], [_dtype(d) for d in dtypes])
-               for n, shapes, dtypes in reply.get("ops", [])]  # fmt: skip
+        ops = [OpRecord(op[0], [tuple(s) for s in op[1]], [_dtype(d) for d in op[2]],
+                        [_dtype(d) for d in (op[3] if len(op) > 3 else [])])
+               for op in reply.get("ops", [])]  # fmt: skip
+        self.last_launches = list(reply.get("launches", []))[: kernels.MAX_LAUNCHES] if audit else []
+        ran = [str(n) for n in reply.get("course", [])][:3]
+        if ran:
+            raise CheckFailed(
+                f"{what} earns nothing: it ran the course's own {', '.join(f'`{n}`' for n in ran)}, which the "
+                "chapter does not give (however it was reached). The course's functions are what your code is "
+                "graded against: write this part yourself"
+            )
         return result, ops, tuple(reply.get("outside", (0, 0)))
+
+    def prove_kernels(self, launches: list, what: str) -> None:
+        """Fail unless the call launched a Triton kernel and every kernel of the notebook's own that it launched
+        is one Triton's compiler accepts and that stores something (kernels.py). The course's own kernels (the
+        chapter's GIVEN scaffolding launches some) need no proof. Compiles run in the compile worker, a second
+        process that runs the same cells without the interpreter; each distinct launch is compiled once."""
+        if not launches:
+            raise CheckFailed(
+                f"{what} launched no Triton kernel: the exercise is a kernel of your own, launched as "
+                "`kernel[grid](...)`. (A function called like a kernel but not made by triton.jit runs as plain "
+                "Python and does not count.)"
+            )
+        package = str(ROOT / "qmatmul") + os.sep
+        given = {f"{m}.{n}" for m, names in static.given(self.release).items() for n in names}
+        for launch in launches:
+            if str(launch.get("file", "")).startswith(package):
+                if given & set(launch.get("course", [])):
+                    continue  # a course kernel, launched by what the chapter gives
+                raise CheckFailed(
+                    f"{what} launched the course's own kernel `{launch.get('name', '?')}`, which the chapter does "
+                    "not give: the exercise is a kernel of your own"
+                )
+            key = json.dumps(launch, sort_keys=True, default=str)
+            if key not in self._proven:
+                self._proven[key] = self._compile(launch, what)
+            problem = self._proven[key]
+            if problem:
+                raise CheckFailed(f"{what}: {problem}")
+
+    def _compile(self, launch: dict, what: str) -> str | None:
+        if self.compiler is None:
+            env = {k: v for k, v in (self.env if self.env is not None else os.environ).items()
+                   if k != "TRITON_INTERPRET"}  # fmt: skip
+            env[kernels.COMPILE_ENV], env["TRITON_DEFAULT_FP_FUSION"] = "1", "1"
+            self.compiler = Worker(self.program, cwd=self.cwd, wrap=self.wrap, env=env, timeout=self.timeout,
+                                   start_timeout=self.start_timeout, deadline=self.deadline)  # fmt: skip
+        reply = self.compiler._exchange({"op": "compile", "launch": launch}, what)
+        name = launch.get("name", "?")
+        status = reply.get("status")
+        if status == "ok" and reply.get("stores") is False:
+            return (f"your kernel `{name}` stores nothing (Triton compiled it for a GPU and found no tl.store): "
+                    "a kernel's results reach memory only through its stores")  # fmt: skip
+        if status == "ok":
+            return None
+        if status == "rejected":
+            return (f"your kernel `{name}` is not one Triton's compiler accepts ({reply.get('message', '')}). "
+                    "Under the interpreter a kernel's body runs as Python, so numpy, torch or Python calls there "
+                    "seem to work; compiled for a GPU (as the grader checks it) only Triton code is allowed")  # fmt: skip
+        if status == "missing":
+            return (f"your kernel `{name}` is not defined at the top level of an exercise cell, where the grader "
+                    "can compile it: define kernels with @triton.jit (or triton.jit(fn)) at a cell's top level")  # fmt: skip
+        return f"your kernel `{name}` could not be compiled ({reply.get('type', status)}: {reply.get('message', '')[:200]})"
 
     def bench(self, name: str, *, module: str, N: int, K: int, M: int, calls: int, copies: int, seed: int,
               out_dtype: str, what: str, window=contextlib.nullcontext):  # fmt: skip
@@ -509,7 +588,13 @@ class RemoteFunction:
         return self.worker.call(self.__name__, args, kwargs, grid=self.grid)[0]
 
     def audited(self, *args, what: str | None = None, **kwargs):
-        return self.worker.call(self.__name__, args, kwargs, grid=self.grid, audit=True, what=what)
+        """The call, with the aten ops it ran and its out-of-bounds accesses; the kernels it launched must be
+        the learner's own, proven by Triton's compiler (Worker.prove_kernels)."""
+        result, ops, outside = self.worker.call(
+            self.__name__, args, kwargs, grid=self.grid, audit=True, what=what
+        )
+        self.worker.prove_kernels(self.worker.last_launches, what or self.__name__)
+        return result, ops, outside
 
     def drive(self, driver: str, *args, what: str | None = None, **kwargs):
         """driver(this function or class, *args, **kwargs), run in the worker: a course function ("qmatmul.m:f")

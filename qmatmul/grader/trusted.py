@@ -9,6 +9,7 @@ import ast
 import builtins
 import contextlib
 import io
+import re
 import time
 from dataclasses import dataclass
 
@@ -50,7 +51,9 @@ def trusted_namespace(cells: list[notebook.Cell]) -> dict:
 def learner_source(cells: list[notebook.Cell], overrides: dict | None = None) -> static.Source:
     program = notebook.program(cells, overrides)
     learners = {c.grade_id for c in cells if c.role == "solution"}
-    return static.parse([(label, src, label in learners) for label, src in program])
+    source = static.parse([(label, src, label in learners) for label, src in program])
+    source.added = notebook.added_definitions(cells)  # cells the grader does not run: for its messages
+    return source
 
 
 def _names(src: str) -> set[str]:
@@ -59,6 +62,20 @@ def _names(src: str) -> set[str]:
     except SyntaxError:
         return set()
     return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def _added_cells(message: str, called: set[str], source: static.Source | None) -> str:
+    """A failed cell's message, with why a name it misses is missing when only a cell the grader does not run
+    (one the learner added) defines it: a NameError for that name, or the function the test calls left unfilled
+    in its exercise cell (its finished version written in such a cell)."""
+    if source is None:
+        return message
+    names = {n for n in re.findall(r"name '(\w+)' is not defined", message) if n not in source.defs}
+    if "is not implemented yet" in message:
+        names |= called
+    notes = [static.added_cell_note(n, source.added[n]) for n in sorted(names) if n in source.added]
+    notes = [n for n in notes if n not in message]
+    return " ".join([message.rstrip(), "; ".join(notes)]) if notes else message
 
 
 def grade(cells: list[notebook.Cell], *, cwd=None, wrap=(), env=None, timeout: float = 240.0,
@@ -103,6 +120,8 @@ def _grade(cells, *, cwd, wrap, env, timeout, deadline, overrides, only, log) ->
                 )
             except Exception as exc:  # noqa: BLE001 - the grader's own failure costs the cell, and is reported
                 error = ("GraderError", f"the grader could not check this cell ({type(exc).__name__}: {exc})")
+            if error is not None:
+                error = (error[0], _added_cells(error[1], _names(cell.source), worker.source))
             v = Verdict(cell.index, cell.grade_id, 0.0 if error else cell.points, cell.points, out.getvalue(),
                         error, time.time() - t0)  # fmt: skip
             verdicts.append(v)

@@ -82,6 +82,7 @@ def _call(shell, job: dict) -> dict:
     import torch
 
     from qmatmul import checks, traffic
+    from qmatmul.grader import kernels, reach
 
     name = job["name"]
     fn = shell.user_ns.get(name)
@@ -97,16 +98,30 @@ def _call(shell, job: dict) -> dict:
         fn = functools.partial(getattr(importlib.import_module(module), attr), fn)
     args, kwargs = torch.load(job["args"], weights_only=True)
     recorder = checks._Recorder() if job.get("audit") else contextlib.nullcontext()
+    launches = kernels.observe_launches() if job.get("audit") else contextlib.nullcontext([])
     tensors = {
         f"argument {i}": a for i, a in enumerate([*args, *kwargs.values()]) if isinstance(a, torch.Tensor)
     }
     watch = job.get("audit") and traffic.available() and all(t.device.type == "cpu" for t in tensors.values())
     try:
         with contextlib.ExitStack() as stack:
+            entered = []
             for spec in job.get("contexts", []):
                 module, name = spec.split(":")
-                stack.enter_context(getattr(importlib.import_module(module), name)())
-            with recorder, traffic.count(tensors) if watch else contextlib.nullcontext() as seen:
+                entered.append(stack.enter_context(getattr(importlib.import_module(module), name)()))
+            # a plain call (a quantizer, a byte count): which course functions it ran, outside what is given (and
+            # outside the course's own contexts the trusted side asked for, e.g. FP8's emulated GPU cast)
+            course = (
+                reach.observe(job["given"], exempt=entered)
+                if job.get("given") is not None
+                else contextlib.nullcontext([])
+            )
+            with (
+                recorder,
+                launches as launched,
+                traffic.count(tensors) if watch else contextlib.nullcontext() as seen,
+                course as ran,
+            ):
                 result = fn(*args, **kwargs)
         if torch.cuda.is_available():
             torch.cuda.synchronize()
@@ -116,13 +131,19 @@ def _call(shell, job: dict) -> dict:
                     "unfilled": False, "where": "", "compile": False, "compile_summary": ""}  # fmt: skip
         return _describe_error(exc)
     torch.save({"args": list(args), "kwargs": kwargs, "result": _plain(result)}, job["result"])
-    reply = {"status": "ok"}
+    reply = {"status": "ok", "course": ran}
     if job.get("audit"):
         reply["ops"] = [
-            [op.name, [list(s) for s in op.shapes], [str(d).removeprefix("torch.") for d in op.dtypes]]
+            [
+                op.name,
+                [list(s) for s in op.shapes],
+                [str(d).removeprefix("torch.") for d in op.dtypes],
+                [str(d).removeprefix("torch.") for d in op.inputs],
+            ]  # fmt: skip
             for op in recorder.ops
         ]
         reply["outside"] = list(seen.outside) if watch else [0, 0]
+        reply["launches"] = launched
     return reply
 
 
@@ -222,6 +243,10 @@ def _serve(shell, job: dict) -> dict:
     _apply_state(job)
     if op == "ping":
         return {"status": "ok"}
+    if op == "compile":  # the compile worker (kernels.COMPILE_ENV): one recorded launch through the front end
+        from qmatmul.grader import kernels
+
+        return kernels.compile_kernel(shell.user_ns, job["launch"])
     if op == "bench_prepare":
         return _bench_prepare(shell, job)
     if op == "bench_go":

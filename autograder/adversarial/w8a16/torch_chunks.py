@@ -1,9 +1,11 @@
 """No matmul op and no weight-sized copy: a multiply-sum over chunks of K with plain torch ops, beside a
-Triton kernel that does nothing (before: full marks).
+Triton kernel that does nothing (before: full marks; then the op audit named the torch ops; now Triton's
+compiler, run on every kernel a graded call launches, finds that the kernel stores nothing, which is checked
+first).
 
 expect test_quantizer: 2 /
-expect test_prefill: 0 / computed with PyTorch outside your Triton kernel
-expect test_decode: 0 / computed with PyTorch outside your Triton kernel
+expect test_prefill: 0 / stores nothing
+expect test_decode: 0 / stores nothing
 expect test_decode_bandwidth: 0 /
 """
 

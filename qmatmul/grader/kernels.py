@@ -1,0 +1,208 @@
+""" "A kernel of your own", proven by Triton's compiler rather than read from the source.
+
+Under Triton's interpreter a `@triton.jit` body runs as plain Python: it can call numpy or torch, or a function
+named `jit` can pose as a kernel, and a reading of the source can be walked around. So a graded call's kernels are
+observed where they are launched (every launch goes through `JITFunction.run`, or `InterpretedFunction.run` under
+the interpreter, whatever helper or decorator form started it), and each launched kernel is then compiled by
+Triton's front end for a GPU target, with the launch's own argument types and constexprs, in a process of its own
+(`compile_kernel`, served by a worker started without the interpreter: compiling evaluates the learner's globals,
+so it never happens in the trusted process). Python that Triton cannot compile is refused by the compiler, not by
+a list of constructs; a kernel whose IR stores nothing computed nothing.
+
+    observe_launches()   worker side: a context recording each launch's kernel, argument types and constexprs
+    compile_kernel(...)  compile side: one recorded launch through the front end (and on to the GPU's code)
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+COMPILE_ENV = "QMATMUL_COMPILE_ONLY"  # the compile worker: define the kernels, never pick the interpreter
+MAX_LAUNCHES = 32  # distinct launches one call may report (kernel, argument types, constexprs)
+TARGET_ARCH = 90  # compiled for sm_90 (Hopper): every feature the chapters' kernels use compiles there
+
+
+def _spec(value):
+    """A launch argument as plain data: a tensor's dtype, a scalar's value, a dtype's name."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return {"tensor": str(value.dtype).removeprefix("torch.")}
+    if value is None or isinstance(value, bool | int | float | str):
+        return {"value": value}
+    if hasattr(value, "value") and isinstance(value.value, bool | int | float | str | type(None)):
+        return {"value": value.value}  # tl.constexpr(...)
+    name = type(value).__name__
+    if name == "dtype" and type(value).__module__.startswith("triton"):
+        return {"tl_dtype": str(value)}
+    return {"other": name}
+
+
+def _record(launches: list, fn, arg_names, args, kwargs) -> None:
+    bound = dict(zip(arg_names, args, strict=False))
+    bound.update({k: v for k, v in kwargs.items() if k in arg_names})
+    options = {k: v for k, v in kwargs.items() if k not in arg_names and isinstance(v, int | bool)}
+    import sys
+
+    from qmatmul.grader import reach
+
+    code = getattr(fn, "__code__", None)
+    frame, course = sys._getframe(2), []  # the launch's callers: which of the course's functions led to it
+    while frame is not None and len(course) < 12:
+        module = reach.module_of(frame.f_code.co_filename)
+        if module is not None and not module.startswith("qmatmul.grader"):
+            course.append(f"{module}.{frame.f_code.co_name}")
+        frame = frame.f_back
+    entry = {
+        "name": getattr(fn, "__name__", "?"),
+        "file": code.co_filename if code is not None else "",
+        "course": course,
+        "args": {k: _spec(v) for k, v in bound.items()},
+        "options": options,
+    }
+    if entry not in launches and len(launches) < MAX_LAUNCHES:
+        launches.append(entry)
+
+
+@contextlib.contextmanager
+def observe_launches():
+    """Record every kernel launch inside the block (a list of plain dicts, each distinct launch once)."""
+    from triton.runtime import jit
+
+    launches: list = []
+    classes = [jit.JITFunction]
+    with contextlib.suppress(ImportError):
+        from triton.runtime.interpreter import InterpretedFunction
+
+        classes.append(InterpretedFunction)
+    saved = {cls: cls.__dict__.get("run") for cls in classes}
+
+    def observed(run):
+        def launch(self, *args, grid, warmup, **kwargs):
+            if not warmup:
+                _record(launches, self.fn, self.arg_names, args, kwargs)
+            return run(self, *args, grid=grid, warmup=warmup, **kwargs)
+
+        return launch
+
+    for cls, run in saved.items():
+        if run is not None:
+            cls.run = observed(run)
+    try:
+        yield launches
+    finally:
+        for cls, run in saved.items():
+            if run is not None:
+                cls.run = run
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The compile side (a worker started with COMPILE_ENV=1, without the interpreter)
+
+
+def _find(namespace: dict, name: str):
+    """The JIT function launched as `name`: bound to that name, or any top-level JIT function whose Python
+    function is called so (`kernel = triton.jit(body)` launches as `body`)."""
+    from triton.runtime.jit import JITFunction
+
+    fn = namespace.get(name)
+    if isinstance(fn, JITFunction):
+        return fn
+    for value in list(namespace.values()):
+        inner = value
+        while not isinstance(inner, JITFunction) and hasattr(inner, "fn"):  # autotune / heuristics wrappers
+            inner = inner.fn
+        if isinstance(inner, JITFunction) and inner.fn.__name__ == name:
+            return inner
+    return None
+
+
+def _signature_type(spec: dict) -> str:
+    if "tensor" in spec:
+        import torch
+        from triton.runtime.jit import mangle_type
+
+        return mangle_type(torch.empty(0, dtype=getattr(torch, spec["tensor"])))
+    value = spec.get("value")
+    if isinstance(value, bool):
+        return "i1"
+    if isinstance(value, int):
+        return "i32" if -(2**31) <= value < 2**31 else "i64"
+    if isinstance(value, float):
+        return "fp32"
+    return "constexpr"
+
+
+def _constexpr(spec: dict):
+    if "tl_dtype" in spec:
+        import triton.language as tl
+
+        return getattr(tl, spec["tl_dtype"], spec["tl_dtype"])
+    return spec.get("value")
+
+
+def compile_kernel(namespace: dict, launch: dict) -> dict:
+    """Compile one recorded launch for sm_90 through the front end. {"status": "ok", "stores": bool} when it
+    accepted the kernel,
+    {"status": "rejected", "message": ...} when Triton's compiler refused the kernel's code, {"status":
+    "missing"} when no JIT function of that name was defined at the notebook's top level."""
+    from triton.compiler import ASTSource
+    from triton.compiler.errors import CompilationError
+
+    fn = _find(namespace, launch["name"])
+    if fn is None:
+        return {"status": "missing"}
+    args = launch["args"]
+    signature, constants = {}, {}
+    for name, param in zip(fn.arg_names, fn.params, strict=True):
+        spec = args.get(name)
+        if param.is_constexpr:
+            signature[name] = "constexpr"
+            constants[name] = _constexpr(spec) if spec is not None else param.default
+        elif spec is None:
+            signature[name], constants[name] = "constexpr", param.default  # left at its default
+        else:
+            kind = _signature_type(spec)
+            signature[name] = kind
+            if kind == "constexpr":
+                constants[name] = _constexpr(spec)
+    options = {k: v for k, v in launch.get("options", {}).items() if k in ("num_warps", "num_stages")}
+    try:
+        ttir = front_end(ASTSource(fn, signature, constants), options)
+    except (CompilationError, RuntimeError, TypeError, ValueError, AssertionError, NameError) as exc:
+        return {"status": "rejected", "message": f"{type(exc).__name__}: {_first_lines(str(exc))}"}
+    return {
+        "status": "ok",
+        "stores": any(op in ttir for op in ("tt.store", "tt.atomic", "tt.descriptor_store")),
+    }
+
+
+def front_end(src, options: dict) -> str:
+    """Triton's front end alone, for sm_90: the kernel's dependencies resolved (a global that is neither a JIT
+    function nor a constant is refused here) and its AST turned into TTIR (the code generator refuses what is
+    not Triton). Returns the TTIR as text. No optimization pass, no ptxas: a CPU machine runs it in seconds."""
+    import inspect
+
+    from triton._C.libtriton import ir
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler.compiler import make_backend
+
+    target = GPUTarget("cuda", TARGET_ARCH, 32)
+    backend = make_backend(target)
+    opts = backend.parse_options(dict(options))
+    src.hash()  # the dependency walk: every global the body uses must be a JIT function or a constant
+    context = ir.context()
+    ir.load_dialects(context)
+    backend.load_dialects(context)
+    codegen_fns = backend.get_codegen_implementation(opts)
+    module_map = backend.get_module_map()
+    if "target" in inspect.signature(src.make_ir).parameters:  # triton >= 3.5
+        module = src.make_ir(target, opts, codegen_fns, module_map, context)
+    else:
+        module = src.make_ir(opts, codegen_fns, module_map, context)
+    return str(module)
+
+
+def _first_lines(text: str, limit: int = 300) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("^")]
+    return " ".join(lines[-2:])[:limit] if lines else ""

@@ -1,0 +1,124 @@
+""" "A kernel of your own" is proven by Triton's compiler: every kernel a graded call launches is observed where it
+is launched and compiled for a GPU by Triton's front end, in a process of its own (qmatmul/grader/kernels.py).
+Each rejected form below passed the static reading before; each honest form passes."""
+
+import pytest
+import torch
+
+from qmatmul.checks import CheckFailed, run_audited
+from qmatmul.grader import notebook
+from qmatmul.grader.remote import RemoteFunction, Worker
+
+CELLS = """
+import numpy as np
+from qmatmul import w8a16
+
+@triton.jit
+def double_kernel(x_ptr, out_ptr, N, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < N) * 2, mask=offs < N)
+
+def honest(x, out):
+    double_kernel[(1,)](x, out, x.numel(), BLOCK=64)
+    return out
+
+def _launch(kernel, grid, *args, **meta):
+    kernel[grid](*args, **meta)
+
+def through_a_helper(x, out):
+    _launch(double_kernel, (1,), x, out, x.numel(), BLOCK=64)
+    return out
+
+def body(x_ptr, out_ptr, N, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < N) * 2, mask=offs < N)
+
+functional_kernel = triton.jit(body)
+
+def functional(x, out):
+    functional_kernel[(1,)](x, out, x.numel(), BLOCK=64)
+    return out
+
+@triton.jit
+def numpy_kernel(x_ptr, out_ptr, N, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    v = tl.load(x_ptr + offs, mask=offs < N)
+    tl.store(out_ptr + offs, np.multiply(v, 2), mask=offs < N)
+
+def numpy_inside(x, out):
+    numpy_kernel[(1,)](x, out, x.numel(), BLOCK=64)
+    return out
+
+def jit(f):
+    return f
+
+@jit
+def fake(x, out):
+    out.copy_(x * 2)
+
+def fake_kernel(x, out):
+    fake(x, out)
+    return out
+
+@triton.jit
+def store_nothing(x_ptr, out_ptr, N, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    v = tl.load(x_ptr + offs, mask=offs < N)
+
+def stores_nothing(x, out):
+    store_nothing[(1,)](x, out, x.numel(), BLOCK=64)
+    out.copy_(x)
+    return out
+
+def torch_decodes(codes, out):
+    out.copy_(codes.view(torch.float8_e4m3fn).to(torch.float16))
+    double_kernel[(1,)](out, out, 0, BLOCK=64)
+    return out
+"""
+PROGRAM = [
+    ("setup", notebook.QUIET_START),
+    ("imports", "import torch\nimport triton\nimport triton.language as tl\n"),
+    ("learner", CELLS),
+]
+
+
+@pytest.fixture(scope="module")
+def worker():
+    w = Worker(PROGRAM, timeout=60)
+    yield w
+    w.close()
+
+
+@pytest.mark.parametrize("name", ["honest", "through_a_helper", "functional"])
+def test_a_kernel_launched_any_way_triton_supports_counts(worker, name):
+    out, _ = run_audited(RemoteFunction(worker, name), torch.ones(10), torch.zeros(10), what=name)
+    assert torch.equal(out, torch.full((10,), 2.0))
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("numpy_inside", "`numpy_kernel` is not one Triton's compiler accepts"),
+        ("fake_kernel", "launched no Triton kernel"),
+        ("stores_nothing", "`store_nothing` stores nothing"),
+    ],
+)
+def test_what_is_not_a_triton_kernel_is_named(worker, name, message):
+    with pytest.raises(CheckFailed, match=message):
+        RemoteFunction(worker, name).audited(torch.ones(10), torch.zeros(10), what=name)
+
+
+def test_torch_decoding_a_format_is_not_the_kernels_work(worker):
+    codes = torch.arange(16, dtype=torch.uint8)
+    with pytest.raises(CheckFailed, match="let PyTorch decode float8_e4m3fn values"):
+        run_audited(RemoteFunction(worker, "torch_decodes"), codes, torch.zeros(16, dtype=torch.float16),
+                    what="decode")  # fmt: skip
+
+
+def test_each_launch_is_compiled_once_in_a_process_of_its_own(worker):
+    run_audited(RemoteFunction(worker, "honest"), torch.ones(10), torch.zeros(10), what="honest")
+    compiler = worker.compiler
+    assert compiler is not None and compiler.proc.pid != worker.proc.pid
+    proven = len(worker._proven)
+    run_audited(RemoteFunction(worker, "honest"), torch.ones(10), torch.zeros(10), what="honest")
+    assert len(worker._proven) == proven
