@@ -226,3 +226,20 @@ def test_collect_takes_in_regular_files_only(tmp_path):
         assert f"{name}: " in res.stderr and "only regular files are collected" in res.stderr, res.stderr[
             -2000:
         ]
+
+
+def test_the_oracle_libraries_are_not_importable_where_the_learners_code_runs():
+    """torchao and ml_dtypes compute the formats' answers in one call: refused by any route, a string included."""
+    from qmatmul.checks import LearnerError
+
+    program = [
+        ("setup", notebook.QUIET_START),
+        ("learner", "import pickle\ndef fetch(x):\n    return pickle.loads(b'cml_dtypes\\nfloat8_e4m3fn\\n.')\n"),
+    ]
+    w = Worker(program, timeout=60)
+    try:
+        with pytest.raises(LearnerError) as err:
+            w.call("fetch", (torch.zeros(1),), {})
+    finally:
+        w.close()
+    assert err.value.type_name in ("ImportError", "ModuleNotFoundError") and "answers" in str(err.value)

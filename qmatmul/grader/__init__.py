@@ -3,7 +3,10 @@
 notebook  reads a notebook's cells and their nbgrader roles (the one place that does)
 static    reads the learner's source: own Triton kernel launched? constructs that escape the audit?
 worker    the untrusted process: runs the learner's cells, answers calls with data
-remote    the trusted side of that process: start, call with a timeout, mirror results, kill
+remote    the trusted side of that process: start it isolated (stated import path, a scratch folder, one time
+          budget), call with a timeout, mirror results without following links, kill
+kernels   "a kernel of your own", proven: launches observed, each compiled by Triton's front end for a GPU
+reach     which of the course's own functions a graded call ran, by the file their code lives in
 trusted   grades one notebook: each test cell's checks run here, on the learner's functions as proxies
 nbhooks   nbgrader preprocessors that put the trusted verdicts into the gradebook
 jobs      one grading job (a command to its end or timeout), as the parallel pool and Dask workers run it

@@ -64,36 +64,44 @@ def _record(launches: list, fn, arg_names, args, kwargs) -> None:
         launches.append(entry)
 
 
-@contextlib.contextmanager
-def observe_launches():
-    """Record every kernel launch inside the block (a list of plain dicts, each distinct launch once)."""
+_RECORDING: list | None = None  # the launches of the call being observed (observe_launches), else None
+
+
+def install() -> None:
+    """Wrap JITFunction.run (and InterpretedFunction.run) once, for the life of the process: the worker does this
+    before the learner's cells run, so no reference to the unwrapped methods exists for their code to keep. The
+    wrappers record only while observe_launches is active."""
     from triton.runtime import jit
 
-    launches: list = []
     classes = [jit.JITFunction]
     with contextlib.suppress(ImportError):
         from triton.runtime.interpreter import InterpretedFunction
 
         classes.append(InterpretedFunction)
-    saved = {cls: cls.__dict__.get("run") for cls in classes}
+    for cls in classes:
+        run = cls.__dict__.get("run")
+        if run is None or getattr(run, "_qmatmul_observed", False):
+            continue
 
-    def observed(run):
-        def launch(self, *args, grid, warmup, **kwargs):
-            if not warmup:
-                _record(launches, self.fn, self.arg_names, args, kwargs)
-            return run(self, *args, grid=grid, warmup=warmup, **kwargs)
+        def launch(self, *args, grid, warmup, _run=run, **kwargs):
+            if _RECORDING is not None and not warmup:
+                _record(_RECORDING, self.fn, self.arg_names, args, kwargs)
+            return _run(self, *args, grid=grid, warmup=warmup, **kwargs)
 
-        return launch
+        launch._qmatmul_observed = True
+        cls.run = launch
 
-    for cls, run in saved.items():
-        if run is not None:
-            cls.run = observed(run)
+
+@contextlib.contextmanager
+def observe_launches():
+    """Record every kernel launch inside the block (a list of plain dicts, each distinct launch once)."""
+    global _RECORDING
+    install()
+    _RECORDING = launches = []
     try:
         yield launches
     finally:
-        for cls, run in saved.items():
-            if run is not None:
-                cls.run = run
+        _RECORDING = None
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -98,3 +98,46 @@ def observe(given: dict[str, list[str]], exempt=()):
         yield seen
     finally:
         sys.setprofile(previous)
+
+
+# What leaves torch for the host. numpy and Python lists compute where no op audit sees: a product computed in
+# numpy (reached by any route) and copied into `out` by a kernel that stores would pass every other check. Every
+# route from a tensor's values to numpy or Python goes through one of these methods (or through ctypes, which the
+# escape flags name).
+HOST_READS = {"Tensor": ("numpy", "__array__", "tolist", "__dlpack__"), "UntypedStorage": ("tolist",)}
+
+
+_READS: list | None = None  # what the call being watched read to the host (host_reads), else None
+
+
+def install_host_reads() -> None:
+    """Wrap the HOST_READS methods once, for the life of the process (before the learner's cells run, so their
+    code holds no unwrapped method); the wrappers record only while host_reads is active."""
+    import torch
+
+    for cls_name, methods in HOST_READS.items():
+        cls = getattr(torch, cls_name)
+        for name in methods:
+            original = cls.__dict__.get(name)
+            if original is None or getattr(original, "_qmatmul_observed", False):
+                continue
+
+            def reading(self, *args, _original=original, _name=name, **kwargs):
+                if _READS is not None and len(_READS) < MAX_REPORTED:
+                    _READS.append([_name, int(self.numel() if hasattr(self, "numel") else self.nbytes())])
+                return _original(self, *args, **kwargs)
+
+            reading._qmatmul_observed = True
+            setattr(cls, name, reading)
+
+
+@contextlib.contextmanager
+def host_reads():
+    """Record [method, elements] for each tensor whose values a call reads into numpy or Python inside the block."""
+    global _READS
+    install_host_reads()
+    _READS = seen = []
+    try:
+        yield seen
+    finally:
+        _READS = None

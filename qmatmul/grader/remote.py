@@ -138,6 +138,9 @@ class WorkerGone(Exception):
     pass
 
 
+HOST_READ_LIMIT = 64  # values of one tensor a kernel exercise's call may read to the host (an input check)
+
+
 class RemoteObject:
     """A value the worker returned that is not plain data (its type name is all that came back)."""
 
@@ -173,6 +176,7 @@ class Worker:
             str, str | None
         ] = {}  # a launch -> why it is not a kernel of the learner's, or None
         self.last_launches: list = []
+        self.last_reads: list = []  # [method, elements] of each tensor an audited call read into numpy or Python
         self.dir = Path(tempfile.mkdtemp(prefix="qmatmul-worker-"))
         self.scratch = (
             self.dir / "work"
@@ -424,6 +428,7 @@ class Worker:
                         [_dtype(d) for d in (op[3] if len(op) > 3 else [])])
                for op in reply.get("ops", [])]  # fmt: skip
         self.last_launches = list(reply.get("launches", []))[: kernels.MAX_LAUNCHES] if audit else []
+        self.last_reads = [r for r in reply.get("host_reads", []) if isinstance(r, list) and len(r) == 2]
         ran = [str(n) for n in reply.get("course", [])][:3]
         if ran:
             raise CheckFailed(
@@ -593,7 +598,16 @@ class RemoteFunction:
         result, ops, outside = self.worker.call(
             self.__name__, args, kwargs, grid=self.grid, audit=True, what=what
         )
-        self.worker.prove_kernels(self.worker.last_launches, what or self.__name__)
+        what = what or self.__name__
+        self.worker.prove_kernels(self.worker.last_launches, what)
+        big = [(m, n) for m, n in self.worker.last_reads if int(n) > HOST_READ_LIMIT]
+        if big:
+            method, n = big[0]
+            raise CheckFailed(
+                f"{what} read the values of a {n}-element tensor into numpy or Python (`.{method}`): what is "
+                "computed there no audit sees, so a kernel exercise leaves it to its kernel (an input check may "
+                f"read a few values: at most {HOST_READ_LIMIT} a tensor)"
+            )
         return result, ops, outside
 
     def drive(self, driver: str, *args, what: str | None = None, **kwargs):

@@ -99,6 +99,7 @@ def _call(shell, job: dict) -> dict:
     args, kwargs = torch.load(job["args"], weights_only=True)
     recorder = checks._Recorder() if job.get("audit") else contextlib.nullcontext()
     launches = kernels.observe_launches() if job.get("audit") else contextlib.nullcontext([])
+    reads = reach.host_reads() if job.get("audit") else contextlib.nullcontext([])
     tensors = {
         f"argument {i}": a for i, a in enumerate([*args, *kwargs.values()]) if isinstance(a, torch.Tensor)
     }
@@ -119,6 +120,7 @@ def _call(shell, job: dict) -> dict:
             with (
                 recorder,
                 launches as launched,
+                reads as read,
                 traffic.count(tensors) if watch else contextlib.nullcontext() as seen,
                 course as ran,
             ):
@@ -144,6 +146,7 @@ def _call(shell, job: dict) -> dict:
         ]
         reply["outside"] = list(seen.outside) if watch else [0, 0]
         reply["launches"] = launched
+        reply["host_reads"] = read
     return reply
 
 
@@ -258,6 +261,21 @@ def _serve(shell, job: dict) -> dict:
     return _call(shell, job)
 
 
+class AnswerLibraries:
+    """A finder, first on sys.meta_path, that refuses the libraries that compute the course formats' answers in
+    one call (static.ANSWER_LIBRARIES: the tests' own oracles, torchao and ml_dtypes): by whatever route an import
+    is asked for (an import statement, importlib, pickle, pkgutil.resolve_name), they are not there."""
+
+    def find_spec(self, name, path=None, target=None):
+        from qmatmul.grader import static
+
+        if name.partition(".")[0] in static.ANSWER_LIBRARIES:
+            raise ImportError(
+                f"{name} is not importable where the grader runs your code: it computes the answers"
+            )
+        return None
+
+
 def main(argv: list[str]) -> int:
     program_path, reply_fd = argv[0], int(argv[1])
     reply_channel = os.fdopen(reply_fd, "w", buffering=1)
@@ -267,7 +285,16 @@ def main(argv: list[str]) -> int:
 
     from IPython.core.interactiveshell import InteractiveShell
 
+    from qmatmul.grader import static
+
     sys.stdout, sys.stderr = _Bounded(sys.__stdout__), _Bounded(sys.__stderr__)
+    sys.meta_path.insert(0, AnswerLibraries())
+    from qmatmul.grader import kernels, reach
+
+    kernels.install()  # before the learner's cells: their code never holds an unwrapped launch or read
+    reach.install_host_reads()
+    for name in [m for m in sys.modules if m.partition(".")[0] in static.ANSWER_LIBRARIES]:
+        del sys.modules[name]  # none is imported by the course's own modules; if one were, it is gone now
     shell = InteractiveShell.instance()
     shell.showtraceback = lambda *a, **k: traceback.print_exc()  # the cells' errors go to this process's log
     failed = _run_program(shell, program)
