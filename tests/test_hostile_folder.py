@@ -234,7 +234,10 @@ def test_the_oracle_libraries_are_not_importable_where_the_learners_code_runs():
 
     program = [
         ("setup", notebook.QUIET_START),
-        ("learner", "import pickle\ndef fetch(x):\n    return pickle.loads(b'cml_dtypes\\nfloat8_e4m3fn\\n.')\n"),
+        (
+            "learner",
+            "import pickle\ndef fetch(x):\n    return pickle.loads(b'cml_dtypes\\nfloat8_e4m3fn\\n.')\n",
+        ),
     ]
     w = Worker(program, timeout=60)
     try:
