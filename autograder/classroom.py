@@ -321,7 +321,10 @@ def nbgrader_failure(
     log.write_text(stderr)
     if returncode == 0:
         return None
-    return f"{nbgrader_error(returncode, stderr)} (nbgrader's log: {log})"
+    why = nbgrader_error(returncode, stderr)
+    if re.search(r"No assignment with ID '[^']+' exists in the database", stderr):
+        why += " (the chapter was never released into this gradebook: run `make release` first)"
+    return f"{why} (nbgrader's log: {log})"
 
 
 def nbgrader_error(returncode: int, stderr: str) -> str:
@@ -593,6 +596,9 @@ def main(argv: list[str] | None = None) -> int:
     import term  # autograder/term.py, beside this file
 
     dirs = CourseDirs(sandbox=args.sandbox, db_url=os.environ.get("QMATMUL_DB_URL", ""))
+    if args.command == "autograde":
+        print("sandbox: on (bubblewrap: course.md, threat model)" if args.sandbox else
+              "sandbox: off (plain mode; for a class you do not trust: make autograde SANDBOX=1)")  # fmt: skip
     if args.command == "autograde" and (args.jobs > 1 or args.scheduler or args.resume):
         pairs = []
         for assignment in selected:

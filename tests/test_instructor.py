@@ -73,6 +73,9 @@ def test_a_run_fails_on_nbgraders_exit_status_not_on_the_notebook_kernels_logged
     assert (
         why.startswith("ValueError: bad notebook") and str(tmp_path / "logs" / "w8a16" / "broken.log") in why
     )
+    unreleased = ("[AutogradeApp | ERROR] No assignment with ID 'fp8' exists in the database\n"
+                  "nbgrader.converters.base.NbGraderException: No assignment with ID 'fp8' exists in the database\n")  # fmt: skip
+    assert "run `make release` first" in classroom.nbgrader_failure("fp8", "fresh", 1, unreleased, dirs)
 
 
 def test_bonus_cells_are_graded_cells_the_guide_calls_bonus():

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 ESCAPE_MODULES = {
     "ctypes", "cffi", "threading", "_thread", "multiprocessing", "concurrent", "subprocess", "signal",
-    "importlib", "builtins", "gc", "inspect", "faulthandler", "code", "codeop", "marshal", "types",
+    "importlib", "builtins", "gc", "inspect", "faulthandler", "code", "codeop", "marshal", "types", "runpy",
     "numba", "cupy", "jax", "pycuda", "cuda", "asyncio", "sched", "pty", "mmap", "resource", "ptrace",
 }  # fmt: skip
 ESCAPE_CALLS = {"exec", "eval", "compile", "__import__", "globals", "locals", "vars", "breakpoint"}
