@@ -246,3 +246,30 @@ def test_the_oracle_libraries_are_not_importable_where_the_learners_code_runs():
     finally:
         w.close()
     assert err.value.type_name in ("ImportError", "ModuleNotFoundError") and "answers" in str(err.value)
+
+
+def test_modules_from_outside_the_stated_path_are_refused():
+    """A copy of a course file written to the scratch folder and imported from there would run the answer's code
+    from a file outside the course package: imports keep to the worker's stated path."""
+    from qmatmul.checks import LearnerError
+
+    program = [
+        ("setup", notebook.QUIET_START),
+        (
+            "learner",
+            "import sys, os\n"
+            "def fetch(x):\n"
+            "    with open('copied.py', 'w') as f:\n"
+            "        f.write('VALUE = 1\\n')\n"
+            "    sys.path.insert(0, os.getcwd())\n"
+            "    import copied\n"
+            "    return x\n",
+        ),
+    ]
+    w = Worker(program, timeout=60)
+    try:
+        with pytest.raises(LearnerError) as err:
+            w.call("fetch", (torch.zeros(1),), {})
+    finally:
+        w.close()
+    assert "outside the course's environment" in str(err.value)

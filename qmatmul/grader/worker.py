@@ -261,19 +261,35 @@ def _serve(shell, job: dict) -> dict:
     return _call(shell, job)
 
 
-class AnswerLibraries:
-    """A finder, first on sys.meta_path, that refuses the libraries that compute the course formats' answers in
-    one call (static.ANSWER_LIBRARIES: the tests' own oracles, torchao and ml_dtypes): by whatever route an import
-    is asked for (an import statement, importlib, pickle, pkgutil.resolve_name), they are not there."""
+class ImportPolicy:
+    """A finder, first on sys.meta_path, that keeps the worker's imports to its stated path (the folders
+    qmatmul.grader.remote.import_path gave it at start): a module found anywhere else (a folder the learner's code
+    put on sys.path, a copy of a course file written to the scratch folder) is refused, and so are the libraries
+    that compute the course formats' answers in one call (static.ANSWER_LIBRARIES: the tests' own oracles,
+    torchao and ml_dtypes). The policy holds by whatever route an import is asked for: an import statement,
+    importlib, pickle, pkgutil.resolve_name."""
+
+    def __init__(self, roots: list[str]):
+        self.roots = [os.path.join(os.path.realpath(r), "") for r in roots if r]
 
     def find_spec(self, name, path=None, target=None):
+        import importlib.machinery
+
         from qmatmul.grader import static
 
         if name.partition(".")[0] in static.ANSWER_LIBRARIES:
             raise ImportError(
                 f"{name} is not importable where the grader runs your code: it computes the answers"
             )
-        return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        origin = getattr(spec, "origin", None)
+        if origin and origin not in ("built-in", "frozen") and os.path.isabs(origin):
+            if not any(os.path.realpath(origin).startswith(r) for r in self.roots):
+                raise ImportError(
+                    f"{name} is not importable where the grader runs your code: it lies outside the course's "
+                    f"environment ({origin})"
+                )
+        return None  # the usual finders import it
 
 
 def main(argv: list[str]) -> int:
@@ -288,7 +304,7 @@ def main(argv: list[str]) -> int:
     from qmatmul.grader import static
 
     sys.stdout, sys.stderr = _Bounded(sys.__stdout__), _Bounded(sys.__stderr__)
-    sys.meta_path.insert(0, AnswerLibraries())
+    sys.meta_path.insert(0, ImportPolicy(list(sys.path)))  # the stated path, as the bootstrap set it
     from qmatmul.grader import kernels, reach
 
     kernels.install()  # before the learner's cells: their code never holds an unwrapped launch or read
