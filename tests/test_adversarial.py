@@ -135,7 +135,9 @@ def test_the_sandbox_holds_what_plain_mode_cannot(tmp_path, monkeypatch):
     # CI machine; its notebook kernel may legitimately live that long), short enough that the students graded
     # after it cover the wait.
     monkeypatch.setenv("DETACHED_SLEEP", str(DETACHED_SLEEP))
-    names = {"sandbox_escape", "plant_links", "detached", "forge_channel", "patch_checks", "honest_toplevel"}
+    # and the compile worker inside the sandbox: a kernel it must refuse, one it must accept
+    names = {"sandbox_escape", "plant_links", "detached", "forge_channel", "patch_checks", "honest_toplevel",
+             "python_in_kernel", "honest_functional_jit"}  # fmt: skip
     students = [s for s in corpus("w8a16") if s.name in names]
     package = (ROOT / "qmatmul" / "__init__.py").read_bytes()
     rows, spans = grade(tmp_path, students, sandbox=True, monkeypatch=monkeypatch)
