@@ -122,3 +122,54 @@ def test_each_launch_is_compiled_once_in_a_process_of_its_own(worker):
     proven = len(worker._proven)
     run_audited(RemoteFunction(worker, "honest"), torch.ones(10), torch.zeros(10), what="honest")
     assert len(worker._proven) == proven
+
+
+READS = [
+    ("setup", notebook.QUIET_START),
+    ("imports", "import torch\nimport triton\nimport triton.language as tl\n"),
+    (
+        "learner",
+        CELLS
+        + """
+import numpy as np
+
+def _copied(x, out, values):
+    out.copy_(torch.as_tensor(values, dtype=out.dtype).reshape(out.shape))
+    double_kernel[(1,)](out, out, 0, BLOCK=64)
+    return out
+
+def via_numpy(x, out):
+    return _copied(x, out, np.asarray(x) * 2)
+
+def via_numpy_method(x, out):
+    return _copied(x, out, x.numpy() * 2)
+
+def via_tolist(x, out):
+    return _copied(x, out, [v * 2 for v in x.tolist()])
+
+def via_storage(x, out):
+    return _copied(x, out, [v * 2 for v in x.storage().tolist()])
+
+class _Capsule:
+    def __init__(self, x):
+        self.capsule = torch.utils.dlpack.to_dlpack(x)
+    def __dlpack__(self, stream=None):
+        return self.capsule
+    def __dlpack_device__(self):
+        return (1, 0)
+
+def via_dlpack(x, out):
+    return _copied(x, out, np.from_dlpack(_Capsule(x)) * 2)
+""",
+    ),
+]
+
+
+@pytest.mark.parametrize("name", ["via_numpy", "via_numpy_method", "via_tolist", "via_storage", "via_dlpack"])
+def test_values_read_into_numpy_or_python_are_seen(name):
+    w = Worker(READS, timeout=60)
+    try:
+        with pytest.raises(CheckFailed, match="into numpy or Python"):
+            RemoteFunction(w, name).audited(torch.ones(100), torch.zeros(100), what=name)
+    finally:
+        w.close()

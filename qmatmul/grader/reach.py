@@ -104,7 +104,15 @@ def observe(given: dict[str, list[str]], exempt=()):
 # numpy (reached by any route) and copied into `out` by a kernel that stores would pass every other check. Every
 # route from a tensor's values to numpy or Python goes through one of these methods (or through ctypes, which the
 # escape flags name).
-HOST_READS = {"Tensor": ("numpy", "__array__", "tolist", "__dlpack__"), "UntypedStorage": ("tolist",)}
+HOST_READS = {
+    "Tensor": ("numpy", "__array__", "tolist", "__dlpack__"),
+    "UntypedStorage": ("tolist",),
+    "TypedStorage": ("tolist",),
+}
+HOST_READ_FUNCTIONS = (
+    ("torch", "to_dlpack"),
+    ("torch.utils.dlpack", "to_dlpack"),
+)  # a tensor in, a capsule out
 
 
 _READS: list | None = None  # what the call being watched read to the host (host_reads), else None
@@ -118,7 +126,7 @@ def install_host_reads() -> None:
     for cls_name, methods in HOST_READS.items():
         cls = getattr(torch, cls_name)
         for name in methods:
-            original = cls.__dict__.get(name)
+            original = getattr(cls, name, None)  # inherited too: Tensor.numpy and .tolist live on TensorBase
             if original is None or getattr(original, "_qmatmul_observed", False):
                 continue
 
@@ -129,6 +137,21 @@ def install_host_reads() -> None:
 
             reading._qmatmul_observed = True
             setattr(cls, name, reading)
+    import importlib
+
+    for module_name, name in HOST_READ_FUNCTIONS:
+        module = importlib.import_module(module_name)
+        original = getattr(module, name, None)
+        if original is None or getattr(original, "_qmatmul_observed", False):
+            continue
+
+        def exported(tensor, *args, _original=original, _name=name, **kwargs):
+            if _READS is not None and len(_READS) < MAX_REPORTED and hasattr(tensor, "numel"):
+                _READS.append([_name, int(tensor.numel())])
+            return _original(tensor, *args, **kwargs)
+
+        exported._qmatmul_observed = True
+        setattr(module, name, exported)
 
 
 @contextlib.contextmanager
