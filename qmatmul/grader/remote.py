@@ -29,15 +29,14 @@ import torch
 
 from qmatmul import checks, harness
 from qmatmul.checks import WORKER_CONTEXTS, WORKER_STATE, CheckFailed, LearnerError, OpRecord
-from qmatmul.grader import kernels, static
+from qmatmul.grader import kernels, reach, static
 
 GPU_FAULT = r"illegal memory access|misaligned address|unspecified launch failure|illegal instruction|device-side assert"
 ROOT = Path(__file__).resolve().parent.parent.parent
 
 
-MEMORY_ENV = (
-    "QMATMUL_WORKER_MEMORY"  # bytes of address space for a worker on a machine without a GPU; 0: none
-)
+# bytes of address space for a worker on a machine without a GPU; 0: none
+MEMORY_ENV = "QMATMUL_WORKER_MEMORY"
 
 
 def memory_limit() -> int | None:
@@ -172,20 +171,22 @@ class Worker:
         self.proc = None
         self.starts = 0
         self.compiler: Worker | None = None  # the compile worker (prove_kernels), started when first needed
-        self._proven: dict[
-            str, str | None
-        ] = {}  # a launch -> why it is not a kernel of the learner's, or None
+        # a launch -> why it is not a kernel of the learner's, or None
+        self._proven: dict[str, str | None] = {}
         self.last_launches: list = []
         self.last_reads: list = []  # [method, elements] of each tensor an audited call read into numpy or Python
-        self.dir = Path(tempfile.mkdtemp(prefix="qmatmul-worker-"))
-        self.scratch = (
-            self.dir / "work"
-        )  # the worker's current directory: empty, its own, never the submission
-        self.scratch.mkdir()
+        self._new_folder()
         self.failed_cells: list[str] = []
         self._buf = b""
 
     # -- process ------------------------------------------------------------------------------------------
+    def _new_folder(self) -> None:
+        """The worker's folder (its program, log, arguments and results) and, inside it, the scratch folder that
+        is its current directory: empty, its own, never the submission."""
+        self.dir = Path(tempfile.mkdtemp(prefix="qmatmul-worker-"))
+        self.scratch = self.dir / "work"
+        self.scratch.mkdir()
+
     def _wait(self, timeout: float, what: str) -> tuple[float, bool]:
         """How long the next wait may be: `timeout`, or what is left of the notebook's budget if less (then
         True). Raises CheckFailed when the budget is spent."""
@@ -208,9 +209,7 @@ class Worker:
         wait, budgeted = self._wait(self.start_timeout, "defining your notebook's functions")
         if self.starts:  # a restart: a new folder, so nothing the last process left there is seen
             shutil.rmtree(self.dir, ignore_errors=True)
-            self.dir = Path(tempfile.mkdtemp(prefix="qmatmul-worker-"))
-            self.scratch = self.dir / "work"
-            self.scratch.mkdir()
+            self._new_folder()
         self.starts += 1
         program_path = self.dir / "program.json"
         write_new(program_path, json.dumps(self.program).encode())
@@ -449,10 +448,9 @@ class Worker:
                 "`kernel[grid](...)`. (A function called like a kernel but not made by triton.jit runs as plain "
                 "Python and does not count.)"
             )
-        package = str(ROOT / "qmatmul") + os.sep
         given = {f"{m}.{n}" for m, names in static.given(self.release).items() for n in names}
         for launch in launches:
-            if str(launch.get("file", "")).startswith(package):
+            if reach.module_of(str(launch.get("file", ""))) is not None:
                 if given & set(launch.get("course", [])):
                     continue  # a course kernel, launched by what the chapter gives
                 raise CheckFailed(
