@@ -9,7 +9,7 @@ whose process is killed costs only that student, who is graded again by the next
     cluster  a Dask distributed scheduler (`--scheduler tcp://host:8786`): each job runs on a worker that
              offers the resource `grader` (course.md, "A class of hundreds", says how to start them)
 
-Performance cells need a GPU per job. A timed window holds its GPU's lock exclusively (qmatmul/gpulock.py) and the
+Performance cells need a GPU per job. A timed window holds its GPU's lock exclusively (qmatmul/timing/gpulock.py) and the
 notebooks' cells hold it shared, yet four notebooks at once on one H200 read wrong figures (docs/parallel-grading.md):
 what the lock does not cover (the host's CPUs, GPU memory, work left queued) was enough. So a local pool on a CUDA
 host grades at most one notebook per GPU (`pool_size`), and a Dask worker should offer one `grader` a GPU.

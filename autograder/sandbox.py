@@ -54,7 +54,7 @@ def hidden(exchange: str | None = None) -> list[str]:
     folders given by EXTRA_ENV, the exchange (nbgrader's Exchange.root), and what parallel grading shares: the GPU locks, a local
     PostgreSQL server's socket folder. Most of them are not shown at all (sandbox_exec.sh builds its file system
     from shown()); hiding them too keeps them hidden where a course is installed under /opt or /usr."""
-    from qmatmul import gpulock
+    from qmatmul.timing import gpulock
 
     extra = [p for p in os.environ.get(EXTRA_ENV, "").split(os.pathsep) if p]
     shared = [str(gpulock.lock_dir().resolve()), *[d for d in ("/run/postgresql",) if Path(d).is_dir()]]

@@ -5,7 +5,8 @@ import json, os, sys, time
 
 sys.path.insert(0, os.getcwd())
 import torch, triton, triton.language as tl
-from qmatmul import bench, checks, mxfp4, environment, course
+from qmatmul import checks, mxfp4, environment, course
+from qmatmul import timing
 
 env = environment.start()
 sol = course.load_notebook_code("mxfp4")
@@ -149,7 +150,7 @@ def run_ds(x, p, s, cfg):
     return out
 
 
-copy = bench.copy_bandwidth()
+copy = timing.copy_bandwidth()
 print(
     f"copy {copy / 1e12:.2f} TB/s, {env.gpu_name}, torch {torch.__version__}, triton {triton.__version__}",
     flush=True,
@@ -188,7 +189,7 @@ for variant, fn, cfgs in (
                 y = fn(xs[M], packed, scales, cfg)
                 torch.cuda.synchronize()
                 err = float((y.float() - refs[M]).norm() / refs[M].norm())
-                ms = bench.median_ms(lambda: fn(xs[M], packed, scales, cfg))
+                ms = timing.median_ms(lambda: fn(xs[M], packed, scales, cfg))
                 bw = mxfp4.bytes_moved(M, N, K) / (ms * 1e-3)
                 row[f"M{M}_us"] = round(ms * 1e3, 1)
                 row[f"M{M}_frac"] = round(bw / copy, 3)
@@ -206,6 +207,6 @@ for variant, fn, cfgs in (
 w = torch.randn(N, K, device="cuda", generator=g).to(dtype)
 for M in (1, 16):
     for label, f in (("dense", lambda: xs[M] @ w.T), ("naive", lambda: mxfp4.naive(xs[M], packed, scales))):
-        ms = bench.median_ms(f)
+        ms = timing.median_ms(f)
         nb = mxfp4.bytes_moved_dense(M, N, K) if label == "dense" else mxfp4.bytes_moved(M, N, K)
         print(label, M, f"{ms * 1e3:.1f} us", f"{nb / (ms * 1e-3) / copy:.3f} of copy", flush=True)

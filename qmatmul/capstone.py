@@ -2171,11 +2171,11 @@ def _recorded() -> dict:
 
 
 def _time_us(fn) -> float:
-    from qmatmul import bench
+    from qmatmul import timing
 
     fn()
     torch.cuda.synchronize()
-    return bench.median_ms(fn) * 1e3
+    return timing.median_ms(fn) * 1e3
 
 
 def time_model(quantize_model_fn, formats=FORMATS, batches=(1, 24)) -> dict:

@@ -175,7 +175,7 @@ def smoke_test(env: Env) -> float:
     import torch
     import triton
 
-    from qmatmul import smoke
+    from qmatmul.kernels import smoke
 
     x = torch.arange(16 * 48, dtype=torch.float32, device=env.device).reshape(16, 48) % 7 - 3
     w = torch.arange(48 * 16, dtype=torch.float32, device=env.device).reshape(48, 16) % 5 - 2

@@ -14,9 +14,8 @@ import re
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from qmatmul import bench, chapter, checks, floor, harness, recorded, widgets
-from qmatmul.checks import CheckFailed, Mistake
-from qmatmul.floor import bytes_moved_dense, flops  # noqa: F401 - the notebook's names
+from qmatmul import checks, timing
+from qmatmul.checks import CheckFailed, Mistake, common, harness
 from qmatmul.formats.fp8 import (  # noqa: F401 - the notebook's names
     E4M3,
     E4M3_MAX,
@@ -39,6 +38,10 @@ from qmatmul.formats.fp8 import (  # noqa: F401 - the notebook's names
     saturate,
     scaled_mm,
 )
+from qmatmul.kernels import configs
+from qmatmul.scaffold import validation
+from qmatmul.teaching import compare, recorded, roofline_model, widgets
+from qmatmul.teaching.roofline_model import bytes_moved_dense, flops  # noqa: F401 - the notebook's names
 
 # Decode grading: a weight of 28672 x 8192 e4m3 (235 MB) is about 4x the H200's L2.
 BANDWIDTH_SHAPE = (28672, 8192)
@@ -190,10 +193,10 @@ def _vector(t, n, name):
 
 def _operands(xq, wq) -> tuple[int, int, int]:
     """Both operands e4m3 [M, K] and [N, K]: returns M, N, K."""
-    chapter.require_tensors(xq=xq, wq=wq)
-    chapter.require_codes("xq", xq, E4M3)
-    chapter.require_codes("wq", wq, E4M3)
-    chapter.require_same_k("xq", xq, "wq", wq, "[N, K]", wq.shape[1])
+    validation.require_tensors(xq=xq, wq=wq)
+    validation.require_codes("xq", xq, E4M3)
+    validation.require_codes("wq", wq, E4M3)
+    validation.require_same_k("xq", xq, "wq", wq, "[N, K]", wq.shape[1])
     return xq.shape[0], wq.shape[0], xq.shape[1]
 
 
@@ -205,18 +208,18 @@ def prepare(xq, sx, wq, sw, out=None):
     M, N, K = _operands(xq, wq)
     sx = _vector(sx, M, "sx")
     sw = _vector(sw, N, "sw")
-    chapter.require_one_device(xq=xq, sx=sx, wq=wq, sw=sw)
-    chapter.require_contiguous("xq", wq=wq)
-    return M, N, K, sx, sw, chapter.output(out, M, N, out_dtype(xq.device.type), xq.device)
+    validation.require_one_device(xq=xq, sx=sx, wq=wq, sw=sw)
+    validation.require_contiguous("xq", wq=wq)
+    return M, N, K, sx, sw, validation.output(out, M, N, out_dtype(xq.device.type), xq.device)
 
 
 def prefill_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
     """Tile sizes and path of the tiled kernel. FP8_DOT: the native fp8 tl.dot (sm_89+)."""
     fp8_dot = _fp8_dot(device)
     if device != "cuda":
-        return dict(chapter.INTERPRETER_TILED, FP8_DOT=fp8_dot)
-    if chapter.fma_dot(device):  # a T4: FMA tiles (qmatmul/chapter.py)
-        return dict(chapter.FMA_TILED, FP8_DOT=False)
+        return dict(configs.INTERPRETER_TILED, FP8_DOT=fp8_dot)
+    if configs.fma_dot(device):  # a T4: FMA tiles (qmatmul/kernels/configs.py)
+        return dict(configs.FMA_TILED, FP8_DOT=False)
     if not fp8_dot:  # decode e4m3 to fp16 in registers: 16-bit tiles, as in W8A16
         return dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, FP8_DOT=False, num_warps=8, num_stages=3)
     # Swept on the H200 at 4096 x 8192 x 8192 (docs/perf-notes.md, 2026-12-02), % of torch._scaled_mm: with the
@@ -232,13 +235,13 @@ def decode_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
     """The decode kernel: all M rows (padded to 16) in one program, a strip of BLOCK_N columns."""
     fp8_dot = _fp8_dot(device)
     if device != "cuda":
-        return dict(chapter.INTERPRETER_DECODE, FP8_DOT=fp8_dot)
+        return dict(configs.INTERPRETER_DECODE, FP8_DOT=fp8_dot)
     # Graph-timed on the H200 (docs/perf-notes.md, 2026-12-01), fraction of copy at M = 1 / 16: 28672 x 8192 with
     # 128 x 256: 93 / 97; 8192 x 28672 with 64 x 1024, 8 warps: 97 / 97 (64 x 512: 90 / 99); 8192 x 8192 with
     # 64 x 512: 81 / 80 (64 x 256: 65 / 64). The fp16 path (no fp8 tensor cores) keeps its earlier tiles.
     long_k = K >= 16384
-    if chapter.fma_dot(device):  # a T4: FMA tiles (qmatmul/chapter.py)
-        return dict(chapter.FMA_DECODE, FP8_DOT=False)
+    if configs.fma_dot(device):  # a T4: FMA tiles (qmatmul/kernels/configs.py)
+        return dict(configs.FMA_DECODE, FP8_DOT=False)
     if not fp8_dot:
         return dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=512 if long_k else 256, FP8_DOT=False, num_warps=4,
                     num_stages=4 if long_k else 3)  # fmt: skip
@@ -379,7 +382,7 @@ def _call_non_saturating(fn, *args, what):
 
 
 def check_saturate(fn, *, hidden: bool = False, seed: int | None = None) -> None:
-    seed, g, _ = chapter.cell(seed)
+    seed, g, _ = common.cell(seed)
     what = "saturate_e4m3"
     for v in _cast_inputs(g, hidden):
         got = _call_non_saturating(fn, v.clone(), what=what)
@@ -460,7 +463,7 @@ def _quantizer_mistakes(x, block):
 
 def check_quantizer(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """quantize_fp8(x, block) must equal the reference bit for bit (zero blocks: any positive finite scale)."""
-    seed, g, _ = chapter.cell(seed)
+    seed, g, _ = common.cell(seed)
     what = "quantize_fp8"
     for x, block in _quantizer_inputs(g, hidden):
         R, C = x.shape
@@ -582,7 +585,7 @@ def check_decoder(decode_fn, *, hidden: bool = False, seed: int | None = None) -
     """decode_fn(codes: uint8 tensor) -> fp16 tensor, through the learner's Triton function: all 256 codes."""
     what = "e4m3_to_fp16"
     checks.require_own_kernel(decode_fn, what=what)
-    device = chapter.device()
+    device = validation.device()
     codes = torch.arange(256, dtype=torch.int32).to(torch.uint8)
     if hidden:
         seed = checks.fresh_seed() if seed is None else seed
@@ -733,7 +736,7 @@ def _check_kernel(fn, what, shapes, device, g) -> int:
             strided = i % 2 == 1
             per_tensor = i == 1 and len(shapes) > 2  # strided x with one scale for the whole tensor
             xq, sx, wq, sw = random_problem(M, N, K, device, g, strided=strided, per_tensor=per_tensor)
-            full, out = chapter.poisoned_out(M, N, dtype, device, strided)
+            full, out = common.poisoned_out(M, N, dtype, device, strided)
             inputs = dict(xq=xq, sx=sx, wq=wq, sw=sw)
             before = checks.snapshot(inputs)
             ctx = (f" (M={M}, N={N}, K={K}, {path}{', strided xq and out' if strided else ''}"
@@ -814,10 +817,10 @@ def _check_accumulation(fn, what: str, device: str) -> int:
 
 
 def rounding_problems(M: int, N: int, K: int, device: str) -> list[tuple]:
-    """The rounding probe (qmatmul/chapter.py) for each operand, (which, (xq, sx, wq, sw)): one operand's rows sum to
+    """The rounding probe (qmatmul/kernels/configs.py) for each operand, (which, (xq, sx, wq, sw)): one operand's rows sum to
     1 along K with the scale PROBE_SCALE, the other is ones with scale 1. A kernel that multiplies that scale into the
     decoded 16-bit operand before the dot misses it on every run."""
-    d, s = chapter.rounding_probe_weights(max(M, N), K).float(), chapter.PROBE_SCALE
+    d, s = common.rounding_probe_weights(max(M, N), K).float(), common.PROBE_SCALE
     problems = []
     for ones, xs, ws, sx, sw in (
         ("x", torch.ones(M, K), d[:N], 1.0, s),
@@ -850,7 +853,7 @@ def _accumulation_hint(report: str, imprecise: bool) -> str:
 
 def check_matmul(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 3: fp8_matmul on both paths, ragged shapes, strided views, poisoned output, fused."""
-    seed, g, device = chapter.cell(seed)
+    seed, g, device = common.cell(seed)
     if not hidden:
         shapes = [(64, 64, 128), (50, 70, 90)]
     else:
@@ -872,7 +875,7 @@ def check_matmul(fn, *, hidden: bool = False, seed: int | None = None) -> None:
 
 def check_decode(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 4 (correctness): M = 1..16, ragged N and K, both paths where they run."""
-    seed, g, device = chapter.cell(seed)
+    seed, g, device = common.cell(seed)
     if not hidden:
         shapes = [(16, 16, 200), (1, 64, 128)]  # a square one first: a swap of sx and sw can be named
     else:
@@ -910,7 +913,7 @@ def _recheck(fn, what, M, N, K, g):
 
 
 def timing_weights(N: int, K: int, g: torch.Generator) -> tuple:
-    """The timed weight (qmatmul/harness.py): e4m3 codes across the range and per-row scales."""
+    """The timed weight (qmatmul/checks/harness.py): e4m3 codes across the range and per-row scales."""
     wq = (torch.randn(N, K, device=g.device, generator=g) * 100).clamp(-448, 448).to(E4M3)
     sw = torch.rand(N, device=g.device, generator=g) * 1e-4 + 1e-5
     return wq, sw
@@ -919,7 +922,7 @@ def timing_weights(N: int, K: int, g: torch.Generator) -> tuple:
 def timing_inputs(M: int, K: int, g: torch.Generator, n: int) -> tuple:
     """n quantized activations [M, K] with their per-row scales, stacked: random bytes with the lowest mantissa
     bit cleared, so every exponent appears, ±448 and the subnormals too, and the NaN codes (0x7F, 0xFF) never do.
-    The timed window holds the draw (qmatmul/harness.py), so it is cheap: 64-bit words, one masking pass. Bytes
+    The timed window holds the draw (qmatmul/checks/harness.py), so it is cheap: 64-bit words, one masking pass. Bytes
     drawn one at a time (randint on uint8) took 0.24 ms of the window a prefill call on the H200, 30 % of the
     kernel's time (2026-12-02)."""
     size = n * M * K
@@ -952,7 +955,9 @@ def check_prefill_speed(fn, *, threshold: float = PREFILL_THRESHOLD, seed: int |
     M, N, K = PREFILL_SHAPE
     nbytes, nflops = bytes_moved(M, N, K), flops(M, N, K)
     ref_problem = _timing_problem(M, N, K, checks.generator(seed, "cuda"))
-    ref = bench.time_it("torch._scaled_mm (row-wise)", lambda: scaled_mm(*ref_problem), nbytes, nflops, False)
+    ref = timing.time_it(
+        "torch._scaled_mm (row-wise)", lambda: scaled_mm(*ref_problem), nbytes, nflops, False
+    )
     try:
         mine = harness.time_calls(fn, what="fp8_matmul", module=__name__, N=N, K=K, M=M,
                                   out_dtype=out_dtype("cuda"), nbytes=nbytes, seed=seed, est_ms=2 * ref.ms)  # fmt: skip
@@ -1010,18 +1015,18 @@ def prepare_block(xq, sx, wq, sw, out=None):
                              f"{getattr(t, 'dtype', type(t).__name__)} {list(getattr(t, 'shape', []))}")  # fmt: skip
         if not t.is_contiguous():
             raise ValueError(f"{name} must be contiguous")
-    chapter.require_one_device(xq=xq, sx=sx, wq=wq, sw=sw)
-    chapter.require_contiguous("xq", wq=wq)
-    return M, N, K, chapter.output(out, M, N, out_dtype(xq.device.type), xq.device)
+    validation.require_one_device(xq=xq, sx=sx, wq=wq, sw=sw)
+    validation.require_contiguous("xq", wq=wq)
+    return M, N, K, validation.output(out, M, N, out_dtype(xq.device.type), xq.device)
 
 
 def block_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
     """BLOCK_K is the scale block (128) so each K step has one activation and one weight scale."""
     fp8_dot = _fp8_dot(device)
     if device != "cuda":
-        return dict(chapter.INTERPRETER_TILED, BLOCK_K=SCALE_BLOCK, FP8_DOT=fp8_dot)
-    if chapter.fma_dot(device):  # a T4: BLOCK_K stays the scale block, so a narrower tile (16 KB, not 64 KB)
-        return dict(chapter.FMA_TILED, BLOCK_N=32, BLOCK_K=SCALE_BLOCK, FP8_DOT=False)
+        return dict(configs.INTERPRETER_TILED, BLOCK_K=SCALE_BLOCK, FP8_DOT=fp8_dot)
+    if configs.fma_dot(device):  # a T4: BLOCK_K stays the scale block, so a narrower tile (16 KB, not 64 KB)
+        return dict(configs.FMA_TILED, BLOCK_N=32, BLOCK_K=SCALE_BLOCK, FP8_DOT=False)
     if not fp8_dot:
         return dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=SCALE_BLOCK, FP8_DOT=False, num_warps=8, num_stages=3)
     if M > 64 and torch.cuda.get_device_capability() == (9, 0):
@@ -1099,7 +1104,7 @@ def block_mistakes(xq, sx, wq, sw) -> list[Mistake]:
 
 def check_block_matmul(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 5: the block-scaled GEMM on both paths, ragged shapes, strided views, poisoned output, fused."""
-    seed, g, device = chapter.cell(seed)
+    seed, g, device = common.cell(seed)
     what = "fp8_block_matmul"
     dtype = out_dtype(device)
     if not hidden:
@@ -1116,7 +1121,7 @@ def check_block_matmul(fn, *, hidden: bool = False, seed: int | None = None) -> 
         for i, (M, N, K) in enumerate(shapes):
             strided = i % 2 == 1
             xq, sx, wq, sw = random_block_problem(M, N, K, device, g, strided=strided)
-            full, out = chapter.poisoned_out(M, N, dtype, device, strided)
+            full, out = common.poisoned_out(M, N, dtype, device, strided)
             ctx = f" (M={M}, N={N}, K={K}, {path}{', strided xq and out' if strided else ''})"
             inputs = dict(xq=xq, sx=sx, wq=wq, sw=sw)
             before = checks.snapshot(inputs)
@@ -1154,10 +1159,10 @@ H200_RECORDED_US = recorded.decode_us(
 def predictions(env) -> None:
     """Print the floor time of a decode and a prefill step on this GPU (the H200's figures on a CPU)."""
     N, K = BANDWIDTH_SHAPE
-    floor.predictions(env, ["fp8"], (1, 16, 4096), naive="fp8", shape=(N, K),
+    roofline_model.predictions(env, ["fp8"], (1, 16, 4096), naive="fp8", shape=(N, K),
                       note=" (floors at the bf16 matmul rate)")  # fmt: skip
     if not env.has_gpu:
-        fp8_rate = floor.H200["fp8_flops"]
+        fp8_rate = roofline_model.H200["fp8_flops"]
         t = flops(4096, N, K) / fp8_rate
         print(f"With the H200's fp8 tensor cores ({fp8_rate / 1e12:.0f} TFLOP/s recorded), the M=4096 floor drops "
               f"to {t * 1e6:.0f} µs: prefill is compute-bound, and fp8 doubles the rate.")  # fmt: skip
@@ -1183,4 +1188,4 @@ def compare_paths(env, matmul_fn, decode_fn, M: int = 1):
         return [lambda: x @ w.T, lambda: naive(xq, sx, wq, sw, env.act_dtype), lambda: scaled_mm(xq, sx, wq, sw),
                 lambda: matmul_fn(xq, sx, wq, sw), lambda: decode_fn(xq, sx, wq, sw)]  # fmt: skip
 
-    return chapter.compare_paths(env, rows, fns, H200_RECORDED_US, M=M, shape=(N, K), where_known=True)
+    return compare.compare_paths(env, rows, fns, H200_RECORDED_US, M=M, shape=(N, K), where_known=True)

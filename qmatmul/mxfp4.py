@@ -14,10 +14,8 @@ import os
 
 import torch
 
-from qmatmul import chapter, checks, floor, plots, recorded, widgets
-from qmatmul.chapter import ACT_DTYPES  # noqa: F401 - the notebook's names
-from qmatmul.checks import CheckFailed, Mistake
-from qmatmul.floor import bytes_moved_dense, flops  # noqa: F401 - the notebook's names
+from qmatmul import checks
+from qmatmul.checks import CheckFailed, Mistake, common
 from qmatmul.formats import fp4
 from qmatmul.formats.mxfp4 import (  # noqa: F401 - the notebook's names
     BLOCK,
@@ -32,12 +30,17 @@ from qmatmul.formats.mxfp4 import (  # noqa: F401 - the notebook's names
     reference,
     shared_exponent,
 )
-from qmatmul.gemm import decoded_gemm  # noqa: F401 - the notebook's names
+from qmatmul.kernels import configs
+from qmatmul.kernels.gemm import decoded_gemm  # noqa: F401 - the notebook's names
+from qmatmul.scaffold import validation
+from qmatmul.scaffold.validation import ACT_DTYPES  # noqa: F401 - the notebook's names
+from qmatmul.teaching import compare, plots, recorded, roofline_model, widgets
+from qmatmul.teaching.roofline_model import bytes_moved_dense, flops  # noqa: F401 - the notebook's names
 
 BANDWIDTH_SHAPE = (28672, 8192)
 BANDWIDTH_MS = (1, 16)
 # Fraction of the copy bandwidth measured in the same process (graded on the CUDA-graph figure where the calls can
-# be captured, else the eager one: qmatmul/harness.py). Decoding, not memory, bounds a plain Triton kernel for this
+# be captured, else the eager one: qmatmul/checks/harness.py). Decoding, not memory, bounds a plain Triton kernel for this
 # format on the H200: the bar is half what the solution reaches there, rounded down, and far above the naive path
 # (the recorded figures: docs/bench-h200.json, quoted in course.md; docs/perf-notes.md says why half).
 BANDWIDTH_THRESHOLD = 0.12
@@ -61,18 +64,18 @@ GIVEN = {
 
 def prepare(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, out: torch.Tensor | None = None):
     """Validate the inputs of an MXFP4 matmul with clear messages; allocate out if needed. Returns M, N, K, out."""
-    M, N, K = chapter.require_block_scaled(
+    M, N, K = validation.require_block_scaled(
         x, packed, scales, block=BLOCK, block_name="MX", codes="E8M0 codes"
     )
-    return M, N, K, chapter.placed(x, out, M, N, dict(packed=packed, scales=scales))
+    return M, N, K, validation.placed(x, out, M, N, dict(packed=packed, scales=scales))
 
 
 def prefill_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
     """Tile sizes for the tiled kernel (BLOCK_K is a multiple of 32: whole MX blocks per step)."""
     if device != "cuda":
-        return dict(chapter.INTERPRETER_TILED)
-    if chapter.fma_dot(device):  # a T4: FMA tiles (qmatmul/chapter.py)
-        return dict(chapter.FMA_TILED)
+        return dict(configs.INTERPRETER_TILED)
+    if configs.fma_dot(device):  # a T4: FMA tiles (qmatmul/kernels/configs.py)
+        return dict(configs.FMA_TILED)
     big = M > 64
     if big and torch.cuda.get_device_capability() >= (9, 0):
         # Graph-timed on the H200 (docs/perf-notes.md): 12 % of cuBLAS at M = 2048 and 4096 against 7 % for
@@ -95,11 +98,11 @@ def _prefill_tiles(M: int) -> dict:
 def decode_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
     """Tile sizes for the decode kernel: all M rows (padded to 16) in one program, a strip of N."""
     if device != "cuda":
-        return dict(chapter.INTERPRETER_DECODE)
-    if chapter.fma_dot(device):
-        # A T4: FMA tiles (qmatmul/chapter.py) with two scale blocks a step (divisible_k); 32 columns keep 64 of K
+        return dict(configs.INTERPRETER_DECODE)
+    if configs.fma_dot(device):
+        # A T4: FMA tiles (qmatmul/kernels/configs.py) with two scale blocks a step (divisible_k); 32 columns keep 64 of K
         # free of spills on sm_75 (128 columns spilled 196 registers, tools/sass.py).
-        return dict(chapter.FMA_DECODE, BLOCK_N=32, BLOCK_K=chapter.MIN_DECODE_BLOCK_K)
+        return dict(configs.FMA_DECODE, BLOCK_N=32, BLOCK_K=configs.MIN_DECODE_BLOCK_K)
     # Graph-timed on the H200 (docs/perf-notes.md, 2026-12-01): with the tile read as it lies ([BLOCK_N, BLOCK_K/2]),
     # 32 columns x 512 of K, 4 warps, 3 stages reached 24-27 % of the copy bandwidth on all three shapes, M = 1 and
     # 16 (128 columns: 22 % on 28672 x 8192, 18 % on 8192 x 28672).
@@ -107,8 +110,8 @@ def decode_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
 
 
 def divisible_k(x, packed, scales, block_k: int):
-    """The decode wrapper's operands and BLOCK_K: chapter.divisible_k with blocks of 32."""
-    return chapter.divisible_k(x, packed, scales, block_k, BLOCK)
+    """The decode wrapper's operands and BLOCK_K: validation.divisible_k with blocks of 32."""
+    return validation.divisible_k(x, packed, scales, block_k, BLOCK)
 
 
 def dot_scaled_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
@@ -296,7 +299,7 @@ def log2_weight(N: int = 2, K: int = 256) -> torch.Tensor:
 
 def random_problem(M: int, N: int, K: int, dtype, device: str, g: torch.Generator, strided: bool = False):
     """x [M, K] (a strided view when `strided`), packed, scales from the reference quantizer."""
-    return chapter.problem((M, K), quantize(random_weight(N, K, g)), dtype, device, g, strided)
+    return common.problem((M, K), quantize(random_weight(N, K, g)), dtype, device, g, strided)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -415,12 +418,12 @@ def _code_diff_hint(w, codes, codes_ref, scales_ref) -> str:
 
 def check_quantizer(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 1: packed codes and E8M0 scales must equal the reference bit for bit."""
-    seed, g, _ = chapter.cell(seed)
+    seed, g, _ = common.cell(seed)
     what = "quantize_mxfp4"
     for w in _quantizer_inputs(g, hidden):
         N, K = w.shape
         ctx = f" (w: {str(w.dtype).replace('torch.', '')} [{N}, {K}])"
-        packed, scales = chapter.call_quantizer(fn, w, what=what, returns=("packed", "scales"), ctx=ctx)
+        packed, scales = common.call_quantizer(fn, w, what=what, returns=("packed", "scales"), ctx=ctx)
         if tuple(packed.shape) == (N, K):
             raise CheckFailed(
                 f"packed has shape [N, K] = [{N}, {K}]: pack two codes per byte, shape [N, K/2] = [{N}, {K // 2}].{ctx}"
@@ -505,9 +508,9 @@ def kernel_mistakes(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor)
     return out
 
 
-# chapter.check_kernel(fn, what, cases, **kw) on this chapter's problems, reference and known mistakes
+# common.check_kernel(fn, what, cases, **kw) on this chapter's problems, reference and known mistakes
 _check_kernel = functools.partial(
-    chapter.check_kernel, names=("x", "packed", "scales"), problem=random_problem,
+    common.check_kernel, names=("x", "packed", "scales"), problem=random_problem,
     reference=reference, mistakes=kernel_mistakes,
 )  # fmt: skip
 
@@ -551,14 +554,14 @@ def decode_shapes(g, device: str, hidden: bool, *, block: int, visible, k_blocks
 
 def check_prefill(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 2: the tiled kernel on ragged shapes, poisoned output, strided views, fused."""
-    seed, g, device = chapter.cell(seed)
+    seed, g, device = common.cell(seed)
     shapes = prefill_shapes(g, device, hidden, block=BLOCK, k_blocks=(2, 40, 8), tail=(1, 129, 160))
     _check_kernel(fn, "mxfp4_matmul", shapes, g=g, hidden=hidden, seed=seed)
 
 
 def check_decode(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 3 (correctness): M = 1..16, ragged N, K a multiple of 32."""
-    seed, g, device = chapter.cell(seed)
+    seed, g, device = common.cell(seed)
     shapes = decode_shapes(g, device, hidden, block=BLOCK, visible=[(1, 64, 128), (16, 96, 192)],
                            k_blocks=(2, 100, 9), long_blocks=(36, 48))  # fmt: skip
     _check_kernel(fn, "mxfp4_decode", shapes, g=g, hidden=hidden, seed=seed)
@@ -566,23 +569,23 @@ def check_decode(fn, *, hidden: bool = False, seed: int | None = None) -> None:
 
 def check_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: int | None = None) -> list:
     """Exercise 3 (performance): bandwidth over the bytes that must move, against the copy bandwidth."""
-    return chapter.check_decode_bandwidth(
+    return common.check_decode_bandwidth(
         fn, what="mxfp4_decode", module=__name__, shape=BANDWIDTH_SHAPE, Ms=BANDWIDTH_MS, threshold=threshold,
         seed=seed, nbytes=lambda M: bytes_moved(M, *BANDWIDTH_SHAPE),
-        hint=f"The naive path moves {floor.naive_factor('mxfp4', 1, *BANDWIDTH_SHAPE):.1f} times the bytes a fused "
+        hint=f"The naive path moves {roofline_model.naive_factor('mxfp4', 1, *BANDWIDTH_SHAPE):.1f} times the bytes a fused "
         "kernel must (at M = 1 on the timed shape): load each packed tile once, "
         "decode it in registers, and keep the per-element work to a few integer operations.",
     )  # fmt: skip
 
 
 def timing_weights(N: int, K: int, g: torch.Generator) -> tuple:
-    """The timed weight (qmatmul/harness.py): random e2m1 pairs and e8m0 scales near 2^-7."""
+    """The timed weight (qmatmul/checks/harness.py): random e2m1 pairs and e8m0 scales near 2^-7."""
     packed = torch.randint(0, 256, (N, K // 2), dtype=torch.uint8, device=g.device, generator=g)
     scales = torch.randint(118, 123, (N, K // BLOCK), dtype=torch.uint8, device=g.device, generator=g)
     return packed, scales
 
 
-timing_inputs = chapter.timing_activations  # the timed activations (qmatmul/harness.py)
+timing_inputs = common.timing_activations  # the timed activations (qmatmul/checks/harness.py)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -616,10 +619,10 @@ def check_dot_scaled(fn, *, seed: int | None = None) -> None:
     ok, why = dot_scaled_status()
     if not ok:
         return checks.not_measured(f"tl.dot_scaled cannot run here: {why}. Nothing to check.")
-    seed, g, device = chapter.cell(seed)
+    seed, g, device = common.cell(seed)
     shapes = [(32, 64, 64), (50, 70, 96), (1, 129, 160)]
     _check_kernel(fn, "mxfp4_matmul_dot_scaled", shapes, g=g, hidden=False, seed=seed,
-                  dtypes=chapter.act_dtypes(device)[-1:], note=f"; {why}")  # fmt: skip
+                  dtypes=common.act_dtypes(device)[-1:], note=f"; {why}")  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -641,7 +644,7 @@ H200_RECORDED_US = recorded.decode_us(
 
 def predictions(env) -> None:
     """Print the floor time of a decode and a prefill step on this GPU (the H200's figures on a CPU)."""
-    floor.predictions(env, ["mxfp4"], (1, 16, 2048), naive="mxfp4", shape=BANDWIDTH_SHAPE)
+    roofline_model.predictions(env, ["mxfp4"], (1, 16, 2048), naive="mxfp4", shape=BANDWIDTH_SHAPE)
 
 
 def compare_paths(env, prefill_fn, decode_fn, dot_scaled_fn=None, M: int = 1):
@@ -666,4 +669,4 @@ def compare_paths(env, prefill_fn, decode_fn, dot_scaled_fn=None, M: int = 1):
             lambda fn=fn: fn(x, packed, scales) for fn in kernels
         ]
 
-    return chapter.compare_paths(env, rows, fns, H200_RECORDED_US, M=M, shape=(N, K))
+    return compare.compare_paths(env, rows, fns, H200_RECORDED_US, M=M, shape=(N, K))

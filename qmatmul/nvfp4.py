@@ -13,9 +13,8 @@ import functools
 
 import torch
 
-from qmatmul import chapter, checks, floor, mxfp4, plots, widgets
-from qmatmul.chapter import ACT_DTYPES  # noqa: F401 - the notebook's names
-from qmatmul.checks import CheckFailed, Mistake
+from qmatmul import checks, mxfp4
+from qmatmul.checks import CheckFailed, Mistake, common
 from qmatmul.formats import fp4
 from qmatmul.formats.nvfp4 import (  # noqa: F401 - the notebook's names
     BLOCK,
@@ -29,7 +28,10 @@ from qmatmul.formats.nvfp4 import (  # noqa: F401 - the notebook's names
     reference,
     tensor_scale,
 )
-from qmatmul.gemm import decoded_gemm  # noqa: F401 - the notebook's names
+from qmatmul.kernels.gemm import decoded_gemm  # noqa: F401 - the notebook's names
+from qmatmul.scaffold import validation
+from qmatmul.scaffold.validation import ACT_DTYPES  # noqa: F401 - the notebook's names
+from qmatmul.teaching import plots, roofline_model, widgets
 
 BANDWIDTH_SHAPE = (28672, 8192)
 BANDWIDTH_MS = (1, 16)
@@ -50,12 +52,12 @@ GIVEN = {
 
 def prepare(x, packed, scales, g, out=None):
     """Validate the inputs of an NVFP4 matmul with clear messages; allocate out if needed. Returns M, N, K, out."""
-    M, N, K = chapter.require_block_scaled(
+    M, N, K = validation.require_block_scaled(
         x, packed, scales, block=BLOCK, block_name="NVFP4", codes="e4m3 bits", g=g
     )
     if g.dtype != torch.float32 or g.numel() != 1:
         raise ValueError(f"g must be a float32 tensor of one element, got {g.dtype} of shape {list(g.shape)}")
-    return M, N, K, chapter.placed(x, out, M, N, dict(packed=packed, scales=scales), g=g)
+    return M, N, K, validation.placed(x, out, M, N, dict(packed=packed, scales=scales), g=g)
 
 
 def prefill_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
@@ -68,8 +70,8 @@ def decode_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
 
 
 def divisible_k(x, packed, scales, block_k: int):
-    """The decode wrapper's operands and BLOCK_K: chapter.divisible_k with blocks of 16."""
-    return chapter.divisible_k(x, packed, scales, block_k, BLOCK)
+    """The decode wrapper's operands and BLOCK_K: validation.divisible_k with blocks of 16."""
+    return validation.divisible_k(x, packed, scales, block_k, BLOCK)
 
 
 def explain_format() -> None:
@@ -198,18 +200,16 @@ def tie_weight(N: int = 4, K: int = 128, amax: float = 0.37) -> torch.Tensor:
 
 def random_problem(M, N, K, dtype, device, gen, strided=False):
     """x [M, K] (a strided view when `strided`), packed, scales, g from the reference quantizer."""
-    return chapter.problem((M, K), quantize(random_weight(N, K, gen)), dtype, device, gen, strided)
+    return common.problem((M, K), quantize(random_weight(N, K, gen)), dtype, device, gen, strided)
 
 
 def rounding_probe(M, N, K, dtype, device, strided=False):
-    """The checks' rounding probe (qmatmul/chapter.py): x of ones, E2M1 values whose rows sum to 1, block scales of 1
+    """The checks' rounding probe (qmatmul/checks/common.py): x of ones, E2M1 values whose rows sum to 1, block scales of 1
     and the tensor scale PROBE_SCALE; g folded into 16-bit weights before the dot misses it on every run."""
-    packed = fp4.pack_nibbles(fp4.e2m1_encode(chapter.rounding_probe_weights(N, K).float()))
+    packed = fp4.pack_nibbles(fp4.e2m1_encode(common.rounding_probe_weights(N, K).float()))
     scales = fp4.e4m3_encode(torch.ones(N, K // BLOCK))
-    g = torch.tensor([chapter.PROBE_SCALE])
-    return chapter.rounding_probe_x(M, K, dtype, device, strided), *(
-        t.to(device) for t in (packed, scales, g)
-    )
+    g = torch.tensor([common.PROBE_SCALE])
+    return common.rounding_probe_x(M, K, dtype, device, strided), *(t.to(device) for t in (packed, scales, g))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -243,12 +243,12 @@ def _quantizer_mistakes(w):
 
 
 def check_quantizer(fn, *, hidden: bool = False, seed: int | None = None) -> None:
-    seed, gen, _ = chapter.cell(seed)
+    seed, gen, _ = common.cell(seed)
     what = "quantize_nvfp4"
     for w in _quantizer_inputs(gen, hidden):
         N, K = w.shape
         ctx = f" (w: {str(w.dtype).replace('torch.', '')} [{N}, {K}])"
-        packed, scales, g = chapter.call_quantizer(
+        packed, scales, g = common.call_quantizer(
             fn, w, what=what, returns=("packed", "scales", "g"), ctx=ctx
         )
         if packed.dtype != torch.uint8 or tuple(packed.shape) != (N, K // 2):
@@ -337,23 +337,23 @@ def kernel_mistakes(x, packed, scales, g) -> list[Mistake]:
     return out
 
 
-# chapter.check_kernel(fn, what, cases, **kw) on this chapter's problems, reference and known mistakes
+# common.check_kernel(fn, what, cases, **kw) on this chapter's problems, reference and known mistakes
 _check_kernel = functools.partial(
-    chapter.check_kernel, names=("x", "packed", "scales", "g"), problem=random_problem,
+    common.check_kernel, names=("x", "packed", "scales", "g"), problem=random_problem,
     reference=reference, mistakes=kernel_mistakes, probe=rounding_probe, probe_case=(2, 64, 128),
 )  # fmt: skip
 
 
 def check_prefill(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 2: the tiled kernel on ragged shapes, poisoned output, strided views, fused."""
-    seed, gen, device = chapter.cell(seed)
+    seed, gen, device = common.cell(seed)
     shapes = mxfp4.prefill_shapes(gen, device, hidden, block=BLOCK, k_blocks=(3, 80, 16), tail=(1, 129, 144))
     _check_kernel(fn, "nvfp4_matmul", shapes, g=gen, hidden=hidden, seed=seed)
 
 
 def check_decode(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 3 (correctness): M = 1..16, ragged N, K a multiple of 16."""
-    seed, gen, device = chapter.cell(seed)
+    seed, gen, device = common.cell(seed)
     shapes = mxfp4.decode_shapes(gen, device, hidden, block=BLOCK, visible=[(1, 64, 128), (16, 96, 176)],
                                  k_blocks=(3, 200, 18), long_blocks=(72, 96))  # fmt: skip
     _check_kernel(fn, "nvfp4_decode", shapes, g=gen, hidden=hidden, seed=seed)
@@ -361,7 +361,7 @@ def check_decode(fn, *, hidden: bool = False, seed: int | None = None) -> None:
 
 def check_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: int | None = None) -> list:
     """Exercise 3 (performance): bandwidth over the bytes that must move, against the copy bandwidth."""
-    return chapter.check_decode_bandwidth(
+    return common.check_decode_bandwidth(
         fn, what="nvfp4_decode", module=__name__, shape=BANDWIDTH_SHAPE, Ms=BANDWIDTH_MS, threshold=threshold,
         seed=seed, nbytes=lambda M: bytes_moved(M, *BANDWIDTH_SHAPE),
         hint="Load each packed tile once, decode it in registers with a few integer operations per element, "
@@ -370,13 +370,13 @@ def check_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: 
 
 
 def timing_weights(N: int, K: int, gen: torch.Generator) -> tuple:
-    """The timed weight (qmatmul/harness.py): random e2m1 pairs, e4m3 block scales, a tensor scale."""
+    """The timed weight (qmatmul/checks/harness.py): random e2m1 pairs, e4m3 block scales, a tensor scale."""
     packed = torch.randint(0, 256, (N, K // 2), dtype=torch.uint8, device=gen.device, generator=gen)
     scales = torch.randint(0x30, 0x60, (N, K // BLOCK), dtype=torch.uint8, device=gen.device, generator=gen)
     return packed, scales, torch.full((1,), 1e-3, device=gen.device)
 
 
-timing_inputs = chapter.timing_activations  # the timed activations (qmatmul/harness.py)
+timing_inputs = common.timing_activations  # the timed activations (qmatmul/checks/harness.py)
 
 
 def blackwell_status() -> str:
@@ -395,4 +395,4 @@ def blackwell_status() -> str:
 
 def predictions(env) -> None:
     """Print the floor time of a decode step on this GPU (the H200's figures on a CPU)."""
-    floor.predictions(env, ["nvfp4"], (1, 16), naive="nvfp4", shape=BANDWIDTH_SHAPE)
+    roofline_model.predictions(env, ["nvfp4"], (1, 16), naive="nvfp4", shape=BANDWIDTH_SHAPE)

@@ -1,7 +1,7 @@
 """Chapter 0, the roofline: measure a GPU's two ceilings, count a Linear layer's bytes and FLOPs in every format,
 predict its floor time and the naive round trip's, and check each of the learner's answers.
 
-The model itself (ceilings, byte counts, floor time) is qmatmul/floor.py, which every chapter predicts with; its
+The model itself (ceilings, byte counts, floor time) is qmatmul/teaching/roofline_model.py, which every chapter predicts with; its
 names are re-exported here because the chapter's notebook reaches them as `roofline.<name>`.
 """
 
@@ -11,9 +11,9 @@ import numbers
 
 import torch
 
-from qmatmul import bench, chapter, checks, w8a16
-from qmatmul.checks import CheckFailed
-from qmatmul.floor import (  # noqa: F401 - the notebook's names
+from qmatmul import checks, timing, w8a16
+from qmatmul.checks import CheckFailed, common
+from qmatmul.teaching.roofline_model import (  # noqa: F401 - the notebook's names
     FORMAT_TEXT,
     FORMATS,
     H200,
@@ -50,17 +50,17 @@ def measure_ceilings(env, verbose: bool = True) -> Ceilings:
                 f"  fp8 matmul (torch._scaled_mm, 8192^3)       {H200['fp8_flops'] / 1e12:.0f} TFLOP/s"
             )
         return ceil
-    bw = bench.copy_bandwidth()
-    rate = bench.matmul_flops(dtype=env.act_dtype)
+    bw = timing.copy_bandwidth()
+    rate = timing.matmul_flops(dtype=env.act_dtype)
     ceil = Ceilings(env.gpu_name, bw, rate, True)
     if verbose:
         n = 8192
         z = torch.zeros(n, n, dtype=env.act_dtype, device="cuda")
-        zeros_rate = 2 * n**3 / (bench.median_ms(lambda: z @ z) * 1e-3)
+        zeros_rate = 2 * n**3 / (timing.median_ms(lambda: z @ z) * 1e-3)
         del z
         small = torch.randn(4 << 20, dtype=torch.float16, device="cuda")  # 8 MB: src + dst fit in the L2
         small_out = torch.empty_like(small)
-        flushed = bench.median_ms(lambda: small_out.copy_(small))
+        flushed = timing.median_ms(lambda: small_out.copy_(small))
         warm = _loop_ms(lambda: small_out.copy_(small))  # back to back, never flushed: served by the L2
         dt = str(env.act_dtype).replace("torch.", "")
         print(
@@ -253,7 +253,7 @@ def _floor_cases(g, hidden: bool):
 
 def check_floor(flops_fn, intensity_fn, floor_fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 2: linear_flops(M, N, K), intensity(nbytes, nflops), floor_time(nbytes, nflops, bw, rate)."""
-    seed, g, _ = chapter.cell(seed)
+    seed, g, _ = common.cell(seed)
     cases = _floor_cases(g, hidden)
     for _, M, N, K, _, nflops, _, _ in cases:
         call = f"linear_flops(M={M}, N={N}, K={K})"
@@ -350,7 +350,7 @@ def naive_mistakes(fmt: str, M: int, N: int, K: int, group_size: int = 128) -> l
 def check_naive(bytes_fn, slowdown_fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 3: naive_bytes(fmt, M, N, K, group_size) and naive_slowdown(fmt, M, N, K, bw, rate, group_size)."""
 
-    seed, g, _ = chapter.cell(seed)
+    seed, g, _ = common.cell(seed)
     cases = _bytes_cases(g, hidden)
     for fmt, M, N, K, G in cases:
         expected = model_bytes_naive(fmt, M, N, K, G)
@@ -414,7 +414,7 @@ def check_naive_measured(bytes_fn, floor_fn, *, slack: float = 0.9) -> None:
             "that your predicted floor holds; it awards its point only there."
         )
     dtype = torch.bfloat16 if torch.cuda.get_device_capability() >= (8, 0) else torch.float16
-    bw, rate = bench.copy_bandwidth(), bench.matmul_flops(dtype=dtype)
+    bw, rate = timing.copy_bandwidth(), timing.matmul_flops(dtype=dtype)
     gen = checks.generator(0, "cuda")
     q = torch.randint(-127, 128, (N, K), dtype=torch.int8, device="cuda", generator=gen)
     s = torch.rand(N, device="cuda", generator=gen) * 1e-3 + 1e-4
@@ -425,7 +425,7 @@ def check_naive_measured(bytes_fn, floor_fn, *, slack: float = 0.9) -> None:
         res = checks.call_learner(floor_fn, expected, model_flops(M, N, K), bw, rate, what="floor_time")
         predicted = _as_float(res[0] if isinstance(res, (tuple, list)) else res, "floor_time")
         x = torch.randn(M, K, device="cuda", generator=gen).to(dtype)
-        ms = bench.median_ms(lambda x=x: w8a16.naive(x, q, s))
+        ms = timing.median_ms(lambda x=x: w8a16.naive(x, q, s))
         print(f"naive W8A16, M={M}: measured {ms * 1e3:.0f} µs, your floor {predicted * 1e6:.0f} µs "
               f"({ms * 1e-3 / predicted:.1f}x the floor)")  # fmt: skip
         if ms * 1e-3 < slack * predicted:
@@ -469,7 +469,7 @@ def naive_gap(env, bytes_fn=None, floor_fn=None) -> None:
     x = torch.randn(M, K, device="cuda", generator=gen).to(dtype)
     qh = q.to(dtype)
     w = qh * s.to(dtype)[:, None]
-    bw = bench.copy_bandwidth()
+    bw = timing.copy_bandwidth()
     steps = [
         ("q.to(bf16): read 1 B, write 2 B per weight", lambda: q.to(dtype), 3 * N * K),
         (
@@ -483,7 +483,7 @@ def naive_gap(env, bytes_fn=None, floor_fn=None) -> None:
     total = 0.0
     print(f"naive W8A16 at M={M}, {N} x {K} on {env.gpu_name} (median, L2 flushed):")
     for label, fn, nb in steps:
-        ms = bench.median_ms(fn)
+        ms = timing.median_ms(fn)
         if nb is None:
             print(f"  {label:<46}{ms * 1e3:>8.0f} µs   (the steps add up to {total * 1e3:.0f} µs)")
         else:
@@ -492,7 +492,7 @@ def naive_gap(env, bytes_fn=None, floor_fn=None) -> None:
                   f"{nb / (ms * 1e-3) / bw:.0%} of copy")  # fmt: skip
     if floor_fn is not None:
         try:
-            t = floor_fn(nbytes, model_flops(M, N, K), bw, bench.matmul_flops(dtype=dtype))[0]
+            t = floor_fn(nbytes, model_flops(M, N, K), bw, timing.matmul_flops(dtype=dtype))[0]
             print(f"  your floor for the naive path (5 B per weight at the copy bandwidth): {t * 1e6:.0f} µs")
         except NotImplementedError:
             pass

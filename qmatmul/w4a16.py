@@ -12,10 +12,8 @@ import inspect
 
 import torch
 
-from qmatmul import bench, chapter, checks, floor, plots, recorded, widgets
-from qmatmul.chapter import ACT_DTYPES  # noqa: F401 - the notebook's names
-from qmatmul.checks import CheckFailed, Mistake
-from qmatmul.floor import bytes_moved_dense, flops  # noqa: F401 - the notebook's names
+from qmatmul import checks, timing
+from qmatmul.checks import CheckFailed, Mistake, common
 from qmatmul.formats.w4a16 import (  # noqa: F401 - the notebook's names
     GPTQ_PACK,
     GROUP_SIZES,
@@ -37,7 +35,12 @@ from qmatmul.formats.w4a16 import (  # noqa: F401 - the notebook's names
     unpack,
     unpack_int32,
 )
-from qmatmul.gemm import decoded_gemm  # noqa: F401 - the notebook's names
+from qmatmul.kernels import configs
+from qmatmul.kernels.gemm import decoded_gemm  # noqa: F401 - the notebook's names
+from qmatmul.scaffold import validation
+from qmatmul.scaffold.validation import ACT_DTYPES  # noqa: F401 - the notebook's names
+from qmatmul.teaching import plots, recorded, roofline_model, widgets
+from qmatmul.teaching.roofline_model import bytes_moved_dense, flops  # noqa: F401 - the notebook's names
 
 # Decode grading: a 28672 x 8192 int4 weight is 117 MB packed (plus 5.9 MB of scales and zeros): about twice
 # the H200's L2 and far above a T4's.
@@ -45,7 +48,7 @@ BANDWIDTH_SHAPE = (28672, 8192)
 BANDWIDTH_GROUP = 128
 BANDWIDTH_MS = (1, 16)
 # Fraction of the copy bandwidth measured in the same process (graded on the CUDA-graph figure where the calls can
-# be captured, else the eager one: qmatmul/harness.py). The bar is about half what the solution reaches on the lent
+# be captured, else the eager one: qmatmul/checks/harness.py). The bar is about half what the solution reaches on the lent
 # H200 and far above the naive path (the recorded figures: docs/bench-h200.json, quoted in course.md;
 # docs/perf-notes.md says why half).
 BANDWIDTH_THRESHOLD = 0.13
@@ -71,13 +74,13 @@ def prepare(x, packed, scales, zeros, group_size, out=None):
 
     Returns M, N, K, out.
     """
-    chapter.require_tensors(x=x, packed=packed, scales=scales, zeros=zeros)
-    M, K = chapter.require_activations(x)
-    chapter.require_codes("packed", packed, torch.uint8, "[N, K/2]")
+    validation.require_tensors(x=x, packed=packed, scales=scales, zeros=zeros)
+    M, K = validation.require_activations(x)
+    validation.require_codes("packed", packed, torch.uint8, "[N, K/2]")
     if group_size not in GROUP_SIZES:
         raise ValueError(f"group_size must be one of {GROUP_SIZES}, got {group_size}")
     N = packed.shape[0]
-    chapter.require_same_k("x", x, "packed", packed, "[N, K/2]", 2 * packed.shape[1])
+    validation.require_same_k("x", x, "packed", packed, "[N, K/2]", 2 * packed.shape[1])
     if K % group_size:
         raise ValueError(f"K = {K} must be a multiple of the group size {group_size}")
     groups = K // group_size
@@ -91,15 +94,17 @@ def prepare(x, packed, scales, zeros, group_size, out=None):
             f"zeros must be uint8 of shape [N, K/G] = [{N}, {groups}], got {zeros.dtype} of shape "
             f"{list(zeros.shape)}"
         )
-    return M, N, K, chapter.placed(x, out, M, N, dict(packed=packed, scales=scales, zeros=zeros))
+    return M, N, K, validation.placed(x, out, M, N, dict(packed=packed, scales=scales, zeros=zeros))
 
 
 def prefill_config(M: int, N: int, K: int, group_size: int, device: str = "cuda") -> dict:
     """Tile sizes for the tiled kernel. BLOCK_K divides the group size: one scale and zero per K block."""
     if device != "cuda":
-        return dict(chapter.INTERPRETER_TILED, BLOCK_K=min(64, group_size))
-    if chapter.fma_dot(device):  # a T4: FMA tiles (qmatmul/chapter.py); BLOCK_K still divides the group size
-        return dict(chapter.FMA_TILED, BLOCK_K=min(chapter.FMA_TILED["BLOCK_K"], group_size))
+        return dict(configs.INTERPRETER_TILED, BLOCK_K=min(64, group_size))
+    if configs.fma_dot(
+        device
+    ):  # a T4: FMA tiles (qmatmul/kernels/configs.py); BLOCK_K still divides the group size
+        return dict(configs.FMA_TILED, BLOCK_K=min(configs.FMA_TILED["BLOCK_K"], group_size))
     big = M > 64
     # The best of 8 configurations timed on the H200 at M = 2048, N = K = 8192 (still only 9.5 % of cuBLAS).
     return dict(
@@ -115,7 +120,7 @@ def decode_config(M: int, N: int, K: int, group_size: int, device: str = "cuda")
     """Tile sizes for the decode kernel: all M rows (padded to 16) in one program, a strip of N, one group
     of K per step."""
     if device != "cuda":
-        return dict(chapter.INTERPRETER_DECODE, BLOCK_K=group_size)
+        return dict(configs.INTERPRETER_DECODE, BLOCK_K=group_size)
     # Graph-timed on the H200 (docs/perf-notes.md, 2026-12-01), the tile read as it lies ([BLOCK_N, BLOCK_K/2]):
     # 32 columns, 4 warps, 4 stages reached 29 % of the copy bandwidth at 28672 x 8192 for M = 1 and 16 (16 columns:
     # 15 %; 128 columns with 8 warps: 22 %). The earlier [BLOCK_K/2, BLOCK_N] kernel's best was 25 / 16 %.
@@ -244,16 +249,16 @@ def random_weight(N: int, K: int, g: torch.Generator, dtype=torch.float32) -> to
 
 def random_problem(M, N, K, G, dtype, device, g, strided: bool = False):
     """x [M, K] (a strided view when `strided`) and the reference quantization of a random weight."""
-    return chapter.problem((M, K), quantize(random_weight(N, K, g), G), dtype, device, g, strided)
+    return common.problem((M, K), quantize(random_weight(N, K, g), G), dtype, device, g, strided)
 
 
 def rounding_probe(M, N, K, G, dtype, device, strided: bool = False):
-    """The checks' rounding probe (qmatmul/chapter.py): x of ones and weights (q - 8) · PROBE_SCALE whose rows sum to
+    """The checks' rounding probe (qmatmul/checks/common.py): x of ones and weights (q - 8) · PROBE_SCALE whose rows sum to
     one scale; scales folded into 16-bit weights before the dot miss it on every run."""
-    q = (chapter.rounding_probe_weights(N, K) + 8).to(torch.uint8)
-    scales = torch.full((N, K // G), chapter.PROBE_SCALE)
+    q = (common.rounding_probe_weights(N, K) + 8).to(torch.uint8)
+    scales = torch.full((N, K // G), common.PROBE_SCALE)
     zeros = torch.full((N, K // G), 8, dtype=torch.uint8)
-    x = chapter.rounding_probe_x(M, K, dtype, device, strided)
+    x = common.rounding_probe_x(M, K, dtype, device, strided)
     return x, *(t.to(device) for t in (pack(q), scales, zeros))
 
 
@@ -365,12 +370,12 @@ def check_quantizer(fn, *, hidden: bool = False, seed: int | None = None) -> Non
     """Exercise 1: packed, scales and zeros equal the reference bit for bit.
 
     An all-zero group may have any positive scale and any zero point, as long as its codes equal that zero."""
-    seed, g, _ = chapter.cell(seed)
+    seed, g, _ = common.cell(seed)
     what = "quantize_int4"
     for w, G in _quantizer_inputs(g, hidden):
         N, K = w.shape
         ctx = f" (w: {str(w.dtype).replace('torch.', '')} [{N}, {K}], group_size={G})"
-        result = chapter.call_quantizer(
+        result = common.call_quantizer(
             fn, w, G, what=what, returns=("packed", "scales", "zeros"), ctx=ctx, copy=True
         )
         packed, s, z = _check_types(result, what, N, K, G, ctx)
@@ -487,16 +492,16 @@ def kernel_mistakes(x, packed, scales, zeros, G) -> list[Mistake]:
     return out
 
 
-# chapter.check_kernel(fn, what, cases, **kw) on this chapter's problems, reference and known mistakes
+# common.check_kernel(fn, what, cases, **kw) on this chapter's problems, reference and known mistakes
 _check_kernel = functools.partial(
-    chapter.check_kernel, names=("x", "packed", "scales", "zeros"), problem=random_problem,
+    common.check_kernel, names=("x", "packed", "scales", "zeros"), problem=random_problem,
     reference=reference, mistakes=kernel_mistakes, probe=rounding_probe, probe_case=(2, 64, 128, 32),
 )  # fmt: skip
 
 
 def check_prefill(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 2: the tiled kernel on ragged M and N, every group size, poisoned and strided outputs, fused."""
-    seed, g, device = chapter.cell(seed)
+    seed, g, device = common.cell(seed)
     if not hidden:
         cases = [(32, 64, 128, 32), (50, 70, 256, 128)]
     else:
@@ -513,7 +518,7 @@ def check_prefill(fn, *, hidden: bool = False, seed: int | None = None) -> None:
 
 def check_decode(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 3 (correctness): M = 1..16, ragged N, every group size."""
-    seed, g, device = chapter.cell(seed)
+    seed, g, device = common.cell(seed)
     if not hidden:
         cases = [(1, 64, 256, 128), (16, 96, 128, 32)]
     else:
@@ -530,23 +535,23 @@ def check_decode(fn, *, hidden: bool = False, seed: int | None = None) -> None:
 def check_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: int | None = None) -> list:
     """Exercise 3 (performance): bandwidth over the bytes that must move, against the copy bandwidth.
 
-    Awards nothing without a CUDA GPU. Every timed output is checked (qmatmul/harness.py).
+    Awards nothing without a CUDA GPU. Every timed output is checked (qmatmul/checks/harness.py).
     """
-    return chapter.check_decode_bandwidth(
+    return common.check_decode_bandwidth(
         fn, what="w4a16_decode", module=__name__, shape=BANDWIDTH_SHAPE, Ms=BANDWIDTH_MS, threshold=threshold,
         seed=seed, nbytes=lambda M: bytes_moved(M, *BANDWIDTH_SHAPE, BANDWIDTH_GROUP),
-        hint=f"The naive path moves {floor.naive_factor('w4a16', 1, *BANDWIDTH_SHAPE, BANDWIDTH_GROUP):.1f} times "
+        hint=f"The naive path moves {roofline_model.naive_factor('w4a16', 1, *BANDWIDTH_SHAPE, BANDWIDTH_GROUP):.1f} times "
         "the bytes a fused kernel must (at M = 1 on the timed shape): read each packed tile once, "
         "unpack it in registers, and keep the per-weight work to a few integer operations.",
     )  # fmt: skip
 
 
 def timing_weights(N: int, K: int, g: torch.Generator) -> tuple:
-    """The timed weight (qmatmul/harness.py): random codes, scales and zeros at G = BANDWIDTH_GROUP."""
+    """The timed weight (qmatmul/checks/harness.py): random codes, scales and zeros at G = BANDWIDTH_GROUP."""
     return (*random_packed(N, K, BANDWIDTH_GROUP, g.device, g), BANDWIDTH_GROUP)
 
 
-timing_inputs = chapter.timing_activations  # the timed activations (qmatmul/harness.py)
+timing_inputs = common.timing_activations  # the timed activations (qmatmul/checks/harness.py)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -566,7 +571,7 @@ H200_RECORDED_US = {label: {M: us[label] for M, us in _BY_M.items()} for label i
 
 def predictions(env) -> None:
     """Print the floor time of a decode and a prefill step on this GPU (the H200's figures on a CPU)."""
-    floor.predictions(env, ["w8a16", "w4a16"], (1, 16, 2048), naive="w4a16", shape=BANDWIDTH_SHAPE)
+    roofline_model.predictions(env, ["w8a16", "w4a16"], (1, 16, 2048), naive="w4a16", shape=BANDWIDTH_SHAPE)
 
 
 def compare_paths(env, decode_fn, ms=(1, 2, 4, 8, 16)):
@@ -598,7 +603,7 @@ def compare_paths(env, decode_fn, ms=(1, 2, 4, 8, 16)):
                 if fn is not None:
                     try:
                         fn(x)
-                        t = bench.median_ms(lambda fn=fn, x=x: fn(x)) * 1e3
+                        t = timing.median_ms(lambda fn=fn, x=x: fn(x)) * 1e3
                     except Exception as exc:  # noqa: BLE001 - an unfinished exercise shows as "not measured"
                         print(f"{label}: not measured ({type(exc).__name__})")
                 series[label].append(t)
@@ -650,9 +655,9 @@ def _kernel_source(kernel) -> str:
 
 def check_unpack_magic(fn, kernel=None, *, hidden: bool = False, seed: int | None = None) -> None:
     """Bonus: fn(packed) -> float16 codes [N, K], bit for bit, computed by a Triton kernel that bitcasts."""
-    seed, g, _ = chapter.cell(seed)
+    seed, g, _ = common.cell(seed)
     what = "unpack_magic"
-    device = chapter.device()
+    device = validation.device()
     shapes = [(4, 64), (3, 100)] if not hidden else [
         (int(torch.randint(1, 40, (1,), generator=g)), 2 * int(torch.randint(1, 700, (1,), generator=g)))
         for _ in range(3)
@@ -839,7 +844,7 @@ def _check_gptq_types(result, what, N, K, G, ctx):
 def check_from_gptq(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Bonus: fn(qweight, qzeros, scales, group_size) -> (packed, scales, zeros) in the course layout, bit for bit,
     reading GPTQ's v1 format (zeros stored minus one). Ragged N (a multiple of 8), G = 32/64/128."""
-    seed, g, _ = chapter.cell(seed)
+    seed, g, _ = common.cell(seed)
     what = "from_gptq"
     for packed, s, z, G in _gptq_inputs(g, hidden):
         N, K = packed.shape[0], 2 * packed.shape[1]

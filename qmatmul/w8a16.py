@@ -11,10 +11,8 @@ import functools
 
 import torch
 
-from qmatmul import chapter, checks, floor, gemm, recorded, traffic
-from qmatmul.chapter import ACT_DTYPES  # noqa: F401 - the notebook's name
-from qmatmul.checks import CheckFailed, Mistake
-from qmatmul.floor import bytes_moved_dense, flops  # noqa: F401 - the notebook's names
+from qmatmul import checks
+from qmatmul.checks import CheckFailed, Mistake, common, traffic
 from qmatmul.formats.w8a16 import (  # noqa: F401 - the notebook's names
     QMAX,
     bytes_moved,
@@ -25,7 +23,12 @@ from qmatmul.formats.w8a16 import (  # noqa: F401 - the notebook's names
     quantize,
     reference,
 )
-from qmatmul.gemm import as_16bit, decoded_gemm  # noqa: F401 - the notebook's names
+from qmatmul.kernels import configs, gemm
+from qmatmul.kernels.gemm import as_16bit, decoded_gemm  # noqa: F401 - the notebook's names
+from qmatmul.scaffold import validation
+from qmatmul.scaffold.validation import ACT_DTYPES  # noqa: F401 - the notebook's name
+from qmatmul.teaching import compare, recorded, roofline_model
+from qmatmul.teaching.roofline_model import bytes_moved_dense, flops  # noqa: F401 - the notebook's names
 
 # Decode grading: a weight of 28672 x 8192 int8 (235 MB) is about 4x the H200's L2 and 60x a T4's.
 BANDWIDTH_SHAPE = (28672, 8192)
@@ -54,22 +57,22 @@ def prepare(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, out: torch.Tensor
 
     Returns M, N, K, out.
     """
-    chapter.require_tensors(x=x, q=q, s=s)
-    M, K = chapter.require_activations(x)
-    chapter.require_codes("q", q, torch.int8, "[N, K]")
+    validation.require_tensors(x=x, q=q, s=s)
+    M, K = validation.require_activations(x)
+    validation.require_codes("q", q, torch.int8, "[N, K]")
     N = q.shape[0]
-    chapter.require_same_k("x", x, "q", q, "[N, K]", q.shape[1])
+    validation.require_same_k("x", x, "q", q, "[N, K]", q.shape[1])
     if s.dtype != torch.float32 or tuple(s.shape) != (N,):
         raise ValueError(f"s must be float32 of shape [N] = [{N}], got {s.dtype} of shape {list(s.shape)}")
-    return M, N, K, chapter.placed(x, out, M, N, dict(q=q, s=s))
+    return M, N, K, validation.placed(x, out, M, N, dict(q=q, s=s))
 
 
 def prefill_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
     """Tile sizes for the tiled kernel."""
     if device != "cuda":
-        return dict(chapter.INTERPRETER_TILED)
-    if chapter.fma_dot(device):  # a T4: FMA tiles (qmatmul/chapter.py)
-        return dict(chapter.FMA_TILED)
+        return dict(configs.INTERPRETER_TILED)
+    if configs.fma_dot(device):  # a T4: FMA tiles (qmatmul/kernels/configs.py)
+        return dict(configs.FMA_TILED)
     big = M > 64
     if big and torch.cuda.get_device_capability() == (9, 0):
         # H200, graph-timed at M = 2048 / 4096, N = K = 8192 (docs/perf-notes.md): with the weight tile as tl.dot's
@@ -96,9 +99,9 @@ def decode_first(x: torch.Tensor, out: torch.Tensor) -> bool:
 def decode_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
     """Tile sizes for the decode kernel: all M rows (padded to 16) in one program, a strip of N."""
     if device != "cuda":
-        return dict(chapter.INTERPRETER_DECODE)
-    if chapter.fma_dot(device):  # a T4: FMA tiles (qmatmul/chapter.py)
-        return dict(chapter.FMA_DECODE)
+        return dict(configs.INTERPRETER_DECODE)
+    if configs.fma_dot(device):  # a T4: FMA tiles (qmatmul/kernels/configs.py)
+        return dict(configs.FMA_DECODE)
     # Graph-timed on the H200 (docs/perf-notes.md, 2026-12-01), fraction of copy at M = 1 / 16: 28672 x 8192 with
     # 128 columns x 256 of K 94 / 93 (64 x 256: 81 / 83); otherwise 64 x 512: 88 / 87 at 8192 x 28672, 74 / 73 at
     # 8192 x 8192 (64 x 256: 59 / 60; only 128 strips of 64 columns there).
@@ -137,14 +140,14 @@ def random_weight(N: int, K: int, g: torch.Generator, dtype=torch.float32) -> to
 
 def random_problem(M: int, N: int, K: int, dtype, device: str, g: torch.Generator, strided: bool = False):
     """x [M, K] (a strided view when `strided`), q, s from the reference quantizer."""
-    return chapter.problem((M, K), quantize(random_weight(N, K, g)), dtype, device, g, strided)
+    return common.problem((M, K), quantize(random_weight(N, K, g)), dtype, device, g, strided)
 
 
 def rounding_probe(M: int, N: int, K: int, dtype, device: str, strided: bool = False):
-    """The checks' rounding probe (qmatmul/chapter.py): x of ones and rows of q summing to 1, one PROBE_SCALE each;
+    """The checks' rounding probe (qmatmul/checks/common.py): x of ones and rows of q summing to 1, one PROBE_SCALE each;
     a scale folded into 16-bit weights before the dot misses it on every run."""
-    q, s = chapter.rounding_probe_weights(N, K), torch.full((N,), chapter.PROBE_SCALE)
-    return chapter.rounding_probe_x(M, K, dtype, device, strided), q.to(device), s.to(device)
+    q, s = common.rounding_probe_weights(N, K), torch.full((N,), common.PROBE_SCALE)
+    return common.rounding_probe_x(M, K, dtype, device, strided), q.to(device), s.to(device)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -203,12 +206,12 @@ def _named_quantizer_mistake(w, q, s, zero_rows) -> str | None:
 
 def check_quantizer(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 1: q and s must equal the reference bit for bit (zero rows: any positive finite scale)."""
-    seed, g, _ = chapter.cell(seed)
+    seed, g, _ = common.cell(seed)
     what = "quantize_int8_per_channel"
     for w in _quantizer_inputs(g, hidden):
         N, K = w.shape
         ctx = f" (w: {str(w.dtype).replace('torch.', '')} [{N}, {K}])"
-        q, s = chapter.call_quantizer(fn, w, what=what, returns=("q", "s"), ctx=ctx, copy=True)
+        q, s = common.call_quantizer(fn, w, what=what, returns=("q", "s"), ctx=ctx, copy=True)
         if q.dtype != torch.int8 or tuple(q.shape) != (N, K):
             raise CheckFailed(f"q must be int8 of shape [{N}, {K}], got {q.dtype} {list(q.shape)}{ctx}")
         if tuple(s.shape) == (K,) and K != N:
@@ -318,16 +321,16 @@ def kernel_mistakes(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> list[M
     return out
 
 
-# chapter.check_kernel(fn, what, cases, **kw) on this chapter's problems, reference and known mistakes
+# common.check_kernel(fn, what, cases, **kw) on this chapter's problems, reference and known mistakes
 _check_kernel = functools.partial(
-    chapter.check_kernel, names=("x", "q", "s"), problem=random_problem,
+    common.check_kernel, names=("x", "q", "s"), problem=random_problem,
     reference=reference, mistakes=kernel_mistakes, probe=rounding_probe, probe_case=(2, 64, 128),
 )  # fmt: skip
 
 
 def check_prefill(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 2: the tiled kernel on ragged shapes, poisoned output, strided views, fused (no torch matmul)."""
-    seed, g, device = chapter.cell(seed)
+    seed, g, device = common.cell(seed)
     if not hidden:
         shapes = [(32, 64, 64), (50, 70, 90)]
     else:
@@ -344,7 +347,7 @@ def check_prefill(fn, *, hidden: bool = False, seed: int | None = None) -> None:
 
 def check_decode(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Exercise 3 (correctness): M = 1..16, ragged N and K."""
-    seed, g, device = chapter.cell(seed)
+    seed, g, device = common.cell(seed)
     if not hidden:
         shapes = [(1, 64, 128), (16, 96, 200)]
     else:
@@ -364,23 +367,23 @@ def check_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: 
     """
     if not torch.cuda.is_available() and not checks.is_remote(fn):  # feedback in the learner's own notebook
         traffic_feedback(fn)
-    return chapter.check_decode_bandwidth(
+    return common.check_decode_bandwidth(
         fn, what="w8a16_decode", module=__name__, shape=BANDWIDTH_SHAPE, Ms=BANDWIDTH_MS, threshold=threshold,
         seed=seed, nbytes=lambda M: bytes_moved(M, *BANDWIDTH_SHAPE),
-        hint=f"The naive dequantize-then-matmul path moves {floor.naive_factor('w8a16', 1, *BANDWIDTH_SHAPE):.1f} "
+        hint=f"The naive dequantize-then-matmul path moves {roofline_model.naive_factor('w8a16', 1, *BANDWIDTH_SHAPE):.1f} "
         "times the bytes a fused kernel must (at M = 1 on the timed shape): load each int8 tile once and keep it "
         "in registers.",
     )  # fmt: skip
 
 
 def timing_weights(N: int, K: int, g: torch.Generator) -> tuple:
-    """The timed weight (qmatmul/harness.py): random int8 codes and scales, built alike on both sides."""
+    """The timed weight (qmatmul/checks/harness.py): random int8 codes and scales, built alike on both sides."""
     q = torch.randint(-QMAX, QMAX + 1, (N, K), dtype=torch.int8, device=g.device, generator=g)
     s = torch.rand(N, device=g.device, generator=g) * 1e-3 + 1e-4
     return q, s
 
 
-timing_inputs = chapter.timing_activations  # the timed activations (qmatmul/harness.py)
+timing_inputs = common.timing_activations  # the timed activations (qmatmul/checks/harness.py)
 
 
 def traffic_feedback(fn, M: int = 16, N: int = 256, K: int = 512) -> None:
@@ -416,7 +419,7 @@ H200_RECORDED_US = recorded.decode_us(
 
 def predictions(env) -> None:
     """Print the floor time of a decode and a prefill step on this GPU (the H200's figures on a CPU)."""
-    floor.predictions(env, ["w8a16"], (1, 16, 2048), naive="w8a16", shape=BANDWIDTH_SHAPE)
+    roofline_model.predictions(env, ["w8a16"], (1, 16, 2048), naive="w8a16", shape=BANDWIDTH_SHAPE)
 
 
 def compare_paths(env, prefill_fn, decode_fn, M: int = 1):
@@ -442,4 +445,4 @@ def compare_paths(env, prefill_fn, decode_fn, M: int = 1):
             lambda: decode_fn(x, q, s),
         ]
 
-    return chapter.compare_paths(env, rows, fns, H200_RECORDED_US, M=M, shape=(N, K), where_known=True)
+    return compare.compare_paths(env, rows, fns, H200_RECORDED_US, M=M, shape=(N, K), where_known=True)

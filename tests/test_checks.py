@@ -108,7 +108,7 @@ def test_a_mistake_that_overflows_is_still_named():
 
 
 # ----------------------------------------------------------------------------------------------------------
-# The rounding probe (qmatmul/chapter.py): scales folded into 16-bit weights fail on every run, exact ones never
+# The rounding probe (qmatmul/kernels/configs.py): scales folded into 16-bit weights fail on every run, exact ones never
 
 
 def _folded(chapter_name):

@@ -34,7 +34,8 @@ def test_start_refuses_when_triton_was_imported_first():
 
 
 def test_smoke_kernel_catches_a_wrong_answer(env, monkeypatch):
-    from qmatmul import environment, smoke
+    from qmatmul import environment
+    from qmatmul.kernels import smoke
 
     class Broken:
         def __getitem__(self, grid):
@@ -91,7 +92,9 @@ GPU_PATHS = {
 
 @pytest.mark.parametrize("cap", GPU_PATHS)
 def test_each_gpu_takes_the_path_the_chapters_state(cap, monkeypatch):
-    from qmatmul import chapter, environment, fp8, mxfp4, nvfp4
+    from qmatmul import environment, fp8, mxfp4, nvfp4
+    from qmatmul.checks import common
+    from qmatmul.kernels import configs
 
     bf16, fp8_dot, fp4, dot_scaled, words = GPU_PATHS[cap]
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -102,8 +105,8 @@ def test_each_gpu_takes_the_path_the_chapters_state(cap, monkeypatch):
     assert fp8.has_fp8_dot("cuda") == fp8_dot
     assert fp8._paths("cuda") == ([True, False] if fp8_dot else [False])
     assert ("no fp8 tensor cores" in fp8._skipped("cuda")) == (not fp8_dot)
-    assert chapter.act_dtypes("cuda") == ([torch.float16, torch.bfloat16] if bf16 else [torch.float16])
-    assert chapter.fma_dot("cuda") == (cap < (8, 0))  # Triton's tl.dot has no tensor cores before sm_80
+    assert common.act_dtypes("cuda") == ([torch.float16, torch.bfloat16] if bf16 else [torch.float16])
+    assert configs.fma_dot("cuda") == (cap < (8, 0))  # Triton's tl.dot has no tensor cores before sm_80
     ok, why = mxfp4.dot_scaled_status()
     assert ok == dot_scaled
     assert ("upcasts e2m1 to bf16" in why) == dot_scaled and ("needs sm_80" in why) == (cap < (8, 0))

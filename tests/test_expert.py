@@ -4,7 +4,8 @@ fp4 decode equal to the dequantization bit for bit."""
 import pytest
 import torch
 
-from qmatmul import checks, expert, fp8, mxfp4, nvfp4, w4a16, w8a16
+from qmatmul import checks, fp8, mxfp4, nvfp4, w4a16, w8a16
+from qmatmul.kernels import expert
 
 
 @pytest.mark.parametrize("G", [32, 128])

@@ -9,7 +9,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 import figures  # noqa: E402
 
-from qmatmul import recorded  # noqa: E402
+from qmatmul.teaching import recorded  # noqa: E402
 
 W8 = "<!-- h200: w8a16 decode | solution w8a16_decode | 1,16x28672x8192 | copy -->"  # 93 / 92 in FIXED
 

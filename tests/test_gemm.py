@@ -1,10 +1,11 @@
-"""qmatmul.gemm under the interpreter: the tutorial GEMM and the TMA-fed one equal the products they stand for, on
+"""qmatmul.kernels.gemm under the interpreter: the tutorial GEMM and the TMA-fed one equal the products they stand for, on
 ragged shapes (TMA descriptors zero-fill past the edges), and the TMA GEMM refuses what its descriptors cannot take."""
 
 import pytest
 import torch
 
-from qmatmul import checks, expert, fp8, gemm, w4a16, w8a16
+from qmatmul import checks, fp8, w4a16, w8a16
+from qmatmul.kernels import expert, gemm
 
 
 def _operands(M, N, K, dtype, seed):

@@ -30,7 +30,7 @@ def test_work_on_another_stream_is_timed(w8a16_solution):
     """A decode that launches on a side stream and never joins it back must not look faster: the harness's clock
     stops after the whole device synchronizes (an event pair on the current stream would have seen none of it),
     and the unjoined stream cannot be captured in a graph, so only the eager figure stands."""
-    from qmatmul import harness
+    from qmatmul.checks import harness
 
     side = torch.cuda.Stream()
 
@@ -56,7 +56,7 @@ def test_split_k_decode_on_ragged_shapes_and_in_a_graph(M, N, K):
     """The expert W8A16 decode with K split (each strip's last program adds the partials, a counter per strip left
     at 0): every output right at the GPU's own configs on ragged shapes, three calls in a row with other inputs,
     and replayed in a CUDA graph."""
-    from qmatmul import expert
+    from qmatmul.kernels import expert
 
     x, q, s = w8a16.random_problem(M, N, K, torch.bfloat16, "cuda", checks.generator(M + N))
     tol = checks.tolerance_for(torch.bfloat16)

@@ -35,7 +35,7 @@ def test_decode_kernels_keep_their_registers():
 
 
 def test_the_tma_gemm_transposed_loads_two_group_scales_a_step():
-    """qmatmul.gemm's TMA kernel compiled for sm_90 (tools/sass.py --tma): the group-scaled mode as shipped
+    """qmatmul.kernels.gemm's TMA kernel compiled for sm_90 (tools/sass.py --tma): the group-scaled mode as shipped
     (accumulator transposed) loads each thread's two group scales a K step where the untransposed loop loads 32 with
     their addresses (docs/perf-notes.md, sixth round: 47 -> 72 % of cuBLAS on the H200); every shipped mode fits
     Hopper's shared memory without spills."""
@@ -141,7 +141,8 @@ def test_the_t4_tiles_run_the_solutions_correctly(name, monkeypatch):
     interpreter through the visible checks: the kernels are right with them (BLOCK_K = 32, narrow strips)."""
     import importlib
 
-    from qmatmul import chapter, course, gemm
+    from qmatmul import course
+    from qmatmul.kernels import configs, gemm
 
     mod = importlib.import_module(f"qmatmul.{name}")
     sol = course.load_notebook_code(name, name=f"t4_{name}")
@@ -158,14 +159,14 @@ def test_the_t4_tiles_run_the_solutions_correctly(name, monkeypatch):
         monkeypatch.setattr(mod, config, as_on_a_t4)
         getattr(mod, check)(getattr(sol, wrapper))
     if name == "w4a16":  # the decoded-weight GEMM of the three 4-bit chapters, with the tiles a T4 takes
-        assert chapter.gemm_config("cuda") == chapter.gemm_config("cpu") == chapter.FMA_TILED
+        assert configs.gemm_config("cuda") == configs.gemm_config("cpu") == configs.FMA_TILED
         g = torch.Generator().manual_seed(0)
         x, w = (torch.randn(s, generator=g).to(torch.float16) for s in ((70, 96), (50, 96)))
         y = gemm.decoded_gemm(x, w, torch.empty(70, 50, dtype=torch.float16))
         torch.testing.assert_close(y.float(), x.float() @ w.float().T, rtol=1e-2, atol=1e-2)
     tiles = {(c["BLOCK_N"], c["num_warps"]) for c in used}
     assert used and tiles <= {
-        (chapter.FMA_DECODE["BLOCK_N"], 4),
-        (chapter.FMA_TILED["BLOCK_N"], 4),
+        (configs.FMA_DECODE["BLOCK_N"], 4),
+        (configs.FMA_TILED["BLOCK_N"], 4),
         (32, 4),
     }, used

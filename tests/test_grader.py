@@ -490,9 +490,9 @@ TIMED = [
 
 @pytest.mark.parametrize("remote", [False, True])
 def test_the_timing_protocol_checks_every_timed_output(remote, monkeypatch, capsys):
-    """The protocol of qmatmul/harness.py on the CPU (no graphs there: the eager batch only). QMATMUL_PROFILE=1
+    """The protocol of qmatmul/checks/harness.py on the CPU (no graphs there: the eager batch only). QMATMUL_PROFILE=1
     says where the grading's seconds went."""
-    from qmatmul import harness
+    from qmatmul.checks import harness
 
     monkeypatch.setenv(harness.PROFILE_ENV, "1")
 
@@ -531,7 +531,8 @@ def test_a_timed_batch_runs_under_the_state_the_checks_set():
     """The worker applies checks.WORKER_STATE before every op, timed batches included. It applied it to calls
     alone, so on the H200 FP8's timed batches ran the portable path that test_matmul had forced last (5-6x
     slower), and the correct student lost both speed cells through nbgrader (2026-12-02)."""
-    from qmatmul import fp8, harness
+    from qmatmul import fp8
+    from qmatmul.checks import harness
 
     w = Worker(STATEFUL, timeout=60)
     kw = dict(module="qmatmul.w8a16", N=48, K=64, M=2, out_dtype=torch.float16, nbytes=1 << 20, device="cpu")
@@ -588,7 +589,8 @@ def test_timed_inputs_are_drawn_in_bounded_chunks_and_the_same_on_both_sides(cha
     side regenerates for the references, chunked or not; each draw holds at most GEN_CHUNK elements."""
     import importlib
 
-    from qmatmul import checks, harness
+    from qmatmul import checks
+    from qmatmul.checks import harness
 
     mod = importlib.import_module(f"qmatmul.{chapter}")
     M, K, n = 3, 40, 7

@@ -1,4 +1,4 @@
-"""qmatmul.mma_decode without a GPU: the repacked layout against the chapter's, the fragment layouts against the PTX
+"""qmatmul.kernels.mma_decode without a GPU: the repacked layout against the chapter's, the fragment layouts against the PTX
 ISA's tables, the kernel compiled for sm_90 (its layouts proven trivial by the compiler), and its argument checks.
 On a GPU, the last test here runs it against the reference."""
 
@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from qmatmul import mma_decode, mxfp4, nvfp4, w4a16
+from qmatmul import mxfp4, nvfp4, w4a16
 from qmatmul.formats import fp4
+from qmatmul.kernels import mma_decode
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
@@ -29,7 +30,7 @@ def measured(rows: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.update(PYTHONPATH=f"{ROOT / 'tools'}{os.pathsep}{ROOT}", TRITON_DEFAULT_FP_FUSION="1")
     script = (
-        "import json, sass, sweep_mma\nfrom qmatmul import mma_decode\n"
+        "import json, sass, sweep_mma\nfrom qmatmul.kernels import mma_decode\n"
         f"rows = {rows}\nprint(json.dumps({{n: sass.measure(n, r) for n, r in rows.items()}}, default=str))\n"
     )
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)

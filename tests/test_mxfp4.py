@@ -344,7 +344,7 @@ def test_the_decode_tiles_keep_two_scale_blocks_a_step(chapter):
     step, gave wrong results on the H200); a K without such a divisor is padded with zeros that change nothing."""
     import importlib
 
-    from qmatmul import chapter as ch
+    from qmatmul.kernels import configs as ch
 
     mod = importlib.import_module(f"qmatmul.{chapter}")
     g = torch.Generator().manual_seed(0)

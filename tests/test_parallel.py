@@ -249,7 +249,7 @@ def test_dask_cluster_with_a_worker_killed_equals_the_serial_run(serial, db_url,
 
 @pytest.fixture
 def lock_dir(tmp_path, monkeypatch):
-    from qmatmul import gpulock
+    from qmatmul.timing import gpulock
 
     monkeypatch.setenv(gpulock.ENV_DIR, str(tmp_path))
     return tmp_path
@@ -259,7 +259,7 @@ def lock_dir(tmp_path, monkeypatch):
 def grader_lock(lock_dir, monkeypatch):
     """This process as a grader with the lock on, for a fake GPU, its counters at zero; yields another grader's
     lock on the same GPU. The lock is off again afterwards."""
-    from qmatmul import gpulock
+    from qmatmul.timing import gpulock
 
     monkeypatch.setattr(gpulock, "gpu_key", lambda: "gpu-test")
     monkeypatch.setattr(gpulock, "_LOCK", None)
@@ -275,7 +275,7 @@ def grader_lock(lock_dir, monkeypatch):
 def test_a_timing_waits_for_shared_work_and_new_shared_work_waits_for_it(lock_dir):
     """Reader-writer with writer preference: the timing (B) waits for the correctness work already running
     (A), and correctness work arriving while B waits (C) runs only after B."""
-    from qmatmul import gpulock
+    from qmatmul.timing import gpulock
 
     events, t0 = [], time.monotonic()
 
@@ -314,7 +314,7 @@ def _others_may_share(lock_dir) -> bool:
 
 
 def test_exclusive_inside_shared_gives_the_gpu_up_and_takes_it_back(lock_dir, grader_lock):
-    from qmatmul import gpulock
+    from qmatmul.timing import gpulock
 
     with gpulock.shared():
         grader_lock.acquire("shared")  # another grader's correctness work shares the GPU
@@ -332,7 +332,7 @@ def test_exclusive_inside_shared_gives_the_gpu_up_and_takes_it_back(lock_dir, gr
 def test_a_graded_cell_keeps_the_gpu_from_its_first_window_to_its_end(lock_dir, grader_lock):
     """gpulock.cell(): after its first timed window a cell holds the GPU alone until it ends, so its next window
     waits for nobody; then the GPU is free for the others."""
-    from qmatmul import gpulock
+    from qmatmul.timing import gpulock
 
     with gpulock.cell():
         assert gpulock._LOCK.mode == "shared" and _others_may_share(lock_dir)
@@ -355,8 +355,9 @@ def test_each_timed_go_of_the_protocol_holds_the_gpu_alone(lock_dir, grader_lock
     import torch
     from test_grader import TIMED
 
-    from qmatmul import gpulock, harness
+    from qmatmul.checks import harness
     from qmatmul.grader.remote import RemoteFunction, Worker
+    from qmatmul.timing import gpulock
 
     other = grader_lock
     w = Worker(TIMED, timeout=60)
@@ -380,7 +381,7 @@ def test_each_timed_go_of_the_protocol_holds_the_gpu_alone(lock_dir, grader_lock
 def test_the_sandbox_hides_the_gpu_locks():
     import sandbox
 
-    from qmatmul import gpulock
+    from qmatmul.timing import gpulock
 
     assert str(gpulock.lock_dir().resolve()) in sandbox.hidden()
     assert "--unsetenv QMATMUL_DB_URL" in (ROOT / "autograder" / "sandbox_exec.sh").read_text()

@@ -8,8 +8,9 @@ matplotlib.use("Agg")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from qmatmul import checks, fp8, mxfp4, nvfp4, plots, recorded, roofline, w4a16, w8a16, widgets  # noqa: E402
+from qmatmul import checks, fp8, mxfp4, nvfp4, roofline, w4a16, w8a16  # noqa: E402
 from qmatmul.checks import CheckFailed, NotMeasured  # noqa: E402
+from qmatmul.teaching import plots, recorded, widgets
 
 HAS_GPU = torch.cuda.is_available()
 
@@ -267,12 +268,14 @@ def test_setup_cell_is_w8a16s_with_the_chapter_name():
 def test_the_naive_factor_the_hints_quote_comes_from_the_byte_models():
     """The bandwidth hints of W8A16, W4A16 and MXFP4 quote the naive path's bytes over the fused kernel's, computed
     (8.4x and 8.5x on the timed shapes), never typed: an earlier hint said "about nine times"."""
-    from qmatmul import floor
+    from qmatmul.teaching import roofline_model
 
     N, K = mxfp4.BANDWIDTH_SHAPE
-    assert floor.naive_factor("mxfp4", 1, N, K) == floor.model_bytes_naive(
+    assert roofline_model.naive_factor("mxfp4", 1, N, K) == roofline_model.model_bytes_naive(
         "mxfp4", 1, N, K
-    ) / floor.model_bytes("mxfp4", 1, N, K)
-    assert 8 < floor.naive_factor("mxfp4", 1, N, K) < 9
-    assert 8 < floor.naive_factor("w4a16", 1, *w4a16.BANDWIDTH_SHAPE, w4a16.BANDWIDTH_GROUP) < 9
-    assert 4.9 < floor.naive_factor("w8a16", 1, *w8a16.BANDWIDTH_SHAPE) < 5.1  # the text's "about five times"
+    ) / roofline_model.model_bytes("mxfp4", 1, N, K)
+    assert 8 < roofline_model.naive_factor("mxfp4", 1, N, K) < 9
+    assert 8 < roofline_model.naive_factor("w4a16", 1, *w4a16.BANDWIDTH_SHAPE, w4a16.BANDWIDTH_GROUP) < 9
+    assert (
+        4.9 < roofline_model.naive_factor("w8a16", 1, *w8a16.BANDWIDTH_SHAPE) < 5.1
+    )  # the text's "about five times"

@@ -94,7 +94,8 @@ def test_the_prefill_sweep_counts_wrong_outputs_at_a_shape_no_tile_divides():
     for the group-scaled GEMM and not 0 with the scales on the wrong rows (fp16: the interpreter's bf16 dot is wrong)."""
     import sweep_prefill
 
-    from qmatmul import checks, gemm
+    from qmatmul import checks
+    from qmatmul.kernels import gemm
 
     Mr, Nr, _ = sweep_prefill.RAGGED
     for tile in sweep_prefill.GROUP_TMA_TILES + sweep_prefill.GEMM_TMA_TILES:

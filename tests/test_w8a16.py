@@ -206,7 +206,7 @@ def test_traffic_audit_sees_repeated_weight_reads(w8a16_solution, capsys):
     """The tiled kernel at M=128 with BLOCK_M=32 reads every weight tile once per M tile: 4 times."""
     if torch.cuda.is_available():
         pytest.skip("an interpreter feature")
-    from qmatmul import traffic
+    from qmatmul.checks import traffic
 
     x, q, s = w8a16.random_problem(128, 256, 512, torch.float16, "cpu", checks.generator(0))
     out = torch.empty(128, 256, dtype=torch.float16)

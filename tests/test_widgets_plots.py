@@ -4,7 +4,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from qmatmul import checks, plots, roofline, w8a16, widgets  # noqa: E402
+from qmatmul import checks, roofline, w8a16  # noqa: E402
+from qmatmul.teaching import plots, widgets
 
 
 def test_int8_code():

@@ -4,7 +4,7 @@
 
 Decode (M = 1, 4, 16) and prefill (M = 2048, 4096) on Llama-sized weights. Every row is timed two ways: under
 CUDA-graph replay of back-to-back calls that alternate between copies of the weights, together more than three
-L2s (qmatmul.bench.graph_ms: the kernel's own time), and eagerly with do_bench around the Python call (what one
+L2s (qmatmul.timing.graph_ms: the kernel's own time), and eagerly with do_bench around the Python call (what one
 call costs without graphs). Bandwidth counts the bytes that must move; the copy bandwidth and the cuBLAS rate are
 measured in the same run. Every timed solution kernel is checked again on fresh inputs after timing. gemlite
 (pure Triton) is timed as a peer where it imports; the table says when it is missing. Writes bench.json and
@@ -41,7 +41,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    from qmatmul import bench, checks, course, environment, w8a16
+    from qmatmul import checks, course, environment, timing, w8a16
 
     env = environment.start()
     if not env.has_gpu:
@@ -52,8 +52,8 @@ def main(argv=None) -> int:
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     dtype = env.act_dtype
-    copy_bw = bench.copy_bandwidth()
-    cublas = bench.matmul_flops(dtype=dtype)
+    copy_bw = timing.copy_bandwidth()
+    cublas = timing.matmul_flops(dtype=dtype)
     meta = {
         "gpu": env.gpu_name,
         "capability": env.capability,
@@ -80,7 +80,7 @@ def main(argv=None) -> int:
             print(f"{kind:14}{label:<40}{M:>6}{N:>7}{K:>7}  not available here")
             return
         try:
-            t = bench.time_two_ways(fn)
+            t = timing.time_two_ways(fn)
         except Exception as exc:  # noqa: BLE001 - a path PyTorch lacks on this GPU is reported, not fatal
             rows.append(
                 dict(kind=kind, label=label, M=M, N=N, K=K, error=f"{type(exc).__name__}: {exc}"[:160])
@@ -136,11 +136,11 @@ def main(argv=None) -> int:
     sweep = []
     if args.sweep:
         sweep = decode_sweep(
-            course.load_notebook_code("w8a16", name="sweep_w8a16"), w8a16, bench, dtype, copy_bw, g
+            course.load_notebook_code("w8a16", name="sweep_w8a16"), w8a16, timing, dtype, copy_bw, g
         )
     if args.sweep_prefill:
         sweep += prefill_sweep(
-            course.load_notebook_code("w8a16", name="sweep_w8a16p"), w8a16, bench, dtype, cublas, g
+            course.load_notebook_code("w8a16", name="sweep_w8a16p"), w8a16, timing, dtype, cublas, g
         )
     save(out_dir, meta, rows, sweep)
     print(f"\nwrote {out_dir}/bench.json and bench.md")
@@ -170,7 +170,7 @@ def course_assignments() -> list[str]:
     return sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir())
 
 
-def decode_sweep(sol, w8a16, bench, dtype, copy_bw, g):
+def decode_sweep(sol, w8a16, timing, dtype, copy_bw, g):
     """Time the readable decode kernel over tile sizes, to choose w8a16.decode_config."""
     import itertools
 
@@ -187,7 +187,7 @@ def decode_sweep(sol, w8a16, bench, dtype, copy_bw, g):
                 cfg = dict(BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, num_warps=nw, num_stages=ns)
                 w8a16.decode_config = lambda *a, cfg=cfg, **k: cfg
                 try:
-                    ms = bench.median_ms(lambda x=x, q=q, s=s: sol.w8a16_decode(x, q, s), rep_ms=40)
+                    ms = timing.median_ms(lambda x=x, q=q, s=s: sol.w8a16_decode(x, q, s), rep_ms=40)
                 except Exception as exc:  # noqa: BLE001
                     results.append(dict(N=N, K=K, M=M, cfg=cfg, error=str(exc)[:80]))
                     continue
@@ -200,7 +200,7 @@ def decode_sweep(sol, w8a16, bench, dtype, copy_bw, g):
     return results
 
 
-def prefill_sweep(sol, w8a16, bench, dtype, cublas, g):
+def prefill_sweep(sol, w8a16, timing, dtype, cublas, g):
     """Time the readable tiled kernel over tile sizes at prefill, to choose w8a16.prefill_config."""
     import itertools
 
@@ -217,7 +217,7 @@ def prefill_sweep(sol, w8a16, bench, dtype, cublas, g):
             cfg = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=nw, num_stages=ns)
             w8a16.prefill_config = lambda *a, cfg=cfg, **k: cfg
             try:
-                ms = bench.median_ms(lambda x=x: sol.w8a16_matmul(x, q, s), rep_ms=50)
+                ms = timing.median_ms(lambda x=x: sol.w8a16_matmul(x, q, s), rep_ms=50)
             except Exception as exc:  # noqa: BLE001 - too much shared memory, say
                 results.append(dict(kind="prefill", M=M, N=N, K=K, cfg=cfg, error=str(exc)[:80]))
                 continue

@@ -1,6 +1,6 @@
 """What `make bench` times per chapter (tools/bench.py calls these on a CUDA GPU): the solution's kernels beside
 the dense matmul, the naive path and PyTorch's or gemlite's kernels for the format, every path rotating over
-copies of its weights (bench.copies_needed) so that none is served from the L2.
+copies of its weights (timing.copies_needed) so that none is served from the L2.
 
 Each function is `<chapter>(sol, record, env, quick=False)`: sol holds the solution notebook's functions;
 record(kind, label, M, N, K, fns, nbytes, check=None) times fns and, after timing, runs check(), which says
@@ -13,14 +13,15 @@ import os
 
 import torch
 
-from qmatmul import bench, checks, expert, fp8, gemm, mma_decode, mxfp4, nvfp4, w4a16, w8a16
+from qmatmul import checks, fp8, mxfp4, nvfp4, timing, w4a16, w8a16
 from qmatmul.checks import CheckFailed
-from qmatmul.floor import bytes_moved_dense
+from qmatmul.kernels import expert, gemm, mma_decode
+from qmatmul.teaching.roofline_model import bytes_moved_dense
 
 DECODE_SHAPES = [(8192, 8192), (28672, 8192), (8192, 28672)]  # N, K
 PREFILL_SHAPE = (8192, 8192)
 # The 4-bit prefill rows are rechecked with this many rows: at least the notebooks' DEQUANTIZE_FIRST_M (512), so the
-# path checked is the path timed (decode the weight, then qmatmul.gemm.decoded_gemm).
+# path checked is the path timed (decode the weight, then qmatmul.kernels.gemm.decoded_gemm).
 PREFILL_RECHECK_M = 520
 
 
@@ -48,7 +49,7 @@ def recheck(fn, problem, reference, dtype, what: str = "recheck"):
 
 def dense_copies(N: int, K: int, dtype, g, copies: int | None = None) -> list:
     """Dense 16-bit weights for the cuBLAS rows, enough copies to exceed the L2 unless `copies` is given."""
-    n = bench.copies_needed(2 * N * K) if copies is None else copies
+    n = timing.copies_needed(2 * N * K) if copies is None else copies
     return [torch.randn(N, K, device="cuda", generator=g).to(dtype) for _ in range(n)]
 
 
@@ -87,7 +88,7 @@ def w8a16_rows(sol, record, env, quick: bool = False) -> None:
         return gemlite_layers([(q, s)])[0](x)
 
     for N, K in [ch.BANDWIDTH_SHAPE] if quick else DECODE_SHAPES:
-        ws = [ch.timing_weights(N, K, g) for _ in range(bench.copies_needed(N * K))]
+        ws = [ch.timing_weights(N, K, g) for _ in range(timing.copies_needed(N * K))]
         dense = dense_copies(N, K, dtype, g)
         peers = gemlite_layers(ws)
         ws_act = [(q, s.to(dtype)) for q, s in ws]  # _weight_int8pack_mm takes its scales in x's dtype
@@ -103,7 +104,7 @@ def w8a16_rows(sol, record, env, quick: bool = False) -> None:
                                                       "gemlite recheck"))  # fmt: skip
             record("decode", "solution w8a16_decode", M, N, K, [lambda x=x, w=w: sol.w8a16_decode(x, *w) for w in ws],
                    fused, recheck(sol.w8a16_decode, problem(M, N, K), ch.reference, dtype))  # fmt: skip
-            record("decode", "expert w8a16_decode_split (qmatmul/expert.py)", M, N, K,
+            record("decode", "expert w8a16_decode_split (qmatmul/kernels/expert.py)", M, N, K,
                    [lambda x=x, w=w: expert.w8a16_decode_split(x, *w) for w in ws], fused,
                    recheck(expert.w8a16_decode_split, problem(M, N, K), ch.reference, dtype))  # fmt: skip
             record("decode", "solution w8a16_matmul (tiled)", M, N, K,
@@ -148,7 +149,7 @@ def gemlite_peer(packed, scales, zeros, G, dtype):
     return layer, f"gemlite {gemlite.__version__}"
 
 
-MMA_ROW = "expert w4a16 MMA decode, weight repacked at load (qmatmul/mma_decode.py, Gluon)"
+MMA_ROW = "expert w4a16 MMA decode, weight repacked at load (qmatmul/kernels/mma_decode.py, Gluon)"
 
 
 def w4a16_rows(sol, record, env, quick: bool = False) -> None:
@@ -173,7 +174,7 @@ def w4a16_rows(sol, record, env, quick: bool = False) -> None:
     for N, K in [ch.BANDWIDTH_SHAPE] if quick else DECODE_SHAPES:
         ws = [
             (*ch.random_packed(N, K, G, "cuda", g), G)
-            for _ in range(bench.copies_needed(ch.bytes_moved(1, N, K, G)))
+            for _ in range(timing.copies_needed(ch.bytes_moved(1, N, K, G)))
         ]
         dense = dense_copies(N, K, dtype, g)
         tiny = [ch.tinygemm_operands(*w) for w in ws] if dtype == torch.bfloat16 else None
@@ -200,7 +201,7 @@ def w4a16_rows(sol, record, env, quick: bool = False) -> None:
                    recheck(sol.w4a16_decode, problem(M, 1000, 1024), ch.reference, dtype))  # fmt: skip
             record("decode", "solution w4a16_matmul (tiled)", M, N, K,
                    [lambda x=x, w=w: sol.w4a16_matmul(x, *w) for w in ws], fused)  # fmt: skip
-            record("decode", "expert w4a16_decode (qmatmul/expert.py)", M, N, K,
+            record("decode", "expert w4a16_decode (qmatmul/kernels/expert.py)", M, N, K,
                    [lambda x=x, w=w: expert.w4a16_decode(x, *w) for w in ws], fused,
                    recheck(expert.w4a16_decode, problem(M, 1000, 1024), ch.reference, dtype))  # fmt: skip
             record("decode", MMA_ROW if mma else f"{MMA_ROW}: {why}", M, N, K,
@@ -230,7 +231,7 @@ def fp8_rows(sol, record, env, quick: bool = False) -> None:
         return lambda: passes(lambda: ch._recheck(fn, "recheck", M, N, K, checks.generator(1, "cuda")))
 
     for N, K in [ch.BANDWIDTH_SHAPE] if quick else DECODE_SHAPES:
-        ws = [ch._timing_problem(1, N, K, g)[2:] for _ in range(bench.copies_needed(N * K))]
+        ws = [ch._timing_problem(1, N, K, g)[2:] for _ in range(timing.copies_needed(N * K))]
         dense = dense_copies(N, K, dtype, g)
         for M in (1, 16):
             xq, sx, _, _ = ch._timing_problem(M, 1, K, g)
@@ -273,14 +274,14 @@ def fp8_rows(sol, record, env, quick: bool = False) -> None:
         xb, sxb, wb, swb = ch._timing_block_problem(M, N, K, g)
         record("prefill", "solution fp8_block_matmul (128x128)", M, N, K,
                lambda xb=xb, sxb=sxb, wb=wb, swb=swb: sol.fp8_block_matmul(xb, sxb, wb, swb), fused)  # fmt: skip
-        record("prefill", "expert fp8_block_matmul_tma (128x128, qmatmul/expert.py)" if tma
+        record("prefill", "expert fp8_block_matmul_tma (128x128, qmatmul/kernels/expert.py)" if tma
                else f"expert fp8_block_matmul_tma: {why}", M, N, K,
                (lambda xb=xb, sxb=sxb, wb=wb, swb=swb: expert.fp8_block_matmul_tma(xb, sxb, wb, swb)) if tma else None,
                fused, block_recheck(expert.fp8_block_matmul_tma) if tma else None)  # fmt: skip
         record("prefill", "solution fp8_matmul", M, N, K,
                [lambda xq=xq, sx=sx, w=w: sol.fp8_matmul(xq, sx, *w) for w in ws], fused,
                rechecked(sol.fp8_matmul, 300, 1000, 777))  # fmt: skip
-        record("prefill", "expert fp8_matmul_tma (qmatmul/expert.py)" if tma else f"expert fp8_matmul_tma: {why}",
+        record("prefill", "expert fp8_matmul_tma (qmatmul/kernels/expert.py)" if tma else f"expert fp8_matmul_tma: {why}",
                M, N, K, [lambda xq=xq, sx=sx, w=w: expert.fp8_matmul_tma(xq, sx, *w) for w in ws] if tma else None,
                fused, rechecked(expert.fp8_matmul_tma, 300, 1000, 768) if tma else None)  # fmt: skip
         with ch.use_path(False):
@@ -301,9 +302,9 @@ def _fp4_rows(ch, kernels, sol, record, env, quick: bool) -> None:
     decode, prefill = kernels
     name = ch.__name__.split(".")[-1]
     block, mma_check = (16, mma_decode.nvfp4_decode) if ch is nvfp4 else (32, mma_decode.mxfp4_decode)
-    row = f"expert {name} MMA decode, weight repacked at load (qmatmul/mma_decode.py, Gluon)"
+    row = f"expert {name} MMA decode, weight repacked at load (qmatmul/kernels/mma_decode.py, Gluon)"
     for N, K in [ch.BANDWIDTH_SHAPE] if quick else DECODE_SHAPES:
-        ws = [ch.timing_weights(N, K, g) for _ in range(bench.copies_needed(ch.bytes_moved(1, N, K)))]
+        ws = [ch.timing_weights(N, K, g) for _ in range(timing.copies_needed(ch.bytes_moved(1, N, K)))]
         dense = dense_copies(N, K, dtype, g)
         why = mma_decode.why_not_fp4(dtype, K)
         # Repacked once a copy, as a deployment repacks at load time (untimed): words, scales, global scale or None.
@@ -339,7 +340,7 @@ def _fp4_rows(ch, kernels, sol, record, env, quick: bool) -> None:
 def mxfp4_rows(sol, record, env, quick: bool = False) -> None:
     decode = [("solution mxfp4_decode", sol.mxfp4_decode, True),
               ("solution mxfp4_matmul (tiled)", sol.mxfp4_matmul, False),
-              ("expert mxfp4_decode (qmatmul/expert.py)", expert.mxfp4_decode, True)]  # fmt: skip
+              ("expert mxfp4_decode (qmatmul/kernels/expert.py)", expert.mxfp4_decode, True)]  # fmt: skip
     prefill = [("solution mxfp4_matmul", sol.mxfp4_matmul)]
     if hasattr(sol, "mxfp4_matmul_dot_scaled") and mxfp4.dot_scaled_status()[0]:
         decode.append(("solution tl.dot_scaled", sol.mxfp4_matmul_dot_scaled, True))
@@ -349,7 +350,7 @@ def mxfp4_rows(sol, record, env, quick: bool = False) -> None:
 
 def nvfp4_rows(sol, record, env, quick: bool = False) -> None:
     decode = [("solution nvfp4_decode", sol.nvfp4_decode, True),
-              ("expert nvfp4_decode (qmatmul/expert.py)", expert.nvfp4_decode, True)]  # fmt: skip
+              ("expert nvfp4_decode (qmatmul/kernels/expert.py)", expert.nvfp4_decode, True)]  # fmt: skip
     _fp4_rows(nvfp4, (decode, [("solution nvfp4_matmul", sol.nvfp4_matmul)]), sol, record, env, quick)
 
 

@@ -9,7 +9,7 @@ show:
     93 % / 92 %<!-- h200: w8a16 decode | solution w8a16_decode | 1,16x28672x8192 | copy -->
 
 kind | path (as in the JSON's rows; `A ÷ B` for A's figure over B's, in %) | shapes (MxNxK, M and N or K may
-be lists, several shapes separated by spaces) | field (qmatmul/recorded.py FIELDS: us, us_eager, copy,
+be lists, several shapes separated by spaces) | field (qmatmul/teaching/recorded.py FIELDS: us, us_eager, copy,
 copy_eager, cublas, TFLOPs, ... or `meta:<key>`). The figures just before the reference are compared at the
 precision they are written in: one figure must match every value; `a / b` (or `a and b`) one value each, in
 order; `a–b` the lowest and the highest. A figure from somewhere else says so instead:
@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
-from qmatmul import recorded  # noqa: E402
+from qmatmul.teaching import recorded  # noqa: E402
 
 REF = re.compile(r"<!-- h200: (.*?) -->")
 NUM = r"\d+(?:\.\d+)?"
@@ -151,26 +151,35 @@ DECODE_SHAPES = [(28672, 8192), (8192, 28672), (8192, 8192)]
 # The rows of the two summary tables of docs/benchmark-h200.md, in order: (kind, path).
 DECODE_ROWS = [
     ("w8a16 decode", "solution w8a16_decode"),
-    ("w8a16 decode", "expert w8a16_decode_split (qmatmul/expert.py)"),
+    ("w8a16 decode", "expert w8a16_decode_split (qmatmul/kernels/expert.py)"),
     ("w8a16 decode", "dense (cuBLAS)"),
     ("w8a16 decode", "torch._weight_int8pack_mm"),
     ("w8a16 decode", "gemlite A16W8 (pure Triton)"),
     ("w4a16 decode", "solution w4a16_decode"),
-    ("w4a16 decode", "expert w4a16_decode (qmatmul/expert.py)"),
-    ("w4a16 decode", "expert w4a16 MMA decode, weight repacked at load (qmatmul/mma_decode.py, Gluon)"),
+    ("w4a16 decode", "expert w4a16_decode (qmatmul/kernels/expert.py)"),
+    (
+        "w4a16 decode",
+        "expert w4a16 MMA decode, weight repacked at load (qmatmul/kernels/mma_decode.py, Gluon)",
+    ),
     ("w4a16 decode", "torch._weight_int4pack_mm"),
     ("w4a16 decode", "gemlite 0.6.0.post2 (pure Triton)"),
     ("w4a16 decode", "naive: dequantize, matmul"),
     ("fp8 decode", "solution fp8_decode"),
     ("fp8 decode", "torch._scaled_mm rowwise"),
     ("mxfp4 decode", "solution mxfp4_decode"),
-    ("mxfp4 decode", "expert mxfp4_decode (qmatmul/expert.py)"),
-    ("mxfp4 decode", "expert mxfp4 MMA decode, weight repacked at load (qmatmul/mma_decode.py, Gluon)"),
+    ("mxfp4 decode", "expert mxfp4_decode (qmatmul/kernels/expert.py)"),
+    (
+        "mxfp4 decode",
+        "expert mxfp4 MMA decode, weight repacked at load (qmatmul/kernels/mma_decode.py, Gluon)",
+    ),
     ("mxfp4 decode", "solution tl.dot_scaled"),
     ("mxfp4 decode", "naive: dequantize, matmul"),
     ("nvfp4 decode", "solution nvfp4_decode"),
-    ("nvfp4 decode", "expert nvfp4_decode (qmatmul/expert.py)"),
-    ("nvfp4 decode", "expert nvfp4 MMA decode, weight repacked at load (qmatmul/mma_decode.py, Gluon)"),
+    ("nvfp4 decode", "expert nvfp4_decode (qmatmul/kernels/expert.py)"),
+    (
+        "nvfp4 decode",
+        "expert nvfp4 MMA decode, weight repacked at load (qmatmul/kernels/mma_decode.py, Gluon)",
+    ),
     ("nvfp4 decode", "naive: dequantize, matmul"),
 ]
 PREFILL_ROWS = [
@@ -184,9 +193,9 @@ PREFILL_ROWS = [
     ("nvfp4 prefill", "solution nvfp4_matmul"),
     ("nvfp4 prefill", "naive: dequantize, matmul"),
     ("fp8 prefill", "solution fp8_matmul"),
-    ("fp8 prefill", "expert fp8_matmul_tma (qmatmul/expert.py)"),
+    ("fp8 prefill", "expert fp8_matmul_tma (qmatmul/kernels/expert.py)"),
     ("fp8 prefill", "solution fp8_block_matmul (128x128)"),
-    ("fp8 prefill", "expert fp8_block_matmul_tma (128x128, qmatmul/expert.py)"),
+    ("fp8 prefill", "expert fp8_block_matmul_tma (128x128, qmatmul/kernels/expert.py)"),
     ("fp8 prefill", "torch._scaled_mm rowwise"),
 ]
 

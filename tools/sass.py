@@ -3,7 +3,7 @@
     python tools/sass.py [--arch 90] [--ops 12] [--set BLOCK_N=64,num_warps=2] [NAME ...]
     python tools/sass.py --fit [--write]      every graded launch on every GPU class (docs/gpu-fit.md)
     python tools/sass.py --sweep w4a16,mxfp4,nvfp4   tools/sweep_decode.py's candidates, as candidates() lists them
-    python tools/sass.py --tma                 qmatmul.gemm's TMA GEMM: its K loop per scale mode
+    python tools/sass.py --tma                 qmatmul.kernels.gemm's TMA GEMM: its K loop per scale mode
 
 A 4-bit decode kernel at M <= 16 has nothing for the tensor cores to do and too little time per weight for its
 decoding: at the H200's copy bandwidth a weight arrives every 1 / 7.9e12 s, and 132 SMs x 128 lanes x 1.98 GHz
@@ -12,7 +12,7 @@ per weight a thread decodes, bounds what a kernel can reach: `ceiling` = that bu
 the copy bandwidth. It is a bound, not a prediction (latency, the pipeline's depth and the grid come on top), and
 it costs no device time: triton's own ptxas and cuobjdump compile and disassemble for sm_<arch> on a CPU.
 
-Each NAME is a row of kernels(): the solution notebook's decode kernel (or qmatmul.expert's) with the configuration
+Each NAME is a row of kernels(): the solution notebook's decode kernel (or qmatmul.kernels.expert's) with the configuration
 its wrapper takes at 28672 x 8192 on a GPU of the given --arch, the argument types of a bf16 call and the
 divisibility the JIT would see. `ceiling` uses the H200's budget whatever the --arch.
 
@@ -45,13 +45,13 @@ ISSUE_BUDGET = 4.2
 _W4A16 = {"x_ptr": "*bf16", "p_ptr": "*u8", "s_ptr": "*fp32", "z_ptr": "*u8", "y_ptr": "*bf16"}
 _FP4 = {"x_ptr": "*bf16", "p_ptr": "*u8", "s_ptr": "*u8", "y_ptr": "*bf16"}
 _NVFP4 = {**_FP4, "g_ptr": "*fp32"}
-# qmatmul.expert's kernels: the packed weight as int32 words, and qmatmul.splitk's workspace and counters.
+# qmatmul.kernels.expert's kernels: the packed weight as int32 words, and qmatmul.kernels.splitk's workspace and counters.
 _SPLIT = {"part_ptr": "*fp32", "count_ptr": "*i32"}
 _W4A16_WORDS = {**_W4A16, "w_ptr": "*i32", **_SPLIT}
-# qmatmul.gemm.matmul_kernel, which multiplies the 4-bit chapters' decoded weight (off Hopper: TMA there).
+# qmatmul.kernels.gemm.matmul_kernel, which multiplies the 4-bit chapters' decoded weight (off Hopper: TMA there).
 _GEMM = {"x_ptr": "*bf16", "w_ptr": "*bf16", "g_ptr": "*fp32", "s_ptr": "*fp32", "y_ptr": "*bf16"}
 _W8A16 = {"x_ptr": "*bf16", "q_ptr": "*i8", "s_ptr": "*fp32", "y_ptr": "*bf16"}
-# qmatmul.mma_decode's Gluon kernel: the repacked words, the split-K workspace and counters.
+# qmatmul.kernels.mma_decode's Gluon kernel: the repacked words, the split-K workspace and counters.
 _MMA = {**_W4A16, "w_ptr": "*i32", "ws_ptr": "*fp32", "cnt_ptr": "*i32"}
 _MMA_FP4 = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*u8", "gs_ptr": "*fp32", "y_ptr": "*bf16", "ws_ptr": "*fp32",
             "cnt_ptr": "*i32"}  # fmt: skip
@@ -63,7 +63,7 @@ _UNIT_STRIDES = ("stride_xk", "stride_yn", "stride_wk", "stride_qk", "stride_pk"
 
 
 def _row(chapter: str, kernel: str, cfg: dict) -> dict:
-    """chapter: a solution notebook's name, "expert" (qmatmul.expert) or "gemm" (qmatmul.gemm)."""
+    """chapter: a solution notebook's name, "expert" (qmatmul.kernels.expert) or "gemm" (qmatmul.kernels.gemm)."""
     types = _GEMM if kernel == "matmul_kernel" else _types(chapter)
     return dict(chapter=chapter, kernel=kernel, types=types, cfg=cfg,
                 ones=tuple(n for n in _UNIT_STRIDES if n not in cfg))  # fmt: skip
@@ -87,7 +87,7 @@ def sweep_rows(fmt: str) -> dict:
 
 
 def _expert(config: str, *args) -> dict:
-    from qmatmul import expert
+    from qmatmul.kernels import expert
 
     return dict(getattr(expert, config)(*args, device="cuda"))
 
@@ -123,8 +123,8 @@ def kernels(arch: int = 90) -> dict:
 
 
 def mma_rows(N: int = 28672, K: int = 8192) -> dict:
-    """qmatmul.mma_decode's Gluon kernel as its config() launches it at M = 1 and M = 16 (needs triton with Gluon)."""
-    from qmatmul import mma_decode
+    """qmatmul.kernels.mma_decode's Gluon kernel as its config() launches it at M = 1 and M = 16 (needs triton with Gluon)."""
+    from qmatmul.kernels import mma_decode
 
     if mma_decode.gluon is None:
         return {}
@@ -138,7 +138,7 @@ def mma_rows(N: int = 28672, K: int = 8192) -> dict:
 
 
 def mma_row(cfg: dict, bm: int) -> dict:
-    """qmatmul.mma_decode's kernel with a config of its config() (or tools/sweep_mma.py's), x padded to bm columns."""
+    """qmatmul.kernels.mma_decode's kernel with a config of its config() (or tools/sweep_mma.py's), x padded to bm columns."""
     cfg = {k: v for k, v in cfg.items() if k != "SPLIT_K"}  # split-K shapes the grid, not the loop
     # BLOCK_N is not the kernel's parameter (16 rows x R tiles a warp); weights_per_thread reads it
     cfg |= {"GROUP": 128, "BM": bm, "BLOCK_N": 16 * cfg["R"] * cfg["num_warps"]}
@@ -146,9 +146,9 @@ def mma_row(cfg: dict, bm: int) -> dict:
 
 
 def mma_fp4_row(cfg: dict, bm: int, sb: int) -> dict:
-    """qmatmul.mma_decode's fp4 kernel (sb = 32: MXFP4, 16: NVFP4) with a config of its config_fp4() (the block-diagonal
+    """qmatmul.kernels.mma_decode's fp4 kernel (sb = 32: MXFP4, 16: NVFP4) with a config of its config_fp4() (the block-diagonal
     kernel's MP and NB, where the config leaves them out, one row's)."""
-    from qmatmul import mma_decode
+    from qmatmul.kernels import mma_decode
 
     diag = cfg.get("DIAG", False)  # the block-diagonal kernel: NB scale blocks a step for MP rows of x
     cfg = {k: v for k, v in cfg.items() if k not in ("SPLIT_K", "DIAG") and not (diag and k == "X_SHARED")}
@@ -194,7 +194,8 @@ def launches() -> list[tuple[str, str, str, callable]]:
     """(label, chapter, kernel, cfg()) for every kernel a chapter's graded cells launch on a GPU, at the shapes
     they are graded at: decode at 28672 x 8192 (M = 16), the tiled kernels at M = 33 and 256 (N = K = 4096).
     cfg() runs the chapter's own config function, so call it with torch.cuda.get_device_capability patched."""
-    from qmatmul import chapter, fp8, mxfp4, nvfp4, w4a16, w8a16
+    from qmatmul import fp8, mxfp4, nvfp4, w4a16, w8a16
+    from qmatmul.kernels import configs
 
     N, K = 28672, 8192
     rows = [
@@ -204,9 +205,9 @@ def launches() -> list[tuple[str, str, str, callable]]:
         ("nvfp4 decode", "nvfp4", "nvfp4_decode_kernel", lambda: nvfp4.decode_config(16, N, K)),
         ("fp8 decode", "fp8", "fp8_decode_kernel", lambda: fp8.decode_config(16, N, K)),
         ("4-bit decoded GEMM", "gemm", "matmul_kernel",
-         lambda: chapter.gemm_config("cuda") | {"GROUP_M": 8, "HAS_G": False, "GROUP": 0}),
+         lambda: configs.gemm_config("cuda") | {"GROUP_M": 8, "HAS_G": False, "GROUP": 0}),
         ("W4A16 decoded GEMM", "gemm", "matmul_kernel",
-         lambda: chapter.gemm_config("cuda", grouped=True) | {"GROUP_M": 8, "HAS_G": False, "GROUP": 128}),
+         lambda: configs.gemm_config("cuda", grouped=True) | {"GROUP_M": 8, "HAS_G": False, "GROUP": 128}),
     ]  # fmt: skip
     n = k = 4096
     for M in (33, 256):
@@ -280,7 +281,7 @@ def jit_functions(chapter: str) -> dict:
     from qmatmul import course
 
     if chapter in ("expert", "gemm", "mma_decode"):
-        return importlib.import_module(f"qmatmul.{chapter}")
+        return importlib.import_module(f"qmatmul.kernels.{chapter}")
     if chapter == "sweep":
         sys.path.insert(0, str(ROOT / "tools"))
         import sweep_decode
@@ -323,7 +324,7 @@ def compile_row(row: dict, arch: int = 90):
             if signature[name].startswith("*") or name in ("N", "K") or name.startswith("stride_"):
                 attrs[(i,)] = [["tt.divisibility", 16]]
     source = ASTSource
-    # qmatmul.mma_decode is a Gluon kernel: its layouts are stated, no Triton pass chooses them
+    # qmatmul.kernels.mma_decode is a Gluon kernel: its layouts are stated, no Triton pass chooses them
     if type(fn).__name__ == "GluonJITFunction":
         from triton.experimental.gluon._runtime import GluonASTSource as source
     return triton.compile(
@@ -392,11 +393,11 @@ def measure(name: str, row: dict, arch: int = 90) -> dict:
 
 
 def tma_rows() -> dict:
-    """NAME -> (scales, x's dtype, config): qmatmul.gemm's TMA kernel with the tiles tma_config gives on a GPU, and the
+    """NAME -> (scales, x's dtype, config): qmatmul.kernels.gemm's TMA kernel with the tiles tma_config gives on a GPU, and the
     group-scaled mode untransposed (the fifth round's) beside the transposed one (the sixth's)."""
     import torch
 
-    from qmatmul import gemm
+    from qmatmul.kernels import gemm
 
     bf16, fp8 = torch.bfloat16, torch.float8_e4m3fn
     rows = {"tma-bf16": (gemm.NO_SCALES, bf16), "tma-group": (gemm.GROUP_SCALES, bf16),
@@ -407,12 +408,12 @@ def tma_rows() -> dict:
 
 
 def compile_tma(scales: int, dtype, cfg: dict, arch: int = 90):
-    """qmatmul.gemm.tma_kernel compiled for sm_<arch> as tma_matmul would launch it (132 programs, 128-wide groups)."""
+    """qmatmul.kernels.gemm.tma_kernel compiled for sm_<arch> as tma_matmul would launch it (132 programs, 128-wide groups)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from qmatmul import gemm
+    from qmatmul.kernels import gemm
 
     cfg = dict(cfg)
     options = {k: cfg.pop(k) for k in ("num_warps", "num_stages")}
@@ -488,14 +489,14 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--tma",
         action="store_true",
-        help="instead: qmatmul.gemm's TMA GEMM, its K loop per mode (tma_rows())",
+        help="instead: qmatmul.kernels.gemm's TMA GEMM, its K loop per mode (tma_rows())",
     )
     parser.add_argument("names", nargs="*", help="rows of kernels() (default: all)")
     args = parser.parse_args(argv)
     os.environ.pop("TRITON_INTERPRET", None)  # compile for the GPU, whatever the shell says
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # the JIT's default, said aloud (no warning)
     if args.tma:
-        print(f"sm_{args.arch}: qmatmul.gemm.tma_kernel, the K loop a thread issues per step")
+        print(f"sm_{args.arch}: qmatmul.kernels.gemm.tma_kernel, the K loop a thread issues per step")
         for name, r in tma_report(args.arch).items():
             print(f"{name:16} loop {r['loop']:4}  MMA {r['mma']:2}  LDG {r['ldg']:2}  FFMA {r['ffma']:3}  "
                   f"waits {r['waits']}  spills {r['spills']:3}  shared {r['shared'] // 1024} KB  {r['cfg']}")  # fmt: skip

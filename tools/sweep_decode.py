@@ -5,7 +5,7 @@
 Candidates keep the notebooks' kernel signatures; split-K runs as a second grid axis (tl.num_programs(1) > 1:
 atomic adds into a zeroed float32 buffer, then one copy into out). Every (kernel, config) is checked against the
 fp32 reference on fresh ragged inputs before timing (M = 1 and 16) and again after. Graph-timed over rotating
-weight copies (qmatmul.bench.graph_ms). Writes sweep_decode.json and prints the best per shape and M.
+weight copies (qmatmul.timing.graph_ms). Writes sweep_decode.json and prints the best per shape and M.
 """
 
 # ruff: noqa: B023 - every closure below is timed before the loop moves on
@@ -25,7 +25,7 @@ import triton.language as tl
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from qmatmul.expert import (  # noqa: E402 - the kernels this sweep shares
+from qmatmul.kernels.expert import (  # noqa: E402 - the kernels this sweep shares
     block_scales,
     fp4_lanes_tile,
     in_order,
@@ -38,7 +38,7 @@ SHAPES = [(28672, 8192), (8192, 28672), (8192, 8192)]
 def split_k(launch, out, n_blocks: int, split: int):
     """launch(grid, y) over (n_blocks, split) programs: y is out when K is not split, else a zeroed float32 buffer the
     candidates add into with atomics, copied to out after (three launches; the expert kernels add their parts in one:
-    qmatmul/splitk.py)."""
+    qmatmul/kernels/splitk.py)."""
     import torch
 
     y = out if split == 1 else torch.zeros(out.shape, dtype=torch.float32, device=out.device)
@@ -146,7 +146,7 @@ def w4_words(
         grp = k0 // GROUP
         s = tl.load(s_ptr + offs_n * stride_sn + grp * stride_sg, mask=n_ok, other=0.0)
         z = tl.load(z_ptr + offs_n * stride_sn + grp * stride_sg, mask=n_ok, other=0)
-        if LANES:  # the expert kernel's tile (qmatmul/expert.py): what is measured here is what ships
+        if LANES:  # the expert kernel's tile (qmatmul/kernels/expert.py): what is measured here is what ships
             w = w4_lanes_tile(words, z, x_ptr.dtype.element_ty)
         else:
             q = _nibbles(words)
@@ -638,7 +638,7 @@ def config_check(chapter, mods, fn, M, N, K, dtype, device="cuda"):
 def run_config_sweeps(mods, sols, dtype, copy_bw, cublas, budget_s, results, warm=None, only=""):
     import torch
 
-    from qmatmul import bench, checks
+    from qmatmul import checks, timing
 
     t0 = time.time()
     g = checks.generator(0, "cuda")
@@ -676,12 +676,12 @@ def run_config_sweeps(mods, sols, dtype, copy_bw, cublas, budget_s, results, war
                     torch.cuda.empty_cache()
                     nb = N * K if ch in ("w8a16", "fp8") else N * K // 2
                     problems[key] = [
-                        config_problem(ch, mods, M, N, K, dtype, g) for _ in range(bench.copies_needed(nb))
+                        config_problem(ch, mods, M, N, K, dtype, g) for _ in range(timing.copies_needed(nb))
                     ]
                 ws = problems[key]
                 xa = config_x(ch, mods, M, K, dtype, g)
                 try:
-                    ms = bench.graph_ms([lambda w=w: fn(*xa, *w) for w in ws], target_ms=1.0, replays=7)
+                    ms = timing.graph_ms([lambda w=w: fn(*xa, *w) for w in ws], target_ms=1.0, replays=7)
                 except Exception as exc:  # noqa: BLE001
                     results.append(dict(sweep=tag, cfg=cfg, M=M, N=N, K=K, error=str(exc)[:200]))
                     continue
@@ -735,7 +735,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    from qmatmul import bench, checks, course, environment, fp8, mxfp4, nvfp4, w4a16, w8a16
+    from qmatmul import checks, course, environment, fp8, mxfp4, nvfp4, timing, w4a16, w8a16
 
     env = environment.start()
     if not env.has_gpu:
@@ -746,7 +746,7 @@ def main(argv=None) -> int:
     mods = dict(w4a16=w4a16, mxfp4=mxfp4, nvfp4=nvfp4, w8a16=w8a16, fp8=fp8)
     sols = {f: course.load_notebook_code(f, name=f"sweep_{f}") for f in mods}
     if not args.warm:
-        copy_bw = bench.copy_bandwidth()
+        copy_bw = timing.copy_bandwidth()
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     results = []
@@ -771,7 +771,7 @@ def main(argv=None) -> int:
         weights = {}
         for N, K in SHAPES:
             nb = mods[fmt].bytes_moved(1, N, K) if fmt != "w4a16" else w4a16.bytes_moved(1, N, K, 128)
-            weights[(N, K)] = [problem(fmt, mods, N, K, g) for _ in range(bench.copies_needed(nb))]
+            weights[(N, K)] = [problem(fmt, mods, N, K, g) for _ in range(timing.copies_needed(nb))]
         xs = {
             (M, K): torch.randn(M, K, device="cuda", generator=g).to(dtype)
             for M in (1, 16)
@@ -795,7 +795,7 @@ def main(argv=None) -> int:
                     x = xs[(M, K)]
                     outs = [torch.empty(M, N, dtype=dtype, device="cuda") for _ in ws]
                     try:
-                        ms = bench.graph_ms([lambda w=w, o=o: fn(x, w, out=o) for w, o in zip(ws, outs, strict=True)],
+                        ms = timing.graph_ms([lambda w=w, o=o: fn(x, w, out=o) for w, o in zip(ws, outs, strict=True)],
                                             target_ms=1.0, replays=7)  # fmt: skip
                     except Exception as exc:  # noqa: BLE001
                         results.append(dict(fmt=fmt, name=name, cfg=cfg, split=split, N=N, K=K, M=M,
@@ -833,7 +833,7 @@ def main(argv=None) -> int:
             sols,
             dtype,
             copy_bw,
-            bench.matmul_flops(dtype=dtype),
+            timing.matmul_flops(dtype=dtype),
             args.configs_s,
             configs,
             only=args.configs,

@@ -30,7 +30,8 @@ def main(argv=None) -> int:
 
     import torch
 
-    from qmatmul import bench, checks, course, environment, expert, w4a16
+    from qmatmul import checks, course, environment, timing, w4a16
+    from qmatmul.kernels import expert
 
     env = environment.start()
     if not env.has_gpu:
@@ -38,7 +39,7 @@ def main(argv=None) -> int:
         return 1
     t_start = time.time()
     dtype = env.act_dtype
-    copy_bw = bench.copy_bandwidth()
+    copy_bw = timing.copy_bandwidth()
     print(f"{env.gpu_name} copy {copy_bw / 1e12:.2f} TB/s, {dtype}")
     rows = []
     g = checks.generator(0, "cuda")
@@ -62,7 +63,7 @@ def main(argv=None) -> int:
         try:
             fn()
             torch.cuda.synchronize()
-            ms = bench.median_ms(fn, rep_ms=40)
+            ms = timing.median_ms(fn, rep_ms=40)
         except Exception as exc:  # noqa: BLE001
             rows.append(dict(tag=tag, label=label, M=M, N=N, K=K, cfg=cfg, error=str(exc)[:120]))
             return None
@@ -130,7 +131,8 @@ def dump(out, expert, w4a16, dtype):
 
     import torch
 
-    from qmatmul import checks, splitk
+    from qmatmul import checks
+    from qmatmul.kernels import splitk
 
     N, K, G = 28672, 8192, 128
     p, s, z = w4a16.random_packed(N, K, G, "cuda", checks.generator(2, "cuda"))

@@ -1,4 +1,4 @@
-"""On a CUDA GPU: the Gluon MMA decodes (qmatmul/mma_decode.py) per configuration, graph-timed beside the expert
+"""On a CUDA GPU: the Gluon MMA decodes (qmatmul/kernels/mma_decode.py) per configuration, graph-timed beside the expert
 Triton kernel (and tinygemm for W4A16), every configuration checked against the chapter's reference before and after
 timing.
 
@@ -76,13 +76,14 @@ def main(argv=None) -> int:
 
     import torch
 
-    from qmatmul import bench, checks, expert, mma_decode, mxfp4, nvfp4, w4a16
+    from qmatmul import checks, mxfp4, nvfp4, timing, w4a16
+    from qmatmul.kernels import expert, mma_decode
 
     if not mma_decode.available():
         print("needs a CUDA GPU of sm_80 or newer and triton with Gluon")
         return 1
     t0 = time.time()
-    copy_bw = bench.copy_bandwidth()
+    copy_bw = timing.copy_bandwidth()
     g = checks.generator(0, "cuda")
     results = []
     fp4 = args.format != "w4a16"
@@ -100,7 +101,7 @@ def main(argv=None) -> int:
         return ch.bytes_moved(M, N, K) if fp4 else w4a16.bytes_moved(M, N, K, G)
 
     problems = {
-        (N, K): [weights(N, K) for _ in range(bench.copies_needed(bytes_moved(1, N, K)))] for N, K in SHAPES
+        (N, K): [weights(N, K) for _ in range(timing.copies_needed(bytes_moved(1, N, K)))] for N, K in SHAPES
     }
     xs = {
         (M, K): torch.randn(M, K, device="cuda", generator=g).bfloat16() for M in ms_timed for _, K in SHAPES
@@ -114,7 +115,7 @@ def main(argv=None) -> int:
                 x = xs[(M, K)]
                 outs = [torch.empty(M, N, dtype=torch.bfloat16, device="cuda") for _ in ws]
                 try:
-                    ms = bench.graph_ms([make(x, w, o, N) for w, o in zip(ws, outs, strict=True)], target_ms=1.0,
+                    ms = timing.graph_ms([make(x, w, o, N) for w, o in zip(ws, outs, strict=True)], target_ms=1.0,
                                         replays=7)  # fmt: skip
                 except Exception as exc:  # noqa: BLE001
                     results.append(dict(name=name, cfg=cfg, split=split, N=N, K=K, M=M, error=str(exc)[:300]))

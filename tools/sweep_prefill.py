@@ -4,8 +4,8 @@ and without the masked K tail, and the FP8 128 x 128 block-scaled kernel's tiles
     python tools/sweep_prefill.py [--out DIR] [--parts prefill,decode,fp8block] [--formats w8a16,w4a16,mxfp4,nvfp4]
     python tools/sweep_prefill.py --parts fp8acc     FP8 prefill: Hopper's fp8 accumulation, imprecise or promoted
     python tools/sweep_prefill.py --parts fp8tma     FP8 prefill: a persistent TMA candidate, promoted or not
-    python tools/sweep_prefill.py --parts gemmtma    qmatmul.gemm's TMA GEMMs: bf16 (decoded weights), FP8 row, block
-    python tools/sweep_prefill.py --parts gemmgroup  qmatmul.gemm's group-scaled TMA GEMM (W4A16's integers q - z)
+    python tools/sweep_prefill.py --parts gemmtma    qmatmul.kernels.gemm's TMA GEMMs: bf16 (decoded weights), FP8 row, block
+    python tools/sweep_prefill.py --parts gemmgroup  qmatmul.kernels.gemm's group-scaled TMA GEMM (W4A16's integers q - z)
     python tools/sweep_prefill.py --parts w4tma      W4A16 decoded first: the group-scaled GEMM plain and swapped
     python tools/sweep_prefill.py --parts fp8row     the expert FP8 row-wise TMA GEMM, plain and swapped
     python tools/sweep_prefill.py --parts w8split    W8A16 prefill taken apart: conversion, GEMM, scales, paths
@@ -37,7 +37,7 @@ import triton.language as tl
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from qmatmul.gemm import grouped_tile, tutorial_matmul  # noqa: E402 - the course's GEMMs, timed here too
+from qmatmul.kernels.gemm import grouped_tile, tutorial_matmul  # noqa: E402 - the course's GEMMs, timed here too
 
 FMTS = {"w8a16": 0, "w4a16": 1, "mxfp4": 2, "nvfp4": 3}
 
@@ -253,13 +253,13 @@ def timed(fns):
     """graph_ms, or do_bench on fns[0] where the path cannot be captured (the fp4 naive paths copy a table)."""
     import torch
 
-    from qmatmul import bench
+    from qmatmul import timing
 
     try:
-        return bench.graph_ms(fns)
+        return timing.graph_ms(fns)
     except Exception:  # noqa: BLE001
         torch.cuda.synchronize()
-        return bench.median_ms(fns[0])
+        return timing.median_ms(fns[0])
 
 
 def crossover_part(formats, mods, sols, dtype, cublas, results):
@@ -303,7 +303,7 @@ def crossover_part(formats, mods, sols, dtype, cublas, results):
 def prefill_part(formats, mods, dtype, cublas, results, quick):
     import torch
 
-    from qmatmul import bench, checks
+    from qmatmul import checks, timing
 
     gen = checks.generator(0, "cuda")
     N = K = 8192
@@ -311,7 +311,7 @@ def prefill_part(formats, mods, dtype, cublas, results, quick):
     dense = [torch.randn(N, K, device="cuda", generator=gen).to(dtype) for _ in range(2)]
     for M in Ms:
         x = torch.randn(M, K, device="cuda", generator=gen).to(dtype)
-        ms = bench.graph_ms([lambda w=w: x @ w.T for w in dense])
+        ms = timing.graph_ms([lambda w=w: x @ w.T for w in dense])
         results.append(dict(part="prefill", fmt="dense", variant="cuBLAS", M=M, us=ms * 1e3,
                             cublas_frac=2 * M * N * K / (ms * 1e-3) / cublas))  # fmt: skip
         print(f"prefill M={M} cuBLAS {ms * 1e3:.0f} us")
@@ -360,17 +360,17 @@ def decode_part(formats, mods, sols, dtype, copy_bw, results):
     """The notebooks' decode kernels, graph-timed on the three shapes; sols maps (fmt, version) to a module."""
     import torch
 
-    from qmatmul import bench, checks
+    from qmatmul import checks, timing
 
     gen = checks.generator(0, "cuda")
     for (fmt, version), sol in sols.items():
         m = mods[fmt]
         fn = getattr(sol, f"{fmt}_decode")
         for N, K in [(28672, 8192), (8192, 28672), (8192, 8192)]:
-            ws = [m.timing_weights(N, K, gen) for _ in range(bench.copies_needed(m.bytes_moved(1, N, K)))]
+            ws = [m.timing_weights(N, K, gen) for _ in range(timing.copies_needed(m.bytes_moved(1, N, K)))]
             for M in (1, 16):
                 x = torch.randn(M, K, device="cuda", generator=gen).to(dtype)
-                ms = bench.graph_ms([lambda w=w: fn(x, *w) for w in ws])
+                ms = timing.graph_ms([lambda w=w: fn(x, *w) for w in ws])
                 frac = m.bytes_moved(M, N, K) / (ms * 1e-3) / copy_bw
                 xs, wsm = small_problem(fmt, mods, M, 1000, 768 + 256, dtype, "cuda", checks.generator(2))
                 err = rel_err(fn(xs, *wsm), m.reference(xs, *wsm))
@@ -383,7 +383,7 @@ def decode_part(formats, mods, sols, dtype, copy_bw, results):
 
 def fp8block_part(mods, sols, scaled_mm_rowwise, results):
 
-    from qmatmul import bench, checks
+    from qmatmul import checks, timing
 
     fp8, sol = mods["fp8"], sols["fp8"]
     gen = checks.generator(3)
@@ -400,7 +400,7 @@ def fp8block_part(mods, sols, scaled_mm_rowwise, results):
             )
             fp8.block_config = lambda *a, cfg=cfg, **k: cfg
             try:
-                ms = bench.graph_ms([lambda w=w: sol.fp8_block_matmul(xq, sx, w, sw) for w in (wq, wq2)])
+                ms = timing.graph_ms([lambda w=w: sol.fp8_block_matmul(xq, sx, w, sw) for w in (wq, wq2)])
                 # checked on a small ragged problem: block_reference runs in float64 on the CPU
                 small = fp8.random_block_problem(200, 384, 640, "cuda", checks.generator(4))
                 err = rel_err(sol.fp8_block_matmul(*small).cpu(), fp8.block_reference(*small))
@@ -449,7 +449,7 @@ def fp8acc_part(mods, scaled_mm_rowwise, results, seeds=(1, 2, 3)):
     tolerance on the graded inputs, per seed."""
     import torch
 
-    from qmatmul import bench, checks
+    from qmatmul import checks, timing
 
     fp8 = mods["fp8"]
     M, N, K = fp8.PREFILL_SHAPE
@@ -472,7 +472,7 @@ def fp8acc_part(mods, scaled_mm_rowwise, results, seeds=(1, 2, 3)):
             try:
                 problems = [fp8._timing_problem(M, N, K, checks.generator(s, "cuda")) for s in seeds]
                 out = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
-                ms = bench.graph_ms([lambda p=p: sol.fp8_matmul(*p, out=out) for p in problems[:2]])
+                ms = timing.graph_ms([lambda p=p: sol.fp8_matmul(*p, out=out) for p in problems[:2]])
                 bad = [int(checks.mismatch(sol.fp8_matmul(*p).float().cpu(), fp8.reference(*p).cpu(),
                                       checks.tolerance_for(torch.bfloat16)).sum())
                        for p in problems]  # fmt: skip
@@ -488,7 +488,7 @@ def fp8acc_part(mods, scaled_mm_rowwise, results, seeds=(1, 2, 3)):
     fp8.prefill_config = original
 
 
-# The FP8 prefill on Hopper of qmatmul/expert.py (fp8_matmul_tma): a persistent grid fed by TMA, partial sums
+# The FP8 prefill on Hopper of qmatmul/kernels/expert.py (fp8_matmul_tma): a persistent grid fed by TMA, partial sums
 # promoted every BLOCK_K or not (PROMOTE), four tiles.
 FP8_TMA_TILES = [(128, 128, 128, 8, 3), (128, 128, 128, 8, 4), (256, 128, 128, 8, 3), (128, 128, 256, 8, 3)]
 
@@ -498,7 +498,8 @@ def fp8tma_part(mods, scaled_mm_rowwise, results, seeds=(1, 2, 3)):
     tile graph-timed against torch._scaled_mm rowwise, with the wrong outputs on the graded inputs per seed."""
     import torch
 
-    from qmatmul import bench, checks, expert
+    from qmatmul import checks, timing
+    from qmatmul.kernels import expert
 
     fp8 = mods["fp8"]
     M, N, K = fp8.PREFILL_SHAPE
@@ -516,7 +517,7 @@ def fp8tma_part(mods, scaled_mm_rowwise, results, seeds=(1, 2, 3)):
                 acc_bad = int(checks.mismatch(fn(*case), fp8.reference(*case), tol).sum())
                 problems = [fp8._timing_problem(M, N, K, checks.generator(s, "cuda")) for s in seeds]
                 out = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
-                ms = bench.graph_ms([lambda p=p: fn(*p, out=out) for p in problems[:2]])
+                ms = timing.graph_ms([lambda p=p: fn(*p, out=out) for p in problems[:2]])
                 bad = [int(checks.mismatch(fn(*p), fp8.reference(*p), tol).sum()) for p in problems]
             except Exception as exc:  # noqa: BLE001
                 results.append(dict(part="fp8tma", cfg=cfg, error=str(exc)[:200]))
@@ -528,7 +529,7 @@ def fp8tma_part(mods, scaled_mm_rowwise, results, seeds=(1, 2, 3)):
                   f"{100 * ref / ms:4.0f} % of _scaled_mm rowwise, wrong per seed {bad}, accumulation case {acc_bad}")  # fmt: skip
 
 
-# qmatmul.gemm.tma_kernel's tiles: (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, FLATTEN)
+# qmatmul.kernels.gemm.tma_kernel's tiles: (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, FLATTEN)
 GEMM_TMA_TILES = [(128, 256, 64, 8, 3, False), (128, 256, 64, 8, 4, False), (128, 256, 64, 8, 3, True),
                   (256, 128, 64, 8, 3, False), (128, 128, 64, 8, 4, False), (128, 128, 64, 4, 4, False)]  # fmt: skip
 FP8_ROW_TILES = [(256, 128, 128, 8, 3, False), (256, 128, 128, 8, 4, False), (256, 128, 128, 8, 3, True),
@@ -567,13 +568,13 @@ def time_gemms(part, M, runs, x, ws, out, ref, cublas, results, ragged=None):
     cuBLAS's time. A run that fails is recorded with its error."""
     import torch
 
-    from qmatmul import bench
+    from qmatmul import timing
 
     for label, fn in runs:
         try:
             err = rel_err(fn(x, ws[0], torch.empty_like(out)).float(), ref)
             bad = None if ragged is None else ragged_mismatches(fn, *ragged)
-            ms = bench.graph_ms([lambda w=w: fn(x, w, out) for w in ws])
+            ms = timing.graph_ms([lambda w=w: fn(x, w, out) for w in ws])
         except Exception as exc:  # noqa: BLE001
             results.append(dict(part=part, M=M, label=label, error=str(exc)[:300]))
             print(f"{part} M={M} {label}: {type(exc).__name__}: {str(exc)[:200]}")
@@ -598,12 +599,13 @@ def group_problem(M, N, K, G, device, gen):
 
 
 def gemmtma_part(mods, scaled_mm_rowwise, results, seeds=(1, 2, 3)):
-    """qmatmul.gemm's GEMMs at M = 2048 and 4096, N = K = 8192, graph-timed: the 4-bit chapters' decoded-weight GEMM
+    """qmatmul.kernels.gemm's GEMMs at M = 2048 and 4096, N = K = 8192, graph-timed: the 4-bit chapters' decoded-weight GEMM
     (bf16; the TMA kernel at each of GEMM_TMA_TILES and the tutorial's matmul_kernel) against cuBLAS; the expert FP8
     row-wise and block-scaled TMA GEMMs against torch._scaled_mm row-wise, with their wrong outputs per seed."""
     import torch
 
-    from qmatmul import bench, chapter, checks, gemm
+    from qmatmul import checks, timing
+    from qmatmul.kernels import configs, gemm
 
     fp8 = mods["fp8"]
     N = K = 8192
@@ -618,11 +620,11 @@ def gemmtma_part(mods, scaled_mm_rowwise, results, seeds=(1, 2, 3)):
         ws = [torch.randn(N, K, device="cuda", generator=gen, dtype=torch.bfloat16) * 0.02 for _ in range(2)]
         out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
         ref = x.float() @ ws[0].float().T
-        cublas = bench.graph_ms([lambda w=w: torch.matmul(x, w.T, out=out) for w in ws])
+        cublas = timing.graph_ms([lambda w=w: torch.matmul(x, w.T, out=out) for w in ws])
         results.append(dict(part="gemmtma", M=M, label="cuBLAS bf16", us=cublas * 1e3, cublas_frac=1.0))
         print(f"gemm M={M} cuBLAS {cublas * 1e3:7.0f} us")
 
-        runs = [("matmul_kernel " + str(chapter.gemm_config(x.device)), gemm.tutorial_matmul)]
+        runs = [("matmul_kernel " + str(configs.gemm_config(x.device)), gemm.tutorial_matmul)]
         runs += [
             (f"tma {t}", lambda x, w, out, t=t: gemm.tma_matmul(x, w, out, **tma_tiles(t)))
             for t in GEMM_TMA_TILES
@@ -638,7 +640,8 @@ def fp8_tma_tiles(fp8, kind, tiles, M, scaled_mm_rowwise, results, seeds=(1, 2, 
     torch._scaled_mm row-wise, with its wrong outputs per seed."""
     import torch
 
-    from qmatmul import bench, checks, expert
+    from qmatmul import checks, timing
+    from qmatmul.kernels import expert
 
     tol = checks.tolerance_for(torch.bfloat16)
     fn_ = expert.fp8_matmul_tma if kind == "row" else expert.fp8_block_matmul_tma
@@ -649,7 +652,7 @@ def fp8_tma_tiles(fp8, kind, tiles, M, scaled_mm_rowwise, results, seeds=(1, 2, 
     for t in tiles:
         try:
             o = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
-            ms = bench.graph_ms([lambda p=p: fn_(*p, out=o, **tma_tiles(t)) for p in problems[:2]])
+            ms = timing.graph_ms([lambda p=p: fn_(*p, out=o, **tma_tiles(t)) for p in problems[:2]])
             bad = [
                 int(checks.mismatch(fn_(*p, **tma_tiles(t)), r, tol).sum())
                 for p, r in zip(problems, refs, strict=True)
@@ -677,7 +680,7 @@ def fp8row_part(mods, scaled_mm_rowwise, results):
         fp8_tma_tiles(mods["fp8"], "row", FP8_ROW_SWAP_TILES, M, scaled_mm_rowwise, results)
 
 
-# qmatmul.gemm.tma_kernel's group-scaled mode (W4A16's q - z with a scale per column and 128-wide group of K)
+# qmatmul.kernels.gemm.tma_kernel's group-scaled mode (W4A16's q - z with a scale per column and 128-wide group of K)
 # Sixth round: the swapped tile (acc[n, m], the group's scales two a thread where the plain tile loads 32 with their
 # address arithmetic: 178 against 265 SASS a step, compiled here) and two programs an SM, whose MMAs and scalings
 # may interleave where one program's cannot.
@@ -694,7 +697,8 @@ def gemmgroup_part(results, G=128):
     the same kernel without the scales, graph-timed, each checked against the fp32 product first (and at RAGGED)."""
     import torch
 
-    from qmatmul import bench, checks, gemm
+    from qmatmul import checks, timing
+    from qmatmul.kernels import gemm
 
     N = K = 8192
     ragged = group_problem(*RAGGED, G, "cuda", checks.generator(RAGGED[0], "cuda"))
@@ -703,8 +707,8 @@ def gemmgroup_part(results, G=128):
         x, w0, ref = group_problem(M, N, K, G, "cuda", gen)
         ws = [w0, group_problem(1, N, K, G, "cuda", gen)[1]]
         out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
-        cublas = bench.graph_ms([lambda w=w: torch.matmul(x, w[0].T, out=out) for w in ws])
-        plain = bench.graph_ms([lambda w=w: gemm.tma_matmul(x, w[0], out) for w in ws])
+        cublas = timing.graph_ms([lambda w=w: torch.matmul(x, w[0].T, out=out) for w in ws])
+        plain = timing.graph_ms([lambda w=w: gemm.tma_matmul(x, w[0], out) for w in ws])
         results.append(dict(part="gemmgroup", M=M, label="cuBLAS bf16", us=cublas * 1e3))
         results.append(
             dict(part="gemmgroup", M=M, label="tma, no scales", us=plain * 1e3, cublas_frac=cublas / plain)
@@ -719,11 +723,11 @@ def cublas_beside(part, M, K, dense, gen, results):
     """x [M, K] and out [M, N] in bf16, and cuBLAS's graph-timed ms on the bf16 weights dense, recorded as part's row."""
     import torch
 
-    from qmatmul import bench
+    from qmatmul import timing
 
     x = torch.randn(M, K, device="cuda", generator=gen).to(torch.bfloat16)
     out = torch.empty(M, dense[0].shape[0], device="cuda", dtype=torch.bfloat16)
-    cublas = bench.graph_ms([lambda d=d: torch.matmul(x, d.T, out=out) for d in dense])
+    cublas = timing.graph_ms([lambda d=d: torch.matmul(x, d.T, out=out) for d in dense])
     results.append(dict(part=part, M=M, label="cuBLAS bf16", us=cublas * 1e3))
     print(f"{part} M={M} cuBLAS {cublas * 1e3:.0f} us")
     return x, out, cublas
@@ -736,7 +740,8 @@ def w4tma_part(mods, results, sols):
     to tma_kernel as they lie, q - z made in registers: 37-48 %, against 67-68 % decoded first; commit a62863b.)"""
     import torch
 
-    from qmatmul import checks, gemm
+    from qmatmul import checks
+    from qmatmul.kernels import gemm
 
     w4, sol = mods["w4a16"], sols["w4a16"]
     N = K = 8192
@@ -781,7 +786,8 @@ def w8split_part(mods, results, sols):
     naive path, against cuBLAS on bf16 weights, graph-timed over two weight copies; each checked first."""
     import torch
 
-    from qmatmul import bench, checks, gemm
+    from qmatmul import checks, timing
+    from qmatmul.kernels import gemm
 
     w8, sol = mods["w8a16"], sols["w8a16"]
     N = K = 8192
@@ -792,7 +798,7 @@ def w8split_part(mods, results, sols):
     for label, fn in (("torch q.to(bf16)", lambda i: ws[i][0].to(torch.bfloat16)),
                       ("gemm.as_16bit", lambda i: gemm.as_16bit(ws[i][0], torch.bfloat16))):  # fmt: skip
         assert torch.equal(fn(0), dense[0])
-        ms = bench.graph_ms([lambda i=i: fn(i) for i in range(2)])
+        ms = timing.graph_ms([lambda i=i: fn(i) for i in range(2)])
         results.append(
             dict(part="w8split", M=0, label=label, us=ms * 1e3, GBps=3 * N * K / (ms * 1e-3) / 1e9)
         )
@@ -841,7 +847,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    from qmatmul import bench, course, environment
+    from qmatmul import course, environment, timing
 
     env = environment.start()
     if not env.has_gpu:
@@ -850,7 +856,7 @@ def main(argv=None) -> int:
     formats = args.formats.split(",")
     parts = args.parts.split(",")
     dtype = env.act_dtype
-    copy_bw, cublas = bench.copy_bandwidth(), bench.matmul_flops(dtype=dtype)
+    copy_bw, cublas = timing.copy_bandwidth(), timing.matmul_flops(dtype=dtype)
     print(f"{env.gpu_name} · torch {torch.__version__} · triton {triton.__version__} · copy "
           f"{copy_bw / 1e12:.2f} TB/s · cuBLAS {cublas / 1e12:.0f} TFLOP/s")  # fmt: skip
     mods = {f: importlib.import_module(f"qmatmul.{f}") for f in [*formats, "fp8"]}
@@ -888,7 +894,7 @@ def main(argv=None) -> int:
         a = torch.randn(M, K, device="cuda", generator=gen).to(torch.float8_e4m3fn)
         b = torch.randn(N, K, device="cuda", generator=gen).to(torch.float8_e4m3fn)
         sa, sb = torch.ones(M, 1, device="cuda"), torch.ones(1, N, device="cuda")
-        return bench.graph_ms(lambda: torch._scaled_mm(a, b.T, sa, sb, out_dtype=torch.bfloat16))
+        return timing.graph_ms(lambda: torch._scaled_mm(a, b.T, sa, sb, out_dtype=torch.bfloat16))
 
     if "fp8block" in parts:
         sols = {"fp8": course.load_notebook_code("fp8", name="sweep_fp8")}

@@ -1,5 +1,5 @@
 """How much does the trusted grader's timing protocol leave? The same solution kernels timed in process
-(CUDA-graph replay and eager, qmatmul/harness.py) and through the protocol (the trusted side's clock around a
+(CUDA-graph replay and eager, qmatmul/checks/harness.py) and through the protocol (the trusted side's clock around a
 batch the worker runs), at the graded shapes. On a CUDA GPU:
 
     python tools/timing_protocol.py [--json PATH] [--only fp8_matmul,w8a16_decode]
@@ -30,7 +30,8 @@ def main(argv=None) -> int:
     env = environment.start()
     if args.phases:
         return phases(args.json)
-    from qmatmul import course, fp8, harness, w4a16, w8a16
+    from qmatmul import course, fp8, w4a16, w8a16
+    from qmatmul.checks import harness
     from qmatmul.grader import notebook, trusted
     from qmatmul.grader.remote import RemoteFunction, Worker
 
@@ -82,13 +83,14 @@ def main(argv=None) -> int:
 
 
 def phases(json_path: str | None) -> int:
-    """The work a timed go does besides the learner's calls (qmatmul/harness.py), each phase alone, at the graded
+    """The work a timed go does besides the learner's calls (qmatmul/checks/harness.py), each phase alone, at the graded
     shapes and batch sizes: the input draw, the outputs' checksum. Best of three, milliseconds."""
     import time
 
     import torch
 
-    from qmatmul import fp8, harness, w8a16
+    from qmatmul import fp8, w8a16
+    from qmatmul.checks import harness
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)

@@ -3,7 +3,7 @@
     StashTests        before Execute: test cells are not run in the learner's kernel (their code is kept)
     ResilientExecute  nbgrader's Execute, but a kernel that dies (a segfault, a GPU fault) ends only the run
                       of the notebook's own cells: the grading goes on; each cell holds the GPU's lock shared
-                      (qmatmul/gpulock.py: no other grader's timed window runs meanwhile). It starts the
+                      (qmatmul/timing/gpulock.py: no other grader's timed window runs meanwhile). It starts the
                       notebook's one time budget (`budget`, NOTEBOOK_BUDGET s): no cell runs past it
     TrustedGrades     after Execute: test cells get their code back and, as outputs, the trusted verdicts
                       (a printed line when passed, an error when not): nbgrader's SaveAutoGrades scores those
@@ -58,7 +58,7 @@ class ResilientExecute(Execute):
             "1"  # the notebook's kernel inherits it: cells that award nothing may skip
         )
 
-        from qmatmul import gpulock
+        from qmatmul.timing import gpulock
 
         previous = gpulock.active()
         try:
@@ -79,7 +79,7 @@ class ResilientExecute(Execute):
     def preprocess_cell(self, cell, resources, index):
         """Each cell the learner's kernel runs may launch kernels: it shares the GPU, never beside a timing. No
         cell runs for longer than what is left of the notebook's budget; once it is spent, no cell runs."""
-        from qmatmul import gpulock
+        from qmatmul.timing import gpulock
 
         left = self._deadline - time.monotonic()
         if cell.cell_type != "code" or left <= 0:

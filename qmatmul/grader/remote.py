@@ -27,8 +27,8 @@ from pathlib import Path
 
 import torch
 
-from qmatmul import checks, harness
-from qmatmul.checks import WORKER_CONTEXTS, WORKER_STATE, CheckFailed, LearnerError, OpRecord
+from qmatmul import checks
+from qmatmul.checks import WORKER_CONTEXTS, WORKER_STATE, CheckFailed, LearnerError, OpRecord, harness
 from qmatmul.grader import kernels, reach, static
 
 GPU_FAULT = r"illegal memory access|misaligned address|unspecified launch failure|illegal instruction|device-side assert"
@@ -490,7 +490,7 @@ class Worker:
 
     def bench(self, name: str, *, module: str, N: int, K: int, M: int, calls: int, copies: int, seed: int,
               out_dtype: str, what: str, window=contextlib.nullcontext):  # fmt: skip
-        """The timing protocol of qmatmul/harness.py, trusted side: returns (graph_ms, eager_ms, outputs by
+        """The timing protocol of qmatmul/checks/harness.py, trusted side: returns (graph_ms, eager_ms, outputs by
         mode, the seed each mode's inputs came from). The clock is this process's; the worker only runs.
         `window()` is entered around each timed go (harness.py: the GPU's exclusive lock)."""
         prep = {"op": "bench_prepare", "name": name, "module": module, "N": N, "K": K, "M": M, "calls": calls,

@@ -13,10 +13,11 @@ import re
 import time
 from dataclasses import dataclass
 
-from qmatmul import checks, environment, gpulock
+from qmatmul import checks, environment
 from qmatmul.checks import CheckFailed, LearnerError
 from qmatmul.grader import notebook, static
 from qmatmul.grader.remote import RemoteFunction, Worker
+from qmatmul.timing import gpulock
 
 
 @dataclass

@@ -81,7 +81,8 @@ def _run_program(shell, program: list) -> list:
 def _call(shell, job: dict) -> dict:
     import torch
 
-    from qmatmul import checks, traffic
+    from qmatmul import checks
+    from qmatmul.checks import traffic
     from qmatmul.grader import kernels, reach
 
     name = job["name"]
@@ -164,7 +165,7 @@ def _bench_prepare(shell, job: dict) -> dict:
     """Build the timed problem: weight copies from the trusted side's seed, per-call buffers, maybe a graph."""
     import torch
 
-    from qmatmul import harness
+    from qmatmul.checks import harness
 
     fn = shell.user_ns.get(job["name"])
     if fn is None:
@@ -212,7 +213,7 @@ def _bench_prepare(shell, job: dict) -> dict:
 
 def _bench_go(job: dict) -> dict:
     """The timed batch: fresh inputs from the seed just received, the calls, the whole device synchronized."""
-    from qmatmul import harness
+    from qmatmul.checks import harness
 
     b, prep = _BENCH, _BENCH["job"]
     harness.inputs_for(

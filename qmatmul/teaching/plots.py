@@ -6,7 +6,7 @@ the chapter modules and never draws.
 
 from __future__ import annotations
 
-from qmatmul.floor import H200
+from qmatmul.teaching.roofline_model import H200
 
 
 def quantization_error(w, q, s, title: str = "int8, one scale per output channel"):

@@ -1,7 +1,7 @@
 """Expert decode kernels: faster than the chapters' readable solutions, and harder to read.
 
 They are not graded and not in the notebooks; `make bench` times them beside the readable solutions. (The fastest
-W4A16 decode is `qmatmul/mma_decode.py`, on a weight repacked into the tensor cores' operand layout, in Gluon.) Each
+W4A16 decode is `qmatmul/kernels/mma_decode.py`, on a weight repacked into the tensor cores' operand layout, in Gluon.) Each
 reads the chapter's own layout (W4A16: packed uint8 [N, K/2], element 2i in the low nibble, float32 scales and
 uint8 zeros [N, K/G]) and runs under the interpreter too (tests/test_expert.py).
 
@@ -13,17 +13,17 @@ Tricks, each exact:
   kernel subtracts (magic + z) per element, exactly, and scales once per group.
 * M = 1: a GEMV on the CUDA cores (no tensor-core padding of M to 16). M = 2..16: two fp16/bf16 lanes per int32
   (mask 0x000F000F), the eight nibble planes joined back into K order in registers, then `tl.dot`; K split four
-  ways (the parts added in the same launch: `qmatmul/splitk.py`).
+  ways (the parts added in the same launch: `qmatmul/kernels/splitk.py`).
 * MXFP4 / NVFP4 (the chapters' layouts: packed uint8 [N, K/2], block-scale codes uint8 [N, K/32] e8m0 or [N, K/16]
   e4m3 bits, NVFP4's float32 tensor scale g): two e2m1 codes an integer operation as well. An e2m1 code's sign,
   exponent and mantissa bits placed at a 16-bit float's sign bit and lowest exponent bits make that float the
   code's value times 2^-126 (bf16) or 2^-14 (fp16); one multiply undoes it and one more applies the block's
   scale, both exact (a code times a block scale has at most 6 significant bits). No K masks: BLOCK_K divides K
-  (the chapters' `divisible_k`), and split-K where N is short (`qmatmul/splitk.py`).
-* W8A16 decode where N is short: the chapter's kernel with K split across programs (`qmatmul/splitk.py`: each
+  (the chapters' `divisible_k`), and split-K where N is short (`qmatmul/kernels/splitk.py`).
+* W8A16 decode where N is short: the chapter's kernel with K split across programs (`qmatmul/kernels/splitk.py`: each
   strip's last program adds the float32 parts in order and stores the output, in the same launch).
 * FP8 prefill on Hopper (the chapter's layouts: e4m3 x [M, K] and w [N, K], float32 scales per row and column, or
-  per 1 x 128 and 128 x 128 block): `qmatmul.gemm.tma_kernel`, a persistent grid fed by TMA, partial sums promoted
+  per 1 x 128 and 128 x 128 block): `qmatmul.kernels.gemm.tma_kernel`, a persistent grid fed by TMA, partial sums promoted
   to float32 every BLOCK_K as in the chapter's solution (row-wise) or each 128-wide step's product scaled before it
   is added (block-scaled).
 """
@@ -34,7 +34,8 @@ import torch
 import triton
 import triton.language as tl
 
-from qmatmul import fp8, gemm, mxfp4, nvfp4, splitk, w4a16, w8a16
+from qmatmul import fp8, mxfp4, nvfp4, w4a16, w8a16
+from qmatmul.kernels import gemm, splitk
 
 
 @triton.jit

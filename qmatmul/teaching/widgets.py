@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from qmatmul import floor
+from qmatmul.teaching import roofline_model
 
 
 def text_view(text, **controls):
@@ -63,11 +63,11 @@ def int8_explorer():
 
 def layer_text(fmt: str, M: int, ceil, group_size: int = 128) -> str:
     """What the roofline explorer shows for one format and M (a 28672 x 8192 Linear layer)."""
-    n = floor.layer_numbers(fmt, M, ceil, group_size=group_size)
-    N, K = floor.LAYER_SHAPE
+    n = roofline_model.layer_numbers(fmt, M, ceil, group_size=group_size)
+    N, K = roofline_model.LAYER_SHAPE
     side = "below" if n["intensity"] < n["ridge"] else "above"
     return (
-        f"{floor.FORMAT_TEXT[fmt]}\n"
+        f"{roofline_model.FORMAT_TEXT[fmt]}\n"
         f"layer N x K = {N} x {K}, M = {M}: {n['bytes_per_weight']:.4f} bytes per weight\n"
         f"bytes moved      {n['bytes'] / 1e6:>12.1f} MB\n"
         f"FLOPs            {n['flops'] / 1e9:>12.1f} GFLOP\n"
@@ -83,8 +83,8 @@ def roofline_explorer(ceil=None):
     """Pick a format and M: see the bytes, the arithmetic intensity and the floor time of a Linear layer."""
     import ipywidgets as W
 
-    ceil = ceil or floor.recorded_ceilings()
-    fmt = W.Dropdown(options=list(floor.FORMATS), value="w8a16", description="format")
+    ceil = ceil or roofline_model.recorded_ceilings()
+    fmt = W.Dropdown(options=list(roofline_model.FORMATS), value="w8a16", description="format")
     m = W.SelectionSlider(options=[2**i for i in range(14)], value=1, description="M (tokens)")
     group = W.Dropdown(options=[32, 64, 128], value=128, description="W4A16 group")
     out = text_view(

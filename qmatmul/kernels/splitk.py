@@ -1,5 +1,5 @@
 """Split-K for the decode kernels, in one launch: `scratch` (the workspace and the strips' counters) and `finish` (a
-Triton kernel's epilogue; `qmatmul/mma_decode.py`'s Gluon `_finish` does the same).
+Triton kernel's epilogue; `qmatmul/kernels/mma_decode.py`'s Gluon `_finish` does the same).
 
 Each of a column strip's programs stores its float32 partial sums in the workspace and counts itself in the strip's
 counter; the last one to arrive adds the parts in order, writes the output and sets the counter back to 0. So the

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from qmatmul import gpulock
+from qmatmul.timing import gpulock
 
 
 def median_ms(fn, *, warmup_ms: int = 25, rep_ms: int = 100) -> float:

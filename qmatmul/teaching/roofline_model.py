@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from qmatmul import bench, recorded
+from qmatmul import timing
 from qmatmul.formats import fp8, mxfp4, nvfp4, w4a16, w8a16
+from qmatmul.teaching import recorded
 
 # Measured on the course's lent H200 (docs/bench-h200.json): used as data where no GPU is present.
 H200 = recorded.ceilings()
@@ -37,7 +38,7 @@ class Ceilings:
 def ceilings(env) -> Ceilings:
     """The two ceilings of this GPU, measured in this process; the H200's recorded figures on a CPU."""
     if env.has_gpu:
-        return Ceilings(env.gpu_name, bench.copy_bandwidth(), bench.matmul_flops(dtype=env.act_dtype), True)
+        return Ceilings(env.gpu_name, timing.copy_bandwidth(), timing.matmul_flops(dtype=env.act_dtype), True)
     return recorded_ceilings()
 
 

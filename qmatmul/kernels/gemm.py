@@ -5,7 +5,7 @@
   or with sw a scale per column of the output (W8A16's codes). The chapters' wrappers call it from
   DEQUANTIZE_FIRST_M rows on, once the weight is decoded. Where a TMA descriptor can address the operands (Hopper
   and newer, triton's host tensor descriptors) it takes `tma_kernel`; elsewhere `matmul_kernel`, the Triton
-  tutorial's GEMM in grouped launch order, with `chapter.gemm_config`'s tiles.
+  tutorial's GEMM in grouped launch order, with `configs.gemm_config`'s tiles.
 * `as_16bit(q, dtype)`: int8 codes as a 16-bit float tensor (exact), one Triton pass: W8A16's decoding.
 * `tma_kernel`: a persistent grid, one program an SM walking its output tiles in grouped order, operands fed by
   TMA through tensor descriptors (which zero-fill past the edges: no masks and no address arithmetic in the loop).
@@ -254,13 +254,13 @@ def takes_tma(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor) -> bool:
 
 
 def tutorial_matmul(x, w, out, g=None, s=None, group: int = 0, columns: bool = False, **cfg):
-    """matmul_kernel's launch (cfg: its tiles; default chapter.gemm_config's for x's device); columns: s [N] scales
+    """matmul_kernel's launch (cfg: its tiles; default configs.gemm_config's for x's device); columns: s [N] scales
     the output's columns."""
-    from qmatmul import chapter
+    from qmatmul.kernels import configs
 
     M, K = x.shape
     N = w.shape[0]
-    cfg = dict(cfg or chapter.gemm_config(x.device, grouped=bool(group)))
+    cfg = dict(cfg or configs.gemm_config(x.device, grouped=bool(group)))
     if group:
         cfg["BLOCK_K"] = group_step(cfg["BLOCK_K"], group)
     grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]),)

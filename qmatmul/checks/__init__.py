@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from qmatmul import traffic
+from qmatmul.checks import traffic
 from qmatmul.grader import static
 
 

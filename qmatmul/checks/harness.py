@@ -16,7 +16,7 @@ Under the trusted grader (a function that runs in the worker) the trusted side t
   fetch    the worker hands over every output; the trusted side checks that the sum matches (an answer sent
            before the work was done cannot) and compares each output with the reference on the inputs it
            regenerates from the same seed.
-Each go is a timed window: under the grader it holds the GPU's lock exclusively (qmatmul/gpulock.py), so no
+Each go is a timed window: under the grader it holds the GPU's lock exclusively (qmatmul/timing/gpulock.py), so no
 other grader's work runs on this GPU meanwhile; prepare and fetch run on the GPU but time nothing, and hold it
 shared (as the test cell around them does), so they never run beside another grader's go either.
 Time per call = (go-to-answer - an empty round trip) / calls. What remains in the window besides the kernels:
@@ -40,8 +40,9 @@ from dataclasses import dataclass
 
 import torch
 
-from qmatmul import bench, checks, gpulock
+from qmatmul import checks, timing
 from qmatmul.checks import CheckFailed
+from qmatmul.timing import gpulock
 
 BATCH_MS = 50.0  # aim for a timed batch about this long: the fixed cost of the protocol shrinks with it
 MAX_CALLS = 400
@@ -133,8 +134,8 @@ def time_calls(fn, *, what: str, module: str, N: int, K: int, M: int, out_dtype:
                seed: int | None = None, device: str = "cuda", est_ms: float | None = None) -> Timed:  # fmt: skip
     """Time fn(*inputs, *weights, out=out) at one M, check every timed output, and return both figures."""
     seed = checks.fresh_seed() if seed is None else seed
-    copy_bw = bench.copy_bandwidth() if device == "cuda" else 1e12
-    copies = bench.copies_needed(nbytes, device) if device == "cuda" else 2
+    copy_bw = timing.copy_bandwidth() if device == "cuda" else 1e12
+    copies = timing.copies_needed(nbytes, device) if device == "cuda" else 2
     calls = calls_for(nbytes, copy_bw, est_ms)
     calls -= calls % copies
     label = f"{what} M={M}, N={N}, K={K}"

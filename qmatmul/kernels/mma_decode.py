@@ -18,7 +18,7 @@ and compile the kernel for sm_90 (tests/test_mma_decode.py); the GPU tests run i
 
 Per 8 weights a lane issues 3 shifts, 4 LOP3, 4 HADD2 (q - z, exact) and one or two HMMAs: 2.2-2.4 SASS instructions
 a weight in the loop with its loads (sm_90, `tools/sass.py mma-w4a16-m1 mma-w4a16-m16`), against 4.9 for
-qmatmul.expert's Triton tensor-core kernel. What it measured on the H200: docs/perf-notes.md, seventh and eighth
+qmatmul.kernels.expert's Triton tensor-core kernel. What it measured on the H200: docs/perf-notes.md, seventh and eighth
 rounds.
 
 MXFP4 and NVFP4 (`repack_fp4`, `decode_fp4`) take the same tiles with K reordered inside each scale block (32 or 16
@@ -36,8 +36,8 @@ from __future__ import annotations
 import torch
 import triton
 
-from qmatmul import splitk
 from qmatmul.formats.w4a16 import unpack
+from qmatmul.kernels import splitk
 
 try:  # Gluon: triton 3.5 and newer
     from triton.experimental import gluon
@@ -374,7 +374,7 @@ if gluon is not None:
     def _finish(acc, y_ptr, ws_ptr, cnt_ptr, M, N, stride_ym, rows_c, pid_n, pid_k, BM: gl.constexpr,
                 mma: gl.constexpr):  # fmt: skip
         """Store the program's float32 sum: y, or split, its part to ws [split, M, N], counted in cnt[pid_n]
-        (`qmatmul/splitk.py`); the strip's last program adds the parts in order, writes y and sets the count back to
+        (`qmatmul/kernels/splitk.py`); the strip's last program adds the parts in order, writes y and sets the count back to
         0: one launch, no atomics on the output, the same sum whichever program finishes last."""
         cols = gl.arange(0, BM, layout=gl.SliceLayout(0, mma))
         y = y_ptr + cols[None, :] * stride_ym + rows_c[:, None]

@@ -1,0 +1,147 @@
+"""What every chapter's kernel checks are built from: the activation dtypes graded on a device, the problems and
+the rounding probe, the NaN-poisoned output, the cell's seed, the loop that checks a learner's kernel on a list of
+problems, and the decode bandwidth cell (qmatmul/checks/harness.py times it)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+from qmatmul import checks
+from qmatmul.checks import CheckFailed, harness
+from qmatmul.scaffold.validation import device
+
+
+def act_dtypes(device: str) -> list:
+    """The activation dtypes the kernels are checked in on `device`; the last one is the one timed."""
+    if device == "cuda" and torch.cuda.get_device_capability() >= (8, 0):
+        return [torch.float16, torch.bfloat16]
+    return [torch.float16]  # the interpreter's bf16 tl.dot is wrong; T4 has no bf16 tensor cores
+
+
+def timing_activations(M: int, K: int, g: torch.Generator, n: int) -> tuple:
+    """n activations [M, K] for the timed calls, stacked, drawn straight in the timed dtype (the timed window
+    holds the draw: no float32 temporary)."""
+    return (torch.randn(n, M, K, device=g.device, generator=g, dtype=act_dtypes(g.device.type)[-1]),)
+
+
+def problem(x_shape, weights, dtype, device: str, g: torch.Generator, strided: bool) -> tuple:
+    """A kernel check's call: random activations x [M, K] in `dtype` (a view of a wider buffer when `strided`),
+    drawn after the weight, then the weight's tensors, all on `device`."""
+    M, K = x_shape
+    pad = 7 if strided else 0
+    x_full = torch.randn(M, K + pad, generator=g).to(dtype).to(device)
+    return x_full[:, :K], *(t.to(device) for t in weights)
+
+
+# The rounding probe: one fixed problem on which a kernel that multiplies a scale into its 16-bit weights before tl.dot
+# fails on every run, in fp16 and bf16 and for every group size; the random problems alone caught that in 2 to 77 runs
+# of 100 (W8A16, W4A16, NVFP4's tensor scale and FP8's two scales, visible and hidden checks, 100-200 seeds on the CPU,
+# 2026-12-04). x is all ones; along K each row of the weights repeats (1, 1, 1, -3) and ends in (1, 1, 1, -2), so it
+# sums to 1 and the exact output is one scale. Every scale is PROBE_SCALE (NVFP4: its block scales are 1 and its tensor
+# scale is PROBE_SCALE), a float32 for which 3·round16(s) - round16(3s) is 3 units in the last place of s in fp16 and in
+# bf16, of one sign: rounding the weights adds 3 units a quad, K / 4 quads of one sign, 24 times the tolerance at K =
+# 128, while a kernel that keeps the weights exact in the dot and scales the sums afterwards is exact up to fp32
+# rounding (tests/test_checks.py).
+PROBE_SCALE = float.fromhex("0x1.5921p-7")  # 0.0105325
+
+
+def rounding_probe_weights(N: int, K: int) -> torch.Tensor:
+    """The probe's weights [N, K] (int8: the codes minus the zero point, or the E2M1 values): each row sums to 1."""
+    if K % 4:
+        raise ValueError(f"the rounding probe needs K divisible by 4, got {K}")
+    d = torch.tensor([1, 1, 1, -3], dtype=torch.int8).repeat(N, K // 4)
+    d[:, -1] = -2
+    return d
+
+
+def rounding_probe_x(M: int, K: int, dtype, device: str, strided: bool) -> torch.Tensor:
+    """The probe's activations: ones [M, K] in `dtype` (a view of a wider buffer when `strided`)."""
+    return torch.ones(M, K + (7 if strided else 0), dtype=dtype, device=device)[:, :K]
+
+
+def poisoned_out(M: int, N: int, dtype, device: str, strided: bool):
+    """A NaN-filled output (a view of a wider buffer when strided, so stray writes can be seen): (full, out)."""
+    pad = 5 if strided else 0
+    full = torch.full((M, N + pad), float("nan"), dtype=dtype, device=device)
+    return full, full[:, :N]
+
+
+def cell(seed: int | None) -> tuple[int, torch.Generator, str]:
+    """A check cell's seed (fresh when None: no learner can predict it), the generator it seeds, the device."""
+    seed = checks.fresh_seed() if seed is None else seed
+    return seed, checks.generator(seed), device()
+
+
+def call_quantizer(
+    fn, w: torch.Tensor, *args, what: str, returns: Sequence[str], ctx: str, copy: bool = False
+) -> tuple:
+    """Call a learner's quantizer on w: it must return one tensor per name in `returns` and leave w untouched.
+
+    copy=True hands the learner a copy of w, so that a quantizer which changes its input in place is harmless
+    (W8A16 and W4A16, whose tests say so); otherwise w itself, and an in-place change fails the cell."""
+    before = w.clone()
+    result = checks.call_learner(fn, w.clone() if copy else w, *args, what=what)
+    kind = {2: "pair", 3: "triple"}.get(len(returns), f"{len(returns)}-tuple")
+    if not (isinstance(result, (tuple, list)) and len(result) == len(returns)):
+        raise CheckFailed(f"{what} must return a {kind} ({', '.join(returns)}), got {type(result).__name__}")
+    for name, t in zip(returns, result, strict=True):
+        if not isinstance(t, torch.Tensor):
+            raise CheckFailed(f"{what} must return {len(returns)} tensors; {name} is a {type(t).__name__}")
+    if not torch.equal(w, before):
+        raise CheckFailed(f"{what} modified its input w in place; leave the weights untouched.{ctx}")
+    return tuple(result)
+
+
+def check_kernel(fn, what: str, cases, *, g: torch.Generator, hidden: bool, seed: int, names: Sequence[str],
+                 problem: Callable, reference: Callable, mistakes: Callable, dtypes=None,
+                 strided_cases=(False, True), note: str = "", probe: Callable | None = None,
+                 probe_case: tuple = ()) -> None:  # fmt: skip
+    """A kernel check cell: the learner's matmul kernel on every case, dtype and layout, then one line of success.
+
+    cases: (M, N, K) or (M, N, K, group_size), drawn from the cell's generator g (chapter.cell; seed is named in the
+    success line). problem(*case, dtype, device, g, strided=strided), the chapter's random_problem, returns the
+    call's tensors in order (named by `names`, x first); the case's entries after K are passed after them. Each call
+    writes into a NaN-poisoned `out` and must pass checks.verify_kernel_result against reference(*args), naming the
+    known mistakes(*args) it matches. dtypes: the activation dtypes (default: every one this device checks).
+    probe(*probe_case, dtype, device, strided=strided), where given, builds one fixed problem more (the rounding
+    probe above), run last in every dtype and layout, visible and hidden checks alike.
+    """
+    dev = device()
+    n = 0
+    runs = [(case, lambda *a, strided: problem(*a, g, strided=strided), "") for case in cases]
+    if probe is not None:
+        runs.append((probe_case, probe, ", the rounding probe: x = 1"))
+    for case, make, label in runs:
+        M, N, K, *extra = case
+        for dtype in act_dtypes(dev) if dtypes is None else dtypes:
+            for strided in strided_cases:
+                tensors = make(*case, dtype, dev, strided=strided)
+                inputs = dict(zip(names, tensors, strict=True))
+                full, out = poisoned_out(M, N, dtype, dev, strided)
+                before = checks.snapshot(inputs)
+                args = (*tensors, *extra)
+                group = "".join(f", group_size={G}" for G in extra)
+                ctx = (f" (M={M}, N={N}, K={K}{group}, {str(dtype).replace('torch.', '')}"
+                       f"{', strided x and out' if strided else ''}{label})")  # fmt: skip
+                y, ops = checks.run_audited(fn, *args, out=out, what=what)
+                checks.verify_kernel_result(y, ops, what=what, inputs=inputs, before=before, out=out, full=full,
+                                            weight_shape=(N, K), dtype=dtype, expected=reference(*args),
+                                            mistakes=mistakes(*args), ctx=ctx)  # fmt: skip
+                n += 1
+    checks.passed(
+        f"{what}: {n} {'hidden' if hidden else 'visible'} cases match the reference (seed {seed}){note}"
+    )
+
+
+def check_decode_bandwidth(fn, *, what: str, module: str, shape, Ms, nbytes, threshold: float, seed, hint: str,
+                           out_dtype=None):  # fmt: skip
+    """A decode kernel's performance cell (qmatmul/checks/harness.py times it); without a CUDA GPU it awards nothing."""
+    if not torch.cuda.is_available():
+        return harness.not_on_cpu(what, threshold)
+    N, K = shape
+    return harness.check_bandwidth(
+        fn, what=what, module=module, N=N, K=K, Ms=Ms, out_dtype=out_dtype or act_dtypes("cuda")[-1],
+        nbytes=nbytes, threshold=threshold, hint=hint, seed=seed,
+    )  # fmt: skip
