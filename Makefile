@@ -71,22 +71,22 @@ release: setup
 	for a in $(ASSIGNMENTS); do $(BIN)/nbgrader generate_assignment $$a --force || exit 1; done
 
 demo: setup
-	$(BIN)/python autograder/classroom.py demo $(SANDBOX_FLAG) $(PARALLEL_FLAGS)
+	$(BIN)/python -m autograder.classroom demo $(SANDBOX_FLAG) $(PARALLEL_FLAGS)
 
 autograde: setup
-	$(BIN)/python autograder/classroom.py autograde $(ASSIGNMENT) $(SANDBOX_FLAG) $(PARALLEL_FLAGS)
+	$(BIN)/python -m autograder.classroom autograde $(ASSIGNMENT) $(SANDBOX_FLAG) $(PARALLEL_FLAGS)
 
 gradebook: setup
-	$(BIN)/python autograder/classroom.py gradebook $(ASSIGNMENT)
+	$(BIN)/python -m autograder.classroom gradebook $(ASSIGNMENT)
 
 feedback: setup
-	$(BIN)/python autograder/term.py feedback $(ASSIGNMENT)
+	$(BIN)/python -m autograder.term feedback $(ASSIGNMENT)
 
 export: setup
-	$(BIN)/python autograder/export.py $(ASSIGNMENT)
+	$(BIN)/python -m autograder.export $(ASSIGNMENT)
 
 exchange: setup
-	$(BIN)/python autograder/term.py exchange
+	$(BIN)/python -m autograder.term exchange
 
 students: setup
 	$(BIN)/nbgrader db student import $(ROSTER)
@@ -98,7 +98,7 @@ collect: setup
 	$(NEED_ASSIGNMENT)$(BIN)/nbgrader collect $(ASSIGNMENT) --update
 
 hand-back: setup
-	$(NEED_ASSIGNMENT)$(BIN)/python autograder/term.py hand-back $(ASSIGNMENT)
+	$(NEED_ASSIGNMENT)$(BIN)/python -m autograder.term hand-back $(ASSIGNMENT)
 
 lint: setup
 	$(BIN)/ruff check .
@@ -110,25 +110,25 @@ test: lint
 format: setup
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
-	$(BIN)/python tools/notebook_format.py solutions notebooks
+	$(BIN)/python -m tools.notebook_format solutions notebooks
 
 mutate: setup
-	$(BIN)/python autograder/mutate.py
+	$(BIN)/python -m autograder.mutate
 
 # The GPU targets use the machine's own python (its CUDA torch), not the CPU venv.
 gpu-check:
-	$(PYTHON) autograder/grade_direct.py
+	$(PYTHON) -m autograder.grade_direct
 
 # The demo class through the real nbgrader with the machine's own python (a GPU box whose CUDA torch is
 # installed system-wide; on the lent GPU, nbgrader's wheels on PYTHONPATH: docs/grading-h200.md says how).
 gpu-demo:
-	$(PYTHON) autograder/classroom.py demo $(SANDBOX_FLAG) $(PARALLEL_FLAGS)
+	$(PYTHON) -m autograder.classroom demo $(SANDBOX_FLAG) $(PARALLEL_FLAGS)
 
 bench:
-	$(PYTHON) tools/bench.py --out build/bench
+	$(PYTHON) -m tools.bench --out build/bench
 
 figures: setup
-	$(BIN)/python tools/figures.py --write
+	$(BIN)/python -m tools.figures --write
 
 clean:
 	rm -rf build .pytest_cache .ruff_cache

@@ -9,7 +9,9 @@ from pathlib import Path
 
 c = get_config()  # noqa: F821
 ROOT = Path(__file__).resolve().parent
-if str(ROOT) not in sys.path:  # autograder.term (below) is imported by nbgrader from here
+# nbgrader imports the autograder package's plug-ins (below) by name: a process started elsewhere (Formgrader's
+# Jupyter server, the `nbgrader` script) has the checkout on its path only through this line.
+if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 c.CourseDirectory.course_id = "qmatmul"
@@ -57,17 +59,17 @@ c.Autograde.sanitize_preprocessors = [
     "nbgrader.preprocessors.ClearOutput",
     "nbgrader.preprocessors.DeduplicateIds",
     "nbgrader.preprocessors.OverwriteKernelspec",
-    "autograder.term.OverwriteCells",
+    "autograder.preprocessors.OverwriteCells",
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
 
-# Feedback HTML a student can read (autograder/term.py, StudentFeedback): hidden tests' code left out
+# Feedback HTML a student can read (autograder/preprocessors.py, StudentFeedback): hidden tests' code left out
 # (set show_hidden_tests = True to show it), each error reduced to its message (no traceback through the
 # grader), long lines wrapped.
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
-    "autograder.term.StudentFeedback",  # after the CSS one: it adds its CSS to that one's
+    "autograder.preprocessors.StudentFeedback",  # after the CSS one: it adds its CSS to that one's
 ]
 c.StudentFeedback.show_hidden_tests = False
 c.StudentFeedback.short_tracebacks = True

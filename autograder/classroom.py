@@ -1,8 +1,8 @@
 """Drive nbgrader for a class: build the demo class, autograde with progress, print the gradebook.
 
-    python autograder/classroom.py demo [ASSIGNMENT ...]      release into build/demo, grade the demo class
-    python autograder/classroom.py autograde [ASSIGNMENT ...] grade autograder/submitted/ (a real class)
-    python autograder/classroom.py gradebook [ASSIGNMENT ...] print the gradebook of autograder/gradebook.db
+    python -m autograder.classroom demo [ASSIGNMENT ...]      release into build/demo, grade the demo class
+    python -m autograder.classroom autograde [ASSIGNMENT ...] grade autograder/submitted/ (a real class)
+    python -m autograder.classroom gradebook [ASSIGNMENT ...] print the gradebook of autograder/gradebook.db
 
     --jobs N             grade N submissions at once (one nbgrader process each; needs a PostgreSQL gradebook:
                          QMATMUL_DB_URL, or QMATMUL_DEMO_DB_URL for the demo, which empties that database)
@@ -11,7 +11,8 @@
                          go on with an interrupted one (one notebook at a time) instead of starting afresh
 
 Run from the repository root (nbgrader reads nbgrader_config.py there). Submitted notebooks are never
-modified: nbgrader copies them to the autograded folder and grades the copies.
+modified: nbgrader copies them to the autograded folder and grades the copies. The gradebook is read back and
+printed by autograder/gradebook.py.
 """
 
 from __future__ import annotations
@@ -25,17 +26,14 @@ import re
 import shutil
 import subprocess
 import sys
-import textwrap
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import demo
-import intake
-import parallel
-import sandbox
-
+from autograder import demo, exchange, intake, parallel, sandbox
+from autograder.gradebook import gradebook, print_gradebook, reset_database, scored_submissions
 from qmatmul.course import assignments, selected_assignments  # noqa: F401 - assignments: used by its callers
+from qmatmul.grader import notebook
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_DIR = ROOT / "build" / "demo"
@@ -126,15 +124,15 @@ def build_submission(student: demo.DemoStudent, release: Path, dest: Path) -> No
     changed = student.changed_cells()
     dest.mkdir(parents=True, exist_ok=True)
     for nb_path in (release / student.assignment).glob("*.ipynb"):
-        nb = json.loads(nb_path.read_text())
+        nb = notebook.load(nb_path)
         if not student.blank:
             for cell in nb["cells"]:
-                meta = cell.get("metadata", {}).get("nbgrader", {})
+                meta = notebook.nbgrader_meta(cell)
                 if meta.get("solution"):
                     gid = meta["grade_id"]
                     cell["source"] = changed.get(gid, solution[gid]).splitlines(keepends=True)
             # A cell holding only DELETED_CELL stands for a learner who deleted that cell.
-            nb["cells"] = [c for c in nb["cells"] if "".join(c["source"]).strip() != demo.DELETED_CELL]
+            nb["cells"] = [c for c in nb["cells"] if notebook.cell_source(c).strip() != demo.DELETED_CELL]
         (dest / nb_path.name).write_text(json.dumps(nb, indent=1) + "\n")
 
 
@@ -281,31 +279,6 @@ def graded_already(assignment: str, student: str, dirs: CourseDirs, in_gradebook
     )
 
 
-def scored_submissions(dirs: CourseDirs) -> set:
-    """(assignment, student) of every submission whose graded cells all have a score in the gradebook."""
-    from nbgrader.api import Gradebook
-
-    out = set()
-    with Gradebook(dirs.url) as gb:
-        for a in gb.assignments:
-            for sub in a.submissions:
-                grades = [g for nb in sub.notebooks for g in nb.grades]
-                if grades and all(g.score is not None for g in grades):
-                    out.add((a.name, sub.student.id))
-    return out
-
-
-def reset_database(url: str) -> None:
-    """Empty a scratch gradebook database (the demo's): every table of it dropped."""
-    import sqlalchemy
-
-    engine = sqlalchemy.create_engine(url)
-    meta = sqlalchemy.MetaData()
-    meta.reflect(bind=engine)
-    meta.drop_all(bind=engine)
-    engine.dispose()
-
-
 def nbgrader_failure(
     assignment: str, student: str, returncode: int, stderr: str, dirs: CourseDirs
 ) -> str | None:
@@ -335,93 +308,6 @@ def nbgrader_error(returncode: int, stderr: str) -> str:
         return exceptions[-1][:300]
     errors = [ln for ln in lines if "ERROR" in ln and "see the the above traceback" not in ln]
     return (errors[-1] if errors else f"nbgrader exited {returncode}")[:300]
-
-
-def cell_messages(notebook: Path) -> dict:
-    """grade_id -> first line of the error each failing test cell raised."""
-    out = {}
-    if not notebook.exists():
-        return out
-    for cell in json.loads(notebook.read_text())["cells"]:
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        if not meta.get("grade") or cell["cell_type"] != "code":
-            continue
-        for o in cell.get("outputs", []):
-            if o.get("output_type") == "error":
-                out[meta["grade_id"]] = summary(o.get("ename"), o.get("evalue") or "")
-    return out
-
-
-def summary(ename: str, evalue: str) -> str:
-    """One line for the gradebook: the check's verdict, and the known mistake it names, if any."""
-    text = evalue.strip().splitlines()
-    line = text[0] if text else ""
-    if not line and ename == "CellTimeoutError":
-        line = "the cell ran past the time limit and was interrupted"
-    named = [ln for ln in text[1:] if ln.startswith("This matches a known mistake")]
-    return f"{ename}: {line}" + (f" [{named[0]}]" if named else "")
-
-
-def gradebook(assignment: str, dirs: CourseDirs) -> list[dict]:
-    """One row per student: score per test cell, total, and the messages of failing cells."""
-    from nbgrader.api import Gradebook, MissingEntry
-
-    rows = []
-    with Gradebook(dirs.url) as gb:
-        try:
-            assignment_row = gb.find_assignment(assignment)
-        except MissingEntry:
-            return rows
-        cells = [(nb.name, c.name, c.max_score) for nb in assignment_row.notebooks for c in nb.grade_cells]
-        for student in sorted(s.id for s in gb.students):
-            try:
-                sub = gb.find_submission(assignment, student)
-            except MissingEntry:
-                continue
-            row = {"student": student, "scores": {}, "messages": {}, "max": 0.0, "total": 0.0}
-            for nb_name, cell, max_score in cells:
-                grade = gb.find_grade(cell, nb_name, assignment, student)
-                score = grade.score if grade.score is not None else 0.0
-                row["scores"][cell] = (score, max_score)
-                row["total"] += score
-                row["max"] += max_score
-                nb_path = ROOT / dirs.autograded / student / assignment / f"{nb_name}.ipynb"
-                row["messages"].update(cell_messages(nb_path))
-            row["total"] = sub.score if sub.score is not None else row["total"]
-            rows.append(row)
-    return rows
-
-
-def print_gradebook(assignment: str, rows: list[dict], failures: dict | None = None) -> None:
-    if not rows:
-        print(f"{assignment}: nothing graded yet")
-        return
-    cells = list(rows[0]["scores"])
-    short = [c.removeprefix("test_") for c in cells]
-    width = max(len(r["student"]) for r in rows) + 2
-    print(f"\nGradebook · {assignment}")
-    print("student".ljust(width) + "".join(s.rjust(max(len(s), 5) + 2) for s in short) + "total".rjust(10))
-    for r in rows:
-        line = r["student"].ljust(width)
-        for c, s in zip(cells, short, strict=True):
-            got, mx = r["scores"][c]
-            line += f"{got:g}/{mx:g}".rjust(max(len(s), 5) + 2)
-        print(line + f"{r['total']:g}/{r['max']:g}".rjust(10))
-    print("\nWhy points were lost:")
-    unmeasured = set()
-    for r in rows:
-        for c, msg in r["messages"].items():
-            if msg.startswith("NotMeasured"):
-                unmeasured.add(c)
-                continue
-            brief = textwrap.shorten(msg, 300, placeholder=" …")  # whole in the student's feedback
-            print(f"  {r['student']} · {c.removeprefix('test_')}: {brief}")
-    for c in sorted(unmeasured):
-        print(
-            f"  (everyone) · {c.removeprefix('test_')}: not measured on this machine (no CUDA GPU): no points"
-        )
-    for student, why in (failures or {}).items():
-        print(f"  {student}: grading failed: {why}")
 
 
 def students_in(dirs: CourseDirs, assignment: str) -> list[str]:
@@ -466,7 +352,7 @@ def run_demo(
             shutil.rmtree(DEMO_DIR)
         DEMO_DIR.mkdir(parents=True)
     if jobs > 1 and scheduler is None and not dirs.db_url:
-        import pgscratch  # autograder/pgscratch.py, beside this file
+        from autograder import pgscratch
 
         if pgscratch.binaries():
             print(
@@ -557,8 +443,9 @@ def demo_jobs() -> int:
     """How many demo notebooks `make demo` grades at once when JOBS is not given: one a GPU on a CUDA machine
     (five jobs on one H200 graded slower than one: docs/parallel-grading.md); without a GPU, one a core up to
     four (two cores graded 1.9 times as many as one), where PostgreSQL is installed for the scratch gradebook."""
-    import pgscratch  # autograder/pgscratch.py, beside this file
     import torch
+
+    from autograder import pgscratch
 
     if torch.cuda.is_available():
         jobs = torch.cuda.device_count()
@@ -593,8 +480,6 @@ def main(argv: list[str] | None = None) -> int:
         jobs = args.jobs or (1 if args.scheduler or args.resume else demo_jobs())
         return run_demo(selected, args.sandbox, jobs, args.scheduler, resume=args.resume)
     args.jobs = args.jobs or 1
-    import term  # autograder/term.py, beside this file
-
     dirs = CourseDirs(sandbox=args.sandbox, db_url=os.environ.get("QMATMUL_DB_URL", ""))
     if args.command == "autograde":
         print("sandbox: on (bubblewrap: course.md, threat model)" if args.sandbox else
@@ -606,7 +491,8 @@ def main(argv: list[str] | None = None) -> int:
             if not students:
                 print(f"{assignment}: no submissions under {dirs.submitted}/<student>/{assignment}/")
                 continue
-            term.stamp_submissions(assignment, ROOT / dirs.submitted)  # hand-copied folders: for due dates
+            # hand-copied folders: for due dates
+            exchange.stamp_submissions(assignment, ROOT / dirs.submitted)
             pairs += [(assignment, s) for s in students]
         failures = autograde_class(pairs, dirs, args.jobs, args.scheduler, resume=args.resume,
                                    chapter_done=lambda a, failed: print_gradebook(a, gradebook(a, dirs), failed))  # fmt: skip
@@ -619,7 +505,8 @@ def main(argv: list[str] | None = None) -> int:
             if not students:
                 print(f"{assignment}: no submissions under {dirs.submitted}/<student>/{assignment}/")
                 continue
-            term.stamp_submissions(assignment, ROOT / dirs.submitted)  # hand-copied folders: for due dates
+            # hand-copied folders: for due dates
+            exchange.stamp_submissions(assignment, ROOT / dirs.submitted)
             failures = autograde(assignment, students, dirs)
             status |= 1 if failures else 0
         print_gradebook(assignment, gradebook(assignment, dirs), failures)

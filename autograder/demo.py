@@ -87,8 +87,7 @@ class DemoStudent:
 
 def solution(assignment: str) -> dict[str, str]:
     """grade_id -> source of each solution cell of an assignment, markers removed."""
-    cells = [c for nb in sorted((ROOT / "solutions" / assignment).glob("*.ipynb")) for c in notebook.read(nb)]
-    return notebook.solutions(cells)
+    return notebook.solutions(notebook.read_folder(ROOT / "solutions" / assignment))
 
 
 def _body(text: str) -> str:

@@ -1,6 +1,6 @@
 """Export the gradebook as grades an instructor can hand on: per chapter and for the course.
 
-    python autograder/export.py [ASSIGNMENT ...] [--db PATH] [--autograded DIR] [--out DIR]
+    python -m autograder.export [ASSIGNMENT ...] [--db PATH] [--autograded DIR] [--out DIR]
 
 Writes three CSV files into --out (default autograder/, git-ignored) and prints the course table:
 
@@ -31,6 +31,8 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from qmatmul.grader.notebook import grade_id, is_graded, load_node
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -113,17 +115,14 @@ def _outputs_text(cell) -> str:
 
 def graded_outputs(autograded: Path, student: str, chapter: str, notebook: str) -> dict:
     """grade_id -> everything the graded cell printed or raised, from the autograded notebook."""
-    import nbformat
-
     path = autograded / student / chapter / f"{notebook}.ipynb"
     if not path.exists():
         return {}
-    nb = nbformat.read(path, as_version=4)
+    nb = load_node(path)
     out = {}
     for cell in nb.cells:
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        if meta.get("grade") and cell.cell_type == "code":
-            out[meta["grade_id"]] = _outputs_text(cell)
+        if is_graded(cell):
+            out[grade_id(cell)] = _outputs_text(cell)
     return out
 
 

@@ -1,7 +1,7 @@
 """Grade the solution and the demo class through the trusted grader directly, on a machine without nbgrader.
 
-    python autograder/grade_direct.py [ASSIGNMENT ...] [--seeds N] [--json PATH]
-    python autograder/grade_direct.py --cells bandwidth --seeds 20 --students naive --repeat 20   # stability
+    python -m autograder.grade_direct [ASSIGNMENT ...] [--seeds N] [--json PATH]
+    python -m autograder.grade_direct --cells bandwidth --seeds 20 --students naive --repeat 20   # stability
 
 The same grading as `nbgrader autograde` (qmatmul/grader/trusted.py: test cells run here, each student's code
 in a worker process of its own), without the notebook kernel: for the lent GPU (no jupyter or nbgrader there)
@@ -18,18 +18,15 @@ import sys
 from pathlib import Path
 from typing import NamedTuple
 
+from autograder import demo
+from qmatmul.course import assignments
+from qmatmul.grader import notebook, trusted
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "autograder"))
-
-import demo  # noqa: E402
-
-from qmatmul.course import assignments  # noqa: E402
-from qmatmul.grader import notebook, trusted  # noqa: E402
 
 
 def solution_cells(assignment: str) -> list[notebook.Cell]:
-    return [c for nb in sorted((ROOT / "solutions" / assignment).glob("*.ipynb")) for c in notebook.read(nb)]
+    return notebook.read_folder(ROOT / "solutions" / assignment)
 
 
 class Graded(NamedTuple):

@@ -1,6 +1,6 @@
 """Mutation testing of the grader: does every small bug in a solution lose points?
 
-    python autograder/mutate.py [ASSIGNMENT ...] [--sample N] [--seed S] [--timeout SECONDS]
+    python -m autograder.mutate [ASSIGNMENT ...] [--sample N] [--seed S] [--timeout SECONDS]
 
 Each solution region of each solution notebook is mutated one change at a time (a constant ±1, an operator,
 a comparison, a shift, a mask or broadcast axis, a reduction dim, an index offset, a dropped line), and every
@@ -22,11 +22,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "autograder"))
+from qmatmul.grader import notebook
 
-from qmatmul.grader import notebook  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 EQUIVALENT = ROOT / "autograder" / "equivalent_mutants.json"
 
@@ -57,8 +55,11 @@ OPERATORS = [
 
 def solution_cells(assignment: str) -> dict[str, str]:
     """grade_id -> source of each solution cell, markers included (mutants change the lines between them)."""
-    cells = [c for nb in sorted((ROOT / "solutions" / assignment).glob("*.ipynb")) for c in notebook.read(nb)]
-    return {c.grade_id: c.source for c in cells if c.role == "solution"}
+    return {
+        c.grade_id: c.source
+        for c in notebook.read_folder(ROOT / "solutions" / assignment)
+        if c.role == "solution"
+    }
 
 
 def mutants(assignment: str) -> list[dict]:
@@ -114,7 +115,7 @@ def grade(job: dict, timeout: float) -> dict:
     import contextlib
     import io
 
-    import grade_direct
+    from autograder import grade_direct
 
     t0 = time.time()
     try:
@@ -184,7 +185,7 @@ def main(argv=None) -> int:
     parser.add_argument("--target", type=float, default=0.9)
     parser.add_argument("--list", action="store_true", help="only list the mutants")
     args = parser.parse_args(argv)
-    import classroom
+    from autograder import classroom
 
     selected = args.assignments or classroom.assignments()
     if args.list:

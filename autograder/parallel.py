@@ -4,8 +4,8 @@ nbgrader grades one notebook after another in one process; the unit of parallel 
 against one shared gradebook (PostgreSQL: SQLite takes one writer). A job that fails, hangs past its timeout or
 whose process is killed costs only that student, who is graded again by the next `--resume` run.
 
-    local    a pool of N threads on this host (`classroom.py autograde --jobs N`), each job on one GPU of
-             those visible (CUDA_VISIBLE_DEVICES per job, round robin over the slots)
+    local    a pool of N threads on this host (`python -m autograder.classroom autograde --jobs N`), each job
+             on one GPU of those visible (CUDA_VISIBLE_DEVICES per job, round robin over the slots)
     cluster  a Dask distributed scheduler (`--scheduler tcp://host:8786`): each job runs on a worker that
              offers the resource `grader` (course.md, "A class of hundreds", says how to start them)
 

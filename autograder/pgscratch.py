@@ -1,6 +1,6 @@
 """A throwaway PostgreSQL server for tests and measurements (Debian's postgresql package: `make system-deps`).
 
-    python autograder/pgscratch.py DIR     start one in DIR, print its URL (QMATMUL_DB_URL=...); Ctrl-C stops it
+    python -m autograder.pgscratch DIR     start one in DIR, print its URL (QMATMUL_DB_URL=...); Ctrl-C stops it
 
 PostgreSQL refuses to run as root, so under root (CI) the cluster belongs to the unprivileged user `nobody`.
 It listens on 127.0.0.1 only, on a free port, trusting local connections: a scratch server, never a class's.

@@ -1,22 +1,38 @@
-"""Chapter NVFP4: the notebook's scaffolding (validation, launch configurations), the block explorer and the
-comparison with MXFP4, test inputs, the known mistakes and the checks of each exercise, and the prediction cell.
+"""Chapter NVFP4: the names its notebook, the tests, the tools and the autograder call as `nvfp4.<name>`; the code
+lives in the rooms by role (NVFP4 reuses MXFP4's tiles, hidden inputs and figures from their rooms):
 
-The format itself (global and block scales, quantizer, dequantizer, reference, bytes moved) is
-qmatmul/formats/nvfp4.py and its element codecs qmatmul/formats/fp4.py; the format's names are re-exported here,
-where the notebook reaches them as `nvfp4.<name>`. Here, as in the notebook, `g` is the global (per-tensor) scale
-and `gen` a torch.Generator.
+    qmatmul/formats/nvfp4.py    the format (global and block scales, quantizer, dequantizer, reference, naive path,
+                                bytes moved); its element codecs are qmatmul/formats/fp4.py
+    qmatmul/scaffold/nvfp4.py   what the learner's code may call (GIVEN): prepare, the launch configurations,
+                                divisible_k, decoded_gemm, BLOCK
+    qmatmul/checks/nvfp4.py     the trusted grading: the timed shape and bandwidth bar, the test inputs, the known
+                                mistakes, the checks of each exercise, the timed weights
+    qmatmul/teaching/nvfp4.py   the teaching cells: explain_format, the block explorer, the comparison with MXFP4,
+                                what this machine can run of the native path, the predictions
+
+Here, as in the notebook, `g` is the global (per-tensor) scale and `gen` a torch.Generator.
 """
 
 from __future__ import annotations
 
-import functools
-
-import torch
-
-from qmatmul import checks, mxfp4
-from qmatmul.checks import CheckFailed, Mistake, common
-from qmatmul.formats import fp4
-from qmatmul.formats.nvfp4 import (  # noqa: F401 - the notebook's names
+from qmatmul.checks.nvfp4 import (
+    BANDWIDTH_MS,
+    BANDWIDTH_SHAPE,
+    BANDWIDTH_THRESHOLD,
+    adversarial_weight,
+    check_decode,
+    check_decode_bandwidth,
+    check_prefill,
+    check_quantizer,
+    kernel_mistakes,
+    random_problem,
+    random_weight,
+    rounding_probe,
+    tie_weight,
+    timing_inputs,
+    timing_weights,
+)
+from qmatmul.formats.nvfp4 import (
     BLOCK,
     bytes_moved,
     bytes_moved_naive,
@@ -28,371 +44,66 @@ from qmatmul.formats.nvfp4 import (  # noqa: F401 - the notebook's names
     reference,
     tensor_scale,
 )
-from qmatmul.kernels.gemm import decoded_gemm  # noqa: F401 - the notebook's names
-from qmatmul.scaffold import validation
-from qmatmul.scaffold.validation import ACT_DTYPES  # noqa: F401 - the notebook's names
-from qmatmul.teaching import plots, roofline_model, widgets
+from qmatmul.scaffold import nvfp4 as nvfp4_scaffold
+from qmatmul.scaffold.nvfp4 import decode_config, decoded_gemm, divisible_k, prefill_config, prepare
+from qmatmul.scaffold.validation import ACT_DTYPES
+from qmatmul.teaching.nvfp4 import (
+    blackwell_status,
+    block_explorer,
+    block_text,
+    compare_figure,
+    explain_format,
+    predictions,
+)
 
-BANDWIDTH_SHAPE = (28672, 8192)
-BANDWIDTH_MS = (1, 16)
-# Fraction of the copy bandwidth measured in the same process. The bar is half what the solution reaches on the
-# H200, rounded down, and far above the naive path (the recorded figures: docs/bench-h200.json, quoted in
-# course.md; docs/perf-notes.md says why half).
-BANDWIDTH_THRESHOLD = 0.13
-# The names of the course package the learner's graded code may use (grader/static.py, course_problems).
+# The names of the course package the learner's graded code may use (grader/static/course_use.py, course_problems): what the
+# scaffold gives, and two codecs.
 GIVEN = {
-    "qmatmul.nvfp4": {"prepare", "prefill_config", "decoded_gemm", "decode_config", "divisible_k", "BLOCK"},
+    "qmatmul.nvfp4": set(nvfp4_scaffold.__all__),
     "qmatmul.fp4": {"e2m1_encode", "pack_nibbles"},  # MXFP4's quantizer taught them
 }
 
-
-# ----------------------------------------------------------------------------------------------------------
-# Scaffolding
-
-
-def prepare(x, packed, scales, g, out=None):
-    """Validate the inputs of an NVFP4 matmul with clear messages; allocate out if needed. Returns M, N, K, out."""
-    M, N, K = validation.require_block_scaled(
-        x, packed, scales, block=BLOCK, block_name="NVFP4", codes="e4m3 bits", g=g
-    )
-    if g.dtype != torch.float32 or g.numel() != 1:
-        raise ValueError(f"g must be a float32 tensor of one element, got {g.dtype} of shape {list(g.shape)}")
-    return M, N, K, validation.placed(x, out, M, N, dict(packed=packed, scales=scales), g=g)
-
-
-def prefill_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
-    return mxfp4.prefill_config(M, N, K, device)
-
-
-def decode_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
-    """Not swept for NVFP4: the MXFP4 decode tiles (same loop structure)."""
-    return mxfp4.decode_config(M, N, K, device)
-
-
-def divisible_k(x, packed, scales, block_k: int):
-    """The decode wrapper's operands and BLOCK_K: validation.divisible_k with blocks of 16."""
-    return validation.divisible_k(x, packed, scales, block_k, BLOCK)
-
-
-def explain_format() -> None:
-    print("NVFP4 stores E2M1 codes (as in MXFP4), two per byte, and two levels of scale:")
-    print(
-        "  a block scale per 16 weights along K, in e4m3 (1 sign, 4 exponent bits with bias 7, 3 mantissa bits):"
-    )
-    print(
-        "    positive values from 2^-9 to 448, 3 significant bits: it can be 1.25 or 1.75, not only a power of two;"
-    )
-    print(
-        "  one float32 scale g per tensor, g = max|W| / (448 · 6): it moves the block scales to where e4m3 is precise."
-    )
-    rows = [
-        ("bf16/fp16 dense", 2.0),
-        ("MXFP4 (E8M0 per 32)", mxfp4.bytes_per_weight()),
-        ("NVFP4 (e4m3 per 16)", bytes_per_weight()),
-    ]
-    print("Bytes per weight:")
-    for name, b in rows:
-        print(f"  {name:<24} {b:.5f} B  ({8 * b:.2f} bits)")
-
-
-# ----------------------------------------------------------------------------------------------------------
-# The widget: the two scale levels of one block
-
-
-def block_text(block_values, tensor_amax: float) -> str:
-    """One block of 16 values inside a tensor whose largest magnitude is tensor_amax."""
-    v = torch.as_tensor(block_values, dtype=torch.float32).reshape(1, BLOCK)
-    amax_t = max(float(v.abs().max()), tensor_amax)
-    w = torch.cat([v, torch.full((1, BLOCK), 0.0)], dim=0)
-    w[1, 0] = amax_t  # another block holds the tensor's largest magnitude
-    codes, scales, g = quantize_codes(w)
-    s = float(fp4.e4m3_decode(scales[0, 0]))
-    raw = float(v.abs().max()) / 6 / float(g)
-    back = fp4.e2m1_decode(codes[0]) * s * float(g)
-    lines = [
-        f"tensor: max|W| = {amax_t:.5g}  ->  g = max|W| / (448 · 6) = {float(g):.6g}",
-        f"block:  amax = {float(v.abs().max()):.5g}  ->  (amax / 6) / g = {raw:.5g}  ->  e4m3 {int(scales[0, 0]):08b} = {s:g}",
-        f"        total scale g · s = {float(g) * s:.6g};  r = (1 / g) / s = {(1 / float(g)) / s:.6g}",
-        f"{'i':>3} {'w':>10} {'w · r':>10} {'code':>5} {'E2M1':>6} {'code·s·g':>10}",
-    ]
-    for i in range(BLOCK):
-        c = int(codes[0, i])
-        lines.append(
-            f"{i:>3} {float(v[0, i]):>10.4g} {float(v[0, i]) * ((1 / float(g)) / s):>10.3f} {c:04b}  "
-            f"{float(fp4.e2m1_decode(torch.tensor(c))):>6g} {float(back[i]):>10.4g}"
-        )
-    err = float((back - v[0]).norm() / v[0].norm().clamp_min(1e-30))
-    lines.append(f"relative error of the block: {err:.3%}")
-    return "\n".join(lines)
-
-
-def block_explorer():
-    import ipywidgets as W
-
-    def text(seed: int, block_scale: float, tensor_amax: float) -> str:
-        gen = checks.generator(seed)
-        v = torch.randn(BLOCK, generator=gen) * 10**block_scale
-        return block_text(v, 10**tensor_amax)
-
-    seed = W.IntSlider(value=0, min=0, max=50, description="block")
-    bs = W.FloatSlider(value=-2, min=-6, max=1, step=0.1, description="log10 block σ")
-    ta = W.FloatSlider(value=-1, min=-4, max=3, step=0.1, description="log10 max|W|")
-    out = widgets.text_view(text, seed=seed, block_scale=bs, tensor_amax=ta)
-    return W.VBox([W.HBox([seed, bs, ta]), out])
-
-
-def compare_figure(seed: int = 0):
-    """NVFP4 against MXFP4 and int4 g=16 on the same weights."""
-    kinds = ["gaussian", "heavy-tailed"]
-    tables = {}
-    for k in kinds:
-        w = mxfp4.realistic_weights(k, seed=seed)
-
-        def rel(deq, w=w):
-            return float((deq - w).norm() / w.norm())
-
-        p, s, g = quantize(w)
-        codes1, s1, g1 = quantize_codes(w, two_level=False)
-        mp, ms = mxfp4.quantize(w)
-        tables[k] = [
-            ("NVFP4 (e4m3 per 16, fp32 per tensor)", 4.5, rel(dequantize(p, s, g))),
-            ("NVFP4 without the tensor scale", 4.5, rel(dequantize(fp4.pack_nibbles(codes1), s1, g1))),
-            ("MXFP4 (E8M0 per 32)", 4.25, rel(mxfp4.dequantize(mp, ms))),
-            ("int4 g=16, bf16 scale", 5.0, rel(mxfp4.int4_groupwise(w, 16))),
-        ]
-    return plots.error_bars(tables, "512 × 2048 weights: relative error by format")
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Test inputs
-
-
-def random_weight(N: int, K: int, gen: torch.Generator, dtype=torch.float32) -> torch.Tensor:
-    """As MXFP4's, with blocks of 16 reaching lower (e^-2.5): some block scales fall toward e4m3's bottom."""
-    return fp4.block_weight(N, K, BLOCK, gen, -2.5, dtype)
-
-
-def adversarial_weight(N: int, K: int, gen: torch.Generator) -> torch.Tensor:
-    """Zero blocks, tiny blocks whose scale clamps to 2^-6, exact ties, a single huge outlier (N >= 4, K >= 64)."""
-    w = random_weight(N, K, gen)
-    w[0, :16] = 0
-    w[1, :16] = w[1, :16] * 1e-6  # block scale below e4m3's tiny: clamps to 2^-6, codes round to 0
-    w[2, 0] = float(w.abs().max()) * 3  # the tensor's amax: its block scale is exactly 448
-    w[3, 16:32] = -w[3, 16:32].abs()
-    return w
-
-
-def tie_weight(N: int = 4, K: int = 128, amax: float = 0.37) -> torch.Tensor:
-    """Deterministic blocks of exact E2M1 midpoints: each block holds ±{0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5}, 6 and
-    0 times g · s for an e4m3 value s, so that w / (g · s) lands on the ties. There, dividing by g · s and
-    multiplying by (1 / g) / s round differently (about 3 in 10 codes for amax = 0.37)."""
-    g = torch.tensor(amax / (fp4.E4M3_MAX * fp4.E2M1_MAX), dtype=torch.float32)
-    e4m3 = fp4.e4m3_decode(torch.arange(0x08, 0x7F, dtype=torch.int32).to(torch.uint8))  # the normal values
-    mids = torch.tensor([m for m, _ in fp4.E2M1_MIDPOINTS])
-    pattern = torch.cat([mids, -mids, torch.tensor([fp4.E2M1_MAX, 0.0])])
-    w = torch.zeros(N, K)
-    for i in range(N * (K // BLOCK)):
-        n, b = divmod(i, K // BLOCK)
-        w[n, BLOCK * b : BLOCK * (b + 1)] = pattern * (g * e4m3[(7 * i + 3) % len(e4m3)])
-    w[0, BLOCK - 1] = amax  # the tensor's largest magnitude
-    return w
-
-
-def random_problem(M, N, K, dtype, device, gen, strided=False):
-    """x [M, K] (a strided view when `strided`), packed, scales, g from the reference quantizer."""
-    return common.problem((M, K), quantize(random_weight(N, K, gen)), dtype, device, gen, strided)
-
-
-def rounding_probe(M, N, K, dtype, device, strided=False):
-    """The checks' rounding probe (qmatmul/checks/common.py): x of ones, E2M1 values whose rows sum to 1, block scales of 1
-    and the tensor scale PROBE_SCALE; g folded into 16-bit weights before the dot misses it on every run."""
-    packed = fp4.pack_nibbles(fp4.e2m1_encode(common.rounding_probe_weights(N, K).float()))
-    scales = fp4.e4m3_encode(torch.ones(N, K // BLOCK))
-    g = torch.tensor([common.PROBE_SCALE])
-    return common.rounding_probe_x(M, K, dtype, device, strided), *(t.to(device) for t in (packed, scales, g))
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Exercise 1: the two-level quantizer
-
-
-def _quantizer_inputs(gen, hidden):
-    if not hidden:
-        return [random_weight(4, 64, gen), adversarial_weight(8, 128, gen), tie_weight()]
-    return mxfp4.hidden_weights(gen, random_weight, adversarial_weight, block=BLOCK, k_blocks=(4, 20))
-
-
-def _quantizer_mistakes(w):
-    codes, scales, g = quantize_codes(w)
-    c1, s1, g1 = quantize_codes(w, two_level=False)
-    c2, s2, _ = quantize_codes(w, round_scale=False)
-    c3, s3, _ = quantize_codes(w, reciprocal=False)
-    return [
-        ("tensor scale missing", "Two levels: g = max|W| / (448 · 6) first, then each block's (amax / 6) / g is "
-         "rounded to e4m3, and the data is multiplied by (1 / g) / s.", fp4.pack_nibbles(c1), s1, g1),
-        ("block scale not rounded before dividing", "Scale the data by (1 / g) / s with s the e4m3-ROUNDED block "
-         "scale (decode the e4m3 bits back to float32 first), so the dequantization reproduces it.",
-         fp4.pack_nibbles(c2), s2, g),
-        ("divided by g · s", "The course follows torchao 0.18: multiply w by r = (1 / g) / s (s the e4m3-rounded "
-         "block scale), not w / (g · s). The two round differently where w / (g · s) is an exact tie between two "
-         "E2M1 values.", fp4.pack_nibbles(c3), s3, g),
-        ("nibble order", "Element 2i goes in the LOW nibble: packed = codes[:, 0::2] | (codes[:, 1::2] << 4).",
-         fp4.swap_nibbles(fp4.pack_nibbles(codes)), scales, g),
-        ("sign bit lost", "Bit 3 of each code is the sign of w.", fp4.pack_nibbles(codes & 7), scales, g),
-    ]  # fmt: skip
-
-
-def check_quantizer(fn, *, hidden: bool = False, seed: int | None = None) -> None:
-    seed, gen, _ = common.cell(seed)
-    what = "quantize_nvfp4"
-    for w in _quantizer_inputs(gen, hidden):
-        N, K = w.shape
-        ctx = f" (w: {str(w.dtype).replace('torch.', '')} [{N}, {K}])"
-        packed, scales, g = common.call_quantizer(
-            fn, w, what=what, returns=("packed", "scales", "g"), ctx=ctx
-        )
-        if packed.dtype != torch.uint8 or tuple(packed.shape) != (N, K // 2):
-            raise CheckFailed(
-                f"packed must be uint8 of shape [{N}, {K // 2}], got {packed.dtype} {list(packed.shape)}{ctx}"
-            )
-        if tuple(scales.shape) == (N, K // 32):
-            raise CheckFailed(
-                f"scales has shape [N, K/32] = {list(scales.shape)}: this matches a known mistake: blocks of 32 "
-                f"instead of 16. NVFP4 blocks are 16 elements long: shape [{N}, {K // BLOCK}].{ctx}"
-            )
-        if scales.dtype == torch.float8_e4m3fn:
-            scales = scales.view(torch.uint8)
-        if scales.dtype != torch.uint8 or tuple(scales.shape) != (N, K // BLOCK):
-            raise CheckFailed(
-                f"scales must be the e4m3 bits (uint8, or float8_e4m3fn) of shape [{N}, {K // BLOCK}], got "
-                f"{scales.dtype} {list(scales.shape)}{ctx}"
-            )
-        if g.dtype != torch.float32 or g.numel() != 1:
-            raise CheckFailed(
-                f"g must be a float32 tensor of one element, got {g.dtype} {list(g.shape)}{ctx}"
-            )
-        p_ref, s_ref, g_ref = quantize(w)
-        g = g.reshape(1)
-        if torch.equal(packed, p_ref) and torch.equal(scales, s_ref) and torch.equal(g, g_ref):
-            continue
-        named = None
-        for name, explanation, mp, ms, mg in _quantizer_mistakes(w):
-            if torch.equal(packed, mp) and torch.equal(scales, ms) and torch.equal(g, mg.reshape(1)):
-                named = f"This matches a known mistake: {name}. {explanation}"
-                break
-        lines = [named] if named else []
-        if not torch.equal(g, g_ref):
-            lines.insert(
-                0,
-                f"g = {float(g):.8g} differs from the reference {float(g_ref):.8g} = max|W| / (448 · 6){ctx}",
-            )
-        elif not torch.equal(scales, s_ref):
-            bad = scales != s_ref
-            i, b = bad.nonzero()[0].tolist()
-            lines.insert(
-                0, f"scales differ from the reference in {int(bad.sum())} of {bad.numel()} blocks{ctx}"
-            )
-            lines.append(
-                f"First at [n={i}, block={b}]: got e4m3 {int(scales[i, b]):08b} ({float(fp4.e4m3_decode(scales[i, b])):g}), "
-                f"expected {int(s_ref[i, b]):08b} ({float(fp4.e4m3_decode(s_ref[i, b])):g}): "
-                "s = e4m3(clamp((amax / 6) / g, 2^-6, 448)), computed in float32 in that order."
-            )
-        else:
-            bad = fp4.unpack_nibbles(packed) != fp4.unpack_nibbles(p_ref)
-            lines.insert(
-                0, f"packed differs from the reference in {int(bad.sum())} of {bad.numel()} codes{ctx}"
-            )
-            lines.append(f"Differences lie {checks.where_2d(bad, ('rows', 'columns'))}.")
-        raise CheckFailed("\n".join(lines))
-    checks.passed(f"{what}: bit-exact on {'hidden' if hidden else 'visible'} inputs (seed {seed})")
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Exercises 2 and 3: the kernels
-
-
-def kernel_mistakes(x, packed, scales, g) -> list[Mistake]:
-    xf = x.float().cpu()
-    packed, scales, g = packed.cpu(), scales.cpu(), g.cpu().float()
-    M, K = xf.shape
-    vals = fp4.e2m1_decode(fp4.unpack_nibbles(packed))
-    s = fp4.e4m3_decode(scales).repeat_interleave(BLOCK, 1)
-    raw = xf @ (vals * s).T
-    out = [
-        Mistake("tensor scale missing", "Multiply the accumulator by the tensor scale g once, in the epilogue.", raw),
-        Mistake("tensor scale applied twice", "Apply g once: in the epilogue, not also to the weight tile.", raw * g * g),
-        Mistake("weights rounded to 16 bits", "E2M1 · s is exact in fp16 and bf16, E2M1 · s · g is not: with g in the "
-                "weight tile every weight is rounded to 16 bits and the output drifts past the tolerance. Multiply "
-                "the accumulator by g once, in the epilogue.", xf @ (vals * s * g).to(x.dtype).float().T),
-        Mistake("e4m3 scale decoded as E8M0", "NVFP4's block scales are e4m3 (sign, 4 exponent bits with bias 7, "
-                "3 mantissa bits), not E8M0 powers of two: ((b & 0x7F) << 7) as fp16 bits, times 2^8.",
-                (xf @ (vals * fp4.e8m0_decode(scales).repeat_interleave(BLOCK, 1)).T) * g),
-        Mistake("nibble order", "Element 2i is the LOW nibble (p & 0xF), paired with x's even columns.",
-                (xf @ (fp4.e2m1_decode(fp4.unpack_nibbles(fp4.swap_nibbles(packed))) * s).T) * g),
-    ]  # fmt: skip
-    if K >= 2 * BLOCK:
-        s32 = fp4.e4m3_decode(scales).repeat_interleave(2 * BLOCK, 1)[:, :K]
-        out.append(Mistake("blocks of 32 instead of 16", "An NVFP4 block is 16 elements = 8 bytes: the byte at "
-                           "column kb uses scales[n, kb // 8].", (xf @ (vals * s32).T) * g))  # fmt: skip
-    return out
-
-
-# common.check_kernel(fn, what, cases, **kw) on this chapter's problems, reference and known mistakes
-_check_kernel = functools.partial(
-    common.check_kernel, names=("x", "packed", "scales", "g"), problem=random_problem,
-    reference=reference, mistakes=kernel_mistakes, probe=rounding_probe, probe_case=(2, 64, 128),
-)  # fmt: skip
-
-
-def check_prefill(fn, *, hidden: bool = False, seed: int | None = None) -> None:
-    """Exercise 2: the tiled kernel on ragged shapes, poisoned output, strided views, fused."""
-    seed, gen, device = common.cell(seed)
-    shapes = mxfp4.prefill_shapes(gen, device, hidden, block=BLOCK, k_blocks=(3, 80, 16), tail=(1, 129, 144))
-    _check_kernel(fn, "nvfp4_matmul", shapes, g=gen, hidden=hidden, seed=seed)
-
-
-def check_decode(fn, *, hidden: bool = False, seed: int | None = None) -> None:
-    """Exercise 3 (correctness): M = 1..16, ragged N, K a multiple of 16."""
-    seed, gen, device = common.cell(seed)
-    shapes = mxfp4.decode_shapes(gen, device, hidden, block=BLOCK, visible=[(1, 64, 128), (16, 96, 176)],
-                                 k_blocks=(3, 200, 18), long_blocks=(72, 96))  # fmt: skip
-    _check_kernel(fn, "nvfp4_decode", shapes, g=gen, hidden=hidden, seed=seed)
-
-
-def check_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: int | None = None) -> list:
-    """Exercise 3 (performance): bandwidth over the bytes that must move, against the copy bandwidth."""
-    return common.check_decode_bandwidth(
-        fn, what="nvfp4_decode", module=__name__, shape=BANDWIDTH_SHAPE, Ms=BANDWIDTH_MS, threshold=threshold,
-        seed=seed, nbytes=lambda M: bytes_moved(M, *BANDWIDTH_SHAPE),
-        hint="Load each packed tile once, decode it in registers with a few integer operations per element, "
-        "and apply the tensor scale once in the epilogue.",
-    )  # fmt: skip
-
-
-def timing_weights(N: int, K: int, gen: torch.Generator) -> tuple:
-    """The timed weight (qmatmul/checks/harness.py): random e2m1 pairs, e4m3 block scales, a tensor scale."""
-    packed = torch.randint(0, 256, (N, K // 2), dtype=torch.uint8, device=gen.device, generator=gen)
-    scales = torch.randint(0x30, 0x60, (N, K // BLOCK), dtype=torch.uint8, device=gen.device, generator=gen)
-    return packed, scales, torch.full((1,), 1e-3, device=gen.device)
-
-
-timing_inputs = common.timing_activations  # the timed activations (qmatmul/checks/harness.py)
-
-
-def blackwell_status() -> str:
-    """Say what this machine can run of NVFP4's native path."""
-    if not torch.cuda.is_available():
-        return "no CUDA GPU: the hand-decoded kernels run in Triton's interpreter."
-    cap = torch.cuda.get_device_capability()
-    if cap in ((10, 0), (12, 0)) or cap >= (10, 0):
-        return (f"sm_{cap[0]}{cap[1]} has fp4 tensor cores. The course has not run an NVFP4 tl.dot_scaled kernel on "
-                "Blackwell: try it as an extension (rhs_format 'e2m1' with e4m3 scales), and compare. With bf16 "
-                "activations triton 3.9 upcasts the weights to bf16 there too (docs/gpu-fit.md): the fp4 tensor "
-                "cores need low-precision activations as well.")  # fmt: skip
-    return (f"sm_{cap[0]}{cap[1]} has no fp4 tensor cores, and tl.dot_scaled with e4m3 scales crashed triton 3.6's "
-            "compiler on Hopper: the hand-decoded kernels are the path here.")  # fmt: skip
-
-
-def predictions(env) -> None:
-    """Print the floor time of a decode step on this GPU (the H200's figures on a CPU)."""
-    roofline_model.predictions(env, ["nvfp4"], (1, 16), naive="nvfp4", shape=BANDWIDTH_SHAPE)
+__all__ = [
+    "GIVEN",
+    # the format (qmatmul/formats/nvfp4.py)
+    "BLOCK",
+    "bytes_moved",
+    "bytes_moved_naive",
+    "bytes_per_weight",
+    "dequantize",
+    "naive",
+    "quantize",
+    "quantize_codes",
+    "reference",
+    "tensor_scale",
+    "ACT_DTYPES",
+    # the scaffold (qmatmul/scaffold/nvfp4.py)
+    "prepare",
+    "prefill_config",
+    "decode_config",
+    "divisible_k",
+    "decoded_gemm",
+    # the checks (qmatmul/checks/nvfp4.py)
+    "BANDWIDTH_MS",
+    "BANDWIDTH_SHAPE",
+    "BANDWIDTH_THRESHOLD",
+    "adversarial_weight",
+    "check_decode",
+    "check_decode_bandwidth",
+    "check_prefill",
+    "check_quantizer",
+    "kernel_mistakes",
+    "random_problem",
+    "random_weight",
+    "rounding_probe",
+    "tie_weight",
+    "timing_inputs",
+    "timing_weights",
+    # the teaching cells (qmatmul/teaching/nvfp4.py)
+    "blackwell_status",
+    "block_explorer",
+    "block_text",
+    "compare_figure",
+    "explain_format",
+    "predictions",
+]

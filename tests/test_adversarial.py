@@ -7,10 +7,10 @@ solution's, and `expect` lines). course.md's threat model says which families ea
 
 import time
 
-import classroom
-import demo
 import pytest
 from conftest import ROOT, skip_unless_required
+
+from autograder import classroom, demo
 
 pytestmark = pytest.mark.slow
 CORPUS = ROOT / "autograder" / "adversarial"

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from qmatmul import capstone, capstone_data, checks
+from qmatmul import capstone, checks, formats
+from qmatmul.capstone import crossing, stack, text, weights
 from qmatmul.checks import CheckFailed
 
 pytestmark = pytest.mark.xdist_group("capstone")
@@ -33,7 +34,8 @@ ORACLE = json.loads((Path(__file__).parent / "data" / "capstone_oracle.json").re
 
 def test_course_minilm_gives_sentence_transformers_embeddings():
     """sentence-transformers encoded these sentences from their text (its tokenizer, BERT, pooling): the course's
-    MiniLM, given the shipped token ids, must give the same embeddings."""
+    MiniLM, given the token ids of the model's own tokenizer (the tokenizers library), must give the same
+    embeddings."""
     course = capstone.load_model("course", device="cpu")
     sentences = list(ORACLE["embeddings"])
     theirs = torch.tensor([ORACLE["embeddings"][s] for s in sentences])
@@ -41,15 +43,42 @@ def test_course_minilm_gives_sentence_transformers_embeddings():
     assert (ours - theirs).abs().max() < 1e-5
 
 
-def test_shipped_token_ids_cover_the_chapter():
-    used = set(capstone_data.SENTENCES) | {s for a, b, _ in capstone_data.PAIRS for s in (a, b)}
-    assert used <= set(capstone_data.TOKEN_IDS)
-    assert set(ORACLE["embeddings"]) <= set(capstone_data.SENTENCES)
-    assert max(len(capstone_data.TOKEN_IDS[s]) for s in capstone_data.SENTENCES) <= capstone.DECODE_MAX_M
+# What sentence-transformers' tokenizer gave (model.tokenizer(s)["input_ids"]): the table the course shipped before
+# it read tokenizer.json with the tokenizers library, which gave the same ids for all 39 sentences of the chapter.
+SENTENCE_TRANSFORMERS_IDS = {
+    "A man is playing a guitar.": [101, 1037, 2158, 2003, 2652, 1037, 2858, 1012, 102],
+    "A woman is slicing an onion.": [101, 1037, 2450, 2003, 26514, 2019, 20949, 1012, 102],
+    "The Berlin train departs at 9 o'clock.": [101, 1996, 4068, 3345, 18280, 2015, 2012, 1023, 1051, 1005, 5119,
+                                               1012, 102],
+}  # fmt: skip
+
+
+def test_the_tokenizer_gives_the_models_token_ids():
+    assert text.token_ids(list(SENTENCE_TRANSFORMERS_IDS)) == list(SENTENCE_TRANSFORMERS_IDS.values())
+    assert set(ORACLE["embeddings"]) <= set(capstone.SENTENCES)
+    # one sentence fits the decode kernel
+    assert max(len(i) for i in text.token_ids(capstone.SENTENCES)) <= capstone.DECODE_MAX_M
+    # truncated at the model's max_seq_length, as sentence-transformers truncates
+    long = text.token_ids(["word " * 400])[0]
+    assert len(long) == 256 and long[0] == 101 and long[-1] == 102
+    feats = capstone.features(["A man is playing a guitar.", "Hello."], "cpu")
+    assert feats["attention_mask"].tolist() == [[1] * 9, [1] * 4 + [0] * 5]
+
+
+def test_a_missing_library_says_how_to_install_it(monkeypatch):
+    import sys
+
+    for name in ("safetensors", "safetensors.torch", "tokenizers"):
+        monkeypatch.setitem(sys.modules, name, None)  # an import of it fails, as where it is not installed
+    with pytest.raises(ImportError, match="safetensors is missing: `pip install safetensors tokenizers`"):
+        capstone.read_state_dict(weights.weights_file())
+    monkeypatch.setattr(text, "_tokenizer", text._tokenizer.__wrapped__)  # not the one made before
+    with pytest.raises(ImportError, match="tokenizers is missing: `pip install safetensors tokenizers`"):
+        capstone.features(["A man is playing a guitar."], "cpu")
 
 
 def test_safetensors_reader_matches_the_library():
-    ours = capstone.read_state_dict(capstone._weights_file())
+    ours = capstone.read_state_dict(weights.weights_file())
     assert sorted(ours) == sorted(ORACLE["safetensors"])
     for name, (dtype, shape, digest) in ORACLE["safetensors"].items():
         t = ours[name]
@@ -67,6 +96,25 @@ def test_spearman_reference_matches_scipy():
         assert len(torch.unique(a)) < len(a)  # ties: the part that is easy to get wrong
         assert abs(capstone.spearman_reference(a, b) - case["rho"]) < 1e-12
     assert capstone.ranks(torch.tensor([0.2, 0.5, 0.2, 0.9])).tolist() == [1.5, 3.0, 1.5, 4.0]
+
+
+def test_the_format_registry_names_the_known_formats():
+    assert capstone.FORMATS == tuple(formats.FORMATS) == ("w8a16", "w4a16", "fp8", "mxfp4", "nvfp4")
+    with pytest.raises(ValueError, match="unknown format 'int3': one of w8a16, w4a16, fp8, mxfp4, nvfp4"):
+        formats.get("int3")
+    with pytest.raises(ValueError, match="unknown format 'int3'"):
+        capstone.reference_quantize("int3", torch.zeros(4, 128))
+
+
+@pytest.mark.parametrize("fmt", capstone.FORMATS)
+def test_each_formats_reference_agrees_with_the_capstones(fmt):
+    """The registry's reference (the format module's, with the layout's arguments bound) and the capstone's fp32
+    reference (the dequantized weight, the activation quantized first for FP8) compute the same product."""
+    g = checks.generator(6)
+    w, x = torch.randn(48, 256, generator=g) * 0.05, torch.randn(5, 256, generator=g).half()
+    stored = capstone.reference_quantize(fmt, w)
+    ours = formats.get(fmt).reference(x, *stored)
+    assert torch.allclose(ours, capstone.reference_matmul(fmt, x, stored), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("fmt", capstone.FORMATS)
@@ -262,7 +310,9 @@ def test_the_course_classes_handed_in_earn_nothing():
     """Adversarial: every number right, none of it the learner's (the demo class holds the other adversaries)."""
     with pytest.raises(CheckFailed, match="the course's own class"):
         capstone.check_quant_linear(capstone.ReferenceQuantLinear, seed=0)
-    with pytest.raises(CheckFailed, match="quantize_model put a qmatmul.capstone.ReferenceQuantLinear"):
+    with pytest.raises(
+        CheckFailed, match="quantize_model put a qmatmul.capstone.layers.ReferenceQuantLinear"
+    ):
         capstone.check_quantize_model(capstone.reference_quantize_model, seed=0)
 
 
@@ -409,15 +459,14 @@ class FoundAgain(QuantLinear):
 """
 SMALL_STACK = [(96, 128), (64, 128), (128, 64)]
 STACK_ON_CPU = f"""
-capstone._stack_device = lambda: "cpu"
-capstone.LLAMA_BLOCK[:] = {SMALL_STACK!r}
-capstone._stack_kernels = lambda: (capstone.reference_kernels("w8a16"), "the reference kernels")
+capstone.stack.stack_device = lambda: "cpu"
+capstone.stack.LLAMA_BLOCK[:] = {SMALL_STACK!r}
+capstone.stack.stack_kernels = lambda: (capstone.reference_kernels("w8a16"), "the reference kernels")
 """
 
 
 def _capstone_worker(*extra):
-    import demo
-
+    from autograder import demo
     from qmatmul.grader.remote import Worker
 
     program = [("imports", "import torch\nfrom qmatmul import capstone\n"),
@@ -455,9 +504,9 @@ def test_the_stack_is_timed_rebuilt_in_a_fresh_worker(sol, monkeypatch):
     stack rebuilt from its buffers in a fresh worker, and a layer that finds its weight elsewhere is named."""
     from qmatmul.grader.remote import RemoteFunction
 
-    monkeypatch.setattr(capstone, "_stack_device", lambda: "cpu")
-    monkeypatch.setattr(capstone, "LLAMA_BLOCK", SMALL_STACK)
-    monkeypatch.setattr(capstone, "STACK_SPEEDUP", 0)
+    monkeypatch.setattr(stack, "stack_device", lambda: "cpu")
+    monkeypatch.setattr(stack, "LLAMA_BLOCK", SMALL_STACK)
+    monkeypatch.setattr(stack, "STACK_SPEEDUP", 0)
     worker = _capstone_worker(("stack_on_cpu", STACK_ON_CPU))
     try:
         worker.start()
@@ -469,7 +518,7 @@ def test_the_stack_is_timed_rebuilt_in_a_fresh_worker(sol, monkeypatch):
         assert "(the stack's layer [96, 128], one row)" in str(exc.value)
     finally:
         worker.close()
-    monkeypatch.setattr(capstone, "_stack_kernels", lambda: (capstone.reference_kernels("w8a16"), "ours"))
+    monkeypatch.setattr(stack, "stack_kernels", lambda: (capstone.reference_kernels("w8a16"), "ours"))
     with pytest.raises(CheckFailed, match=OTHER_THAN_BUFFERS):
         capstone.check_stack_speed(_from_weight(sol, _in_a_closure), seed=3)  # in-process: on the decoy
 
@@ -489,7 +538,7 @@ def test_what_the_worker_says_is_read_as_data_or_refused():
     try:
         with pytest.raises(checks.LearnerError, match="no driver os:system"):
             RemoteFunction(worker, "f").drive("os:system", "true")
-        meta, _ = capstone._drive(RemoteFunction(worker, "f"), "stack", "nothing", 0, what="f")
+        meta, _ = crossing.drive(RemoteFunction(worker, "f"), "stack", "nothing", 0, what="f")
         assert meta == {"error": None}
     finally:
         worker.close()

@@ -86,9 +86,9 @@ def test_compare_says_nothing_was_written():
         checks.compare(torch.full((3, 3), float("nan")), torch.ones(3, 3), what="y", rtol=1e-3, poisoned=True)
 
 
-def test_ranges():
-    assert checks._ranges([0, 1, 2, 5, 7, 8]) == "0..2, 5, 7..8"
-    assert "more ranges" in checks._ranges(list(range(0, 40, 2)))
+def test_index_ranges():
+    assert checks.index_ranges([0, 1, 2, 5, 7, 8]) == "0..2, 5, 7..8"
+    assert "more ranges" in checks.index_ranges(list(range(0, 40, 2)))
 
 
 def test_audit_does_not_take_a_copy_of_x_or_out_for_the_weight():

@@ -2,10 +2,10 @@
 
 import ast
 
-import demo
 import pytest
 from conftest import ROOT
 
+from autograder import demo
 from qmatmul.course import assignments
 
 SOLUTION = {"ex1": "def f(x):\n    y = x + 1\n    return y\n", "ex2": "def g(x):\n    return x\n"}

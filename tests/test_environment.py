@@ -103,8 +103,8 @@ def test_each_gpu_takes_the_path_the_chapters_state(cap, monkeypatch):
     env = environment.Env("cuda", False, "mocked", cap, torch.bfloat16 if bf16 else torch.float16)
     assert (env.has_bf16_dot, env.has_fp8_dot, env.has_native_fp4) == (bf16, fp8_dot, fp4)
     assert fp8.has_fp8_dot("cuda") == fp8_dot
-    assert fp8._paths("cuda") == ([True, False] if fp8_dot else [False])
-    assert ("no fp8 tensor cores" in fp8._skipped("cuda")) == (not fp8_dot)
+    assert fp8.checked_paths("cuda") == ([True, False] if fp8_dot else [False])
+    assert ("no fp8 tensor cores" in fp8.skipped_path_note("cuda")) == (not fp8_dot)
     assert common.act_dtypes("cuda") == ([torch.float16, torch.bfloat16] if bf16 else [torch.float16])
     assert configs.fma_dot("cuda") == (cap < (8, 0))  # Triton's tl.dot has no tensor cores before sm_80
     ok, why = mxfp4.dot_scaled_status()

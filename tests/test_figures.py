@@ -1,15 +1,9 @@
 """Every H200 figure the docs and notebooks quote agrees with docs/bench-h200.json (tools/figures.py)."""
 
-import sys
-
 import pytest
-from conftest import ROOT
 
-sys.path.insert(0, str(ROOT / "tools"))
-
-import figures  # noqa: E402
-
-from qmatmul.teaching import recorded  # noqa: E402
+from qmatmul.teaching import recorded
+from tools import figures
 
 W8 = "<!-- h200: w8a16 decode | solution w8a16_decode | 1,16x28672x8192 | copy -->"  # 93 / 92 in FIXED
 
@@ -35,7 +29,7 @@ def fixed_data(monkeypatch):
 
 def test_every_quoted_figure_agrees_with_the_data():
     found = [e for p in figures.pages() for e in figures.problems(p)]
-    assert not found, "run `python tools/figures.py --write`, or fix the reference:\n" + "\n".join(found)
+    assert not found, "run `python -m tools.figures --write`, or fix the reference:\n" + "\n".join(found)
 
 
 def test_no_h200_figure_is_quoted_without_a_reference():

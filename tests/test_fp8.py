@@ -307,7 +307,7 @@ def test_overflowing_mistake_is_named():
     mistakes = fp8.kernel_mistakes(xq, sx, wq, sw)
     y = (mistakes[0].output).to(torch.float16)
     assert torch.isinf(y).any()
-    report = fp8._name_overflowing("k: 576 differ\nLargest error", y, mistakes, torch.float16)
+    report = fp8.name_overflowing("k: 576 differ\nLargest error", y, mistakes, torch.float16)
     assert "known mistake: scales divided where they should multiply" in report.splitlines()[1]
 
 
@@ -350,7 +350,7 @@ def test_the_visible_check_catches_reduced_precision_accumulation_every_run():
             CheckFailed,
             match="This matches a known mistake: fp8 partial sums accumulated in reduced precision",
         ):
-            fp8._check_accumulation(lossy_kernel, "fp8_matmul", "cpu")
+            fp8.check_accumulation(lossy_kernel, "fp8_matmul", "cpu")
 
 
 def test_a_timed_batch_with_a_few_wrong_outputs_on_hopper_points_at_the_accumulation():
@@ -358,15 +358,15 @@ def test_a_timed_batch_with_a_few_wrong_outputs_on_hopper_points_at_the_accumula
     many = (
         "fp8_matmul (timed, graph): 33554432 of 33554432 elements (100 %) differ from the reference (call 0)"
     )
-    hint = fp8._accumulation_hint(few, imprecise=True).splitlines()[1]
+    hint = fp8.accumulation_hint(few, imprecise=True).splitlines()[1]
     assert "a known mistake: fp8 partial sums accumulated in reduced precision" in hint
     assert "max_num_imprecise_acc=BLOCK_K" in hint
     assert (
-        fp8._accumulation_hint(few, imprecise=False) == few
+        fp8.accumulation_hint(few, imprecise=False) == few
     )  # triton sets its imprecise fp8 default for sm_90 alone
-    assert fp8._accumulation_hint(many, imprecise=True) == many
+    assert fp8.accumulation_hint(many, imprecise=True) == many
     assert (
-        fp8._accumulation_hint("fp8_matmul raised TypeError", imprecise=True) == "fp8_matmul raised TypeError"
+        fp8.accumulation_hint("fp8_matmul raised TypeError", imprecise=True) == "fp8_matmul raised TypeError"
     )
     assert not fp8.imprecise_fp8_accumulation("cpu")
 

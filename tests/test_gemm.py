@@ -161,3 +161,139 @@ def test_column_scales_on_integer_weights(kernel):
     assert checks.mismatch(product(s.flip(0)), want, checks.tolerance_for(x.dtype)).any()
     with pytest.raises(ValueError, match="not both"):
         gemm.decoded_gemm(x, w, out, s=s[:, None], group_size=200, sw=s)
+
+
+@pytest.mark.parametrize(
+    "cap, cls", [((7, 5), "fma"), ((8, 0), "tensor_cores"), ((8, 9), "tensor_cores"), ((9, 0), "hopper"),
+                 ((10, 0), "blackwell"), ((12, 0), "blackwell")],
+)  # fmt: skip
+def test_each_gpu_class_takes_its_own_launches(cap, cls, monkeypatch):
+    """qmatmul/kernels/configs.py: `choose` dispatches on the class of GPU; the kernels tuned on the H200 alone take
+    Hopper's launch on every GPU without asking for the compute capability (tools/sass.py reads them on a CPU)."""
+    from qmatmul.kernels import configs
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: cap)
+    assert configs.gpu_class("cuda") == configs.gpu_class(torch.device("cuda")) == cls
+    assert configs.gpu_class("cpu") == "interpreter"
+    for name in ("gemm", "gemm.grouped"):
+        assert configs.choose(name, "cuda") == configs.CLASSES[cls](name).kwargs()
+        assert configs.choose(name, "cpu") == configs.FMA_TILED
+    shape = dict(M=4, N=8192, K=28672, block=16, group_size=128)
+    want = {name: configs.hopper(name, **shape).kwargs() for name in configs.HOPPER_EVERYWHERE}
+    assert {name: configs.CLASSES[cls](name, **shape).kwargs() for name in want} == want
+    # every class launches every chapter kernel
+    chapter = dict(M=256, N=4096, K=4096, group_size=128, fp8_dot=True)
+    assert all(
+        configs.CLASSES[c](name, **chapter).BLOCK_N
+        for c in (cls, "interpreter")
+        for name in configs.CHAPTER_KERNELS
+    )
+
+    def no_gpu(*a):
+        raise AssertionError("Torch not compiled with CUDA enabled")
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", no_gpu)
+    assert {name: configs.choose(name, "cuda", **shape) for name in want} == want
+
+
+def test_a_launch_keeps_the_order_it_was_written_in():
+    from qmatmul.kernels import configs
+
+    gemv = configs.Launch.of(BLOCK_N=16, GPI=4, num_warps=2, num_stages=2)
+    assert list(gemv.kwargs().items()) == [("BLOCK_N", 16), ("GPI", 4), ("num_warps", 2), ("num_stages", 2)]
+    assert gemv == configs.Launch(BLOCK_N=16, num_warps=2, num_stages=2, extra=(("GPI", 4),))
+    assert list(configs.Launch(num_warps=4, BLOCK_M=16).kwargs()) == ["BLOCK_M", "num_warps"]
+    changed = gemv.updated(num_warps=4, SPLIT_K=2)  # as dict(gemv.kwargs(), num_warps=4, SPLIT_K=2)
+    assert list(changed.kwargs().items()) == [
+        ("BLOCK_N", 16),
+        ("GPI", 4),
+        ("num_warps", 4),
+        ("num_stages", 2),
+        ("SPLIT_K", 2),
+    ]
+    assert configs.interpreter("gemm.tma.block").BLOCK_K == gemm.SCALE_BLOCK
+    with pytest.raises(KeyError, match="mma.w4a16"):  # Gluon has no interpreter
+        configs.interpreter("mma.w4a16")
+    # a tensor-core GPU has its own tiles for each chapter kernel
+    with pytest.raises(KeyError, match="chapter.decode"):
+        configs.hopper("chapter.decode")
+
+
+# What the chapters' config functions give on each class of GPU (called as the notebooks call them, through the
+# chapter modules; cap None: no GPU, the interpreter), written out: an edit of the chapters' launches in
+# qmatmul/kernels/configs.py that changes a tile, a warp, a stage or the keys' order fails here.
+CHAPTER_LAUNCHES = [
+    (None, "w8a16.decode_config", (16, 28672, 8192, "cpu"),
+     dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=1)),
+    (None, "w4a16.prefill_config", (33, 4096, 4096, 32, "cpu"),
+     dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=32, num_warps=4, num_stages=1)),
+    (None, "w4a16.decode_config", (16, 28672, 8192, 128, "cpu"),
+     dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=1)),
+    (None, "fp8.block_config", (256, 4096, 4096, "cpu"),
+     dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=1, FP8_DOT=False)),
+    (None, "mxfp4.dot_scaled_config", (256, 4096, 4096, "cpu"),
+     dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=64, num_warps=4, num_stages=1)),
+    ((7, 5), "w8a16.prefill_config", (256, 4096, 4096, "cuda"),
+     dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=32, num_warps=4, num_stages=1)),
+    ((7, 5), "w4a16.prefill_config", (256, 4096, 4096, 128, "cuda"),
+     dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=32, num_warps=4, num_stages=1)),
+    ((7, 5), "w4a16.decode_config", (16, 28672, 8192, 128, "cuda"),
+     dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=128, num_warps=4, num_stages=4)),
+    ((7, 5), "fp8.block_config", (256, 4096, 4096, "cuda"),
+     dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=128, num_warps=4, num_stages=1, FP8_DOT=False)),
+    ((7, 5), "mxfp4.decode_config", (16, 28672, 8192, "cuda"),
+     dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=64, num_warps=4, num_stages=1)),
+    ((8, 0), "w8a16.prefill_config", (256, 4096, 4096, "cuda"),
+     dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=4, num_stages=3)),
+    ((8, 0), "w8a16.decode_config", (16, 28672, 8192, "cuda"),
+     dict(BLOCK_M=16, BLOCK_N=128, BLOCK_K=256, num_warps=4, num_stages=3)),
+    ((8, 0), "fp8.prefill_config", (256, 4096, 4096, "cuda"),
+     dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, FP8_DOT=False, num_warps=8, num_stages=3)),
+    ((8, 9), "fp8.prefill_config", (256, 4096, 4096, "cuda"),
+     dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, FP8_DOT=True, num_warps=4, num_stages=4)),
+    ((8, 9), "fp8.block_config", (256, 4096, 4096, "cuda"),
+     dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, FP8_DOT=True, num_warps=4, num_stages=4)),
+    ((8, 0), "mxfp4.prefill_config", (256, 4096, 4096, "cuda"),
+     dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=3)),
+    ((9, 0), "w8a16.prefill_config", (256, 4096, 4096, "cuda"),
+     dict(BLOCK_M=256, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=3)),
+    ((9, 0), "w4a16.prefill_config", (256, 4096, 4096, 128, "cuda"),
+     dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3)),
+    ((9, 0), "w4a16.decode_config", (16, 28672, 8192, 64, "cuda"),
+     dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=64, num_warps=4, num_stages=4)),
+    ((9, 0), "fp8.prefill_config", (256, 4096, 4096, "cuda"),
+     dict(BLOCK_M=256, BLOCK_N=128, BLOCK_K=128, FP8_DOT=True, num_warps=8, num_stages=3)),
+    ((9, 0), "fp8.decode_config", (16, 8192, 28672, "cuda"),
+     dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=1024, FP8_DOT=True, num_warps=8, num_stages=3)),
+    ((9, 0), "fp8.block_config", (256, 4096, 4096, "cuda"),
+     dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, FP8_DOT=True, num_warps=8, num_stages=4)),
+    ((9, 0), "mxfp4.prefill_config", (256, 4096, 4096, "cuda"),
+     dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=128, num_warps=8, num_stages=3)),
+    ((9, 0), "nvfp4.decode_config", (16, 28672, 8192, "cuda"),
+     dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=512, num_warps=4, num_stages=3)),
+    ((9, 0), "mxfp4.dot_scaled_config", (16, 4096, 4096, "cuda"),
+     dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, num_warps=4, num_stages=3)),
+    ((10, 0), "w8a16.prefill_config", (256, 4096, 4096, "cuda"),
+     dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=4, num_stages=3)),
+    ((10, 0), "fp8.prefill_config", (256, 4096, 4096, "cuda"),
+     dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, FP8_DOT=True, num_warps=4, num_stages=4)),
+    ((10, 0), "mxfp4.prefill_config", (256, 4096, 4096, "cuda"),
+     dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=128, num_warps=8, num_stages=3)),
+    ((12, 0), "nvfp4.prefill_config", (256, 4096, 4096, "cuda"),
+     dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=128, num_warps=8, num_stages=3)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "cap, function, args, launch",
+    CHAPTER_LAUNCHES,
+    ids=[f"{f}-sm{c[0]}{c[1]}" if c else f"{f}-cpu" for c, f, _, _ in CHAPTER_LAUNCHES],
+)
+def test_the_chapters_launches_are_the_measured_ones(cap, function, args, launch, monkeypatch):
+    import importlib
+
+    if cap is not None:
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: cap)
+    chapter, name = function.split(".")
+    got = getattr(importlib.import_module(f"qmatmul.{chapter}"), name)(*args)
+    assert list(got.items()) == list(launch.items())

@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
+from tools import sass
 
-import sass  # noqa: E402 - tools/sass.py
+ROOT = Path(__file__).resolve().parent.parent
 
 DATA = json.loads(sass.FIT_JSON.read_text())
 
@@ -42,8 +41,8 @@ def test_the_tma_gemm_transposed_loads_two_group_scales_a_step():
     env = {
         k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"
     }  # compiled for the GPU, in a new process
-    env.update(PYTHONPATH=f"{ROOT / 'tools'}{os.pathsep}{ROOT}", TRITON_DEFAULT_FP_FUSION="1")
-    script = "import json, sass\nprint(json.dumps(sass.tma_report()))\n"
+    env.update(PYTHONPATH=str(ROOT), TRITON_DEFAULT_FP_FUSION="1")
+    script = "import json\nfrom tools import sass\nprint(json.dumps(sass.tma_report()))\n"
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     report = json.loads(out.stdout.splitlines()[-1])
@@ -76,7 +75,7 @@ def test_dot_scaled_multiplies_in_bf16_everywhere_as_the_chapter_says(monkeypatc
 
 def test_the_record_is_current():
     """Each row's tiles are what the chapter's config function chooses today (a changed config must be compiled
-    again: `python tools/sass.py --fit --write`), and docs/gpu-fit.md renders the JSON."""
+    again: `python -m tools.sass --fit --write`), and docs/gpu-fit.md renders the JSON."""
     launches = {label: cfg for label, _, _, cfg in sass.launches()}
     assert {r["label"] for r in DATA["rows"]} == set(launches)
     for r in DATA["rows"]:
@@ -89,7 +88,7 @@ def test_a_compile_reproduces_the_record_and_catches_a_tile_too_big():
     """One row compiled again here, and the H200's W8A16 decode tile on a T4 (128 KB of shared memory against
     64 KB), which the check must call a misfit."""
     script = (
-        "import json, sass\n"
+        "import json\nfrom tools import sass\n"
         "rows = {l: (c, k, f) for l, c, k, f in sass.launches()}\n"
         "c, k, f = rows['w8a16 decode']\n"
         "now = sass.fit(75, 'w8a16 decode', c, k, f)\n"
@@ -98,7 +97,7 @@ def test_a_compile_reproduces_the_record_and_catches_a_tile_too_big():
         "print(json.dumps([now, h200], default=str))\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env.update(PYTHONPATH=f"{ROOT / 'tools'}{os.pathsep}{ROOT}", TRITON_DEFAULT_FP_FUSION="1")
+    env.update(PYTHONPATH=str(ROOT), TRITON_DEFAULT_FP_FUSION="1")
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     now, h200 = json.loads(out.stdout.splitlines()[-1])

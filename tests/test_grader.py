@@ -11,7 +11,8 @@ from conftest import ROOT
 from qmatmul import checks
 from qmatmul.checks import CheckFailed
 from qmatmul.grader import notebook, static, trusted
-from qmatmul.grader.remote import RemoteFunction, RemoteObject, Worker
+from qmatmul.grader.remote import RemoteFunction, Worker
+from qmatmul.grader.results import RemoteObject
 
 PROGRAM = [
     ("setup", notebook.QUIET_START),
@@ -520,9 +521,9 @@ def test_the_timing_protocol_checks_every_timed_output(remote, monkeypatch, caps
 STATEFUL = [
     *TIMED[:2],
     ("learner", (
-        "from qmatmul import fp8\n\n"
+        "from qmatmul.scaffold import fp8\n\n"
         "def decode(x, q, s, out=None):  # right only under the path the check forced\n"
-        "    out.copy_(w8a16.reference(x, q, s) + (0 if fp8._FORCED_PATH == [False] else 1))\n"
+        "    out.copy_(w8a16.reference(x, q, s) + (0 if fp8.FORCED_PATH == [False] else 1))\n"
         "    return out\n")),
 ]  # fmt: skip
 

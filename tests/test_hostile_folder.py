@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from qmatmul.grader import notebook
-from qmatmul.grader.remote import Worker, import_path, read_regular
+from qmatmul.grader.files import read_regular
+from qmatmul.grader.remote import Worker, import_path
 
 PROGRAM = [
     ("setup", notebook.QUIET_START),
@@ -117,7 +118,7 @@ def _hostile(folder, solution):
 
 
 def test_every_entry_but_regular_files_is_named(tmp_path):
-    import intake
+    from autograder import intake
 
     folder = _hostile(tmp_path / "submitted", tmp_path / "solution.ipynb")
     found = intake.problems(folder)
@@ -142,7 +143,7 @@ def test_every_entry_but_regular_files_is_named(tmp_path):
 
 
 def test_feedback_keeps_only_what_the_course_generated(tmp_path):
-    import term
+    from autograder import term
 
     secret = tmp_path / "gradebook.db"
     secret.write_text("scores")
@@ -163,7 +164,7 @@ def test_feedback_keeps_only_what_the_course_generated(tmp_path):
 
 
 def _course(tmp_path):
-    import classroom
+    from autograder import classroom
 
     dirs = classroom.CourseDirs(
         submitted=str(tmp_path / "submitted"), autograded=str(tmp_path / "autograded"),
@@ -178,7 +179,7 @@ def test_a_linked_submission_is_refused_by_every_way_to_autograde(tmp_path):
     """A hand-copied submission whose notebook is a link to the solution (7/10 for no work before): classroom.py
     refuses it before nbgrader starts, and nbgrader's own autograde (Formgrader's button) refuses it in its first
     sanitizing step; the gradebook and the solution are untouched."""
-    import classroom
+    from autograder import classroom
 
     dirs = _course(tmp_path)
     solution = Path(__file__).resolve().parent.parent / "solutions" / "w8a16" / "w8a16.ipynb"
@@ -201,7 +202,7 @@ def test_collect_takes_in_regular_files_only(tmp_path):
     """A student's inbound folder in the exchange holding a notebook that is a link to the solution, a link named
     like a feedback page, a FIFO and a regular file of their own: collect takes the regular file alone and names
     each entry it refused."""
-    import term
+    from autograder import term
 
     root = Path(__file__).resolve().parent.parent
     course, exchange = tmp_path / "course", tmp_path / "exchange"

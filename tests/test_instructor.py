@@ -22,11 +22,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "autograder"))
-import export  # noqa: E402 - autograder/export.py
-import term  # noqa: E402 - autograder/term.py
+from autograder import export, feedback, preprocessors
+from autograder.exchange import make_exchange, stamp_submissions
 
+ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.timeout(600)
 CHAPTER = "w8a16"
 
@@ -61,7 +60,7 @@ def test_a_run_fails_on_nbgraders_exit_status_not_on_the_notebook_kernels_logged
     """The CI log of a demo class: nbgrader graded and exited 0, but jupyter_client had logged a ZMQError from the
     notebook kernel's shutdown, and the old rule ("ERROR" anywhere on stderr) failed the submission. Both runs keep
     their stderr, and a failure names where."""
-    import classroom
+    from autograder import classroom
 
     dirs = classroom.CourseDirs(autograded=str(tmp_path / "autograded"))
     raced = ("[AutogradeApp | ERROR] Socket operation on non-socket\nTraceback (most recent call last):\n"
@@ -95,33 +94,33 @@ def test_make_targets_take_one_chapter_or_the_course():
     def dry(*args):
         return subprocess.run(["make", "-n", *args], cwd=ROOT, capture_output=True, text=True)
 
-    assert "term.py feedback w8a16" in dry("feedback", "ASSIGNMENT=w8a16").stdout
-    assert "classroom.py autograde w8a16" in dry("autograde", "ASSIGNMENT=w8a16").stdout
-    assert re.search(r"term.py feedback\s*$", dry("feedback").stdout, re.M)
+    assert "-m autograder.term feedback w8a16" in dry("feedback", "ASSIGNMENT=w8a16").stdout
+    assert "-m autograder.classroom autograde w8a16" in dry("autograde", "ASSIGNMENT=w8a16").stdout
+    assert re.search(r"-m autograder\.term feedback\s*$", dry("feedback").stdout, re.M)
     res = dry("hand-out")
     assert res.returncode != 0 and "ASSIGNMENT=" in res.stderr
     assert "db student import roster.csv" in dry("students", "ROSTER=roster.csv").stdout
 
 
-def test_feedback_skips_chapters_with_nothing_graded(tmp_path, capsys):
+def test_feedback_skips_chapters_with_nothing_graded(tmp_path, capsys, monkeypatch):
+    from qmatmul.course import assignments
+
     (tmp_path / "alice" / CHAPTER).mkdir(parents=True)
     calls = []
-    real = term.nbgrader
-    term.nbgrader = lambda *a, **k: calls.append(a) or subprocess.CompletedProcess(a, 0, "", "")
-    try:
-        assert term.feedback(term.assignments(), export=False, autograded=tmp_path) == 0
-    finally:
-        term.nbgrader = real
+    monkeypatch.setattr(
+        feedback, "nbgrader", lambda *a, **k: calls.append(a) or subprocess.CompletedProcess(a, 0, "", "")
+    )
+    assert feedback.feedback(assignments(), export=False, autograded=tmp_path) == 0
     assert calls == [("generate_feedback", CHAPTER, "--force")]
     out = capsys.readouterr().out
-    for other in set(term.assignments()) - {CHAPTER}:
+    for other in set(assignments()) - {CHAPTER}:
         assert f"{other}: nothing graded yet" in out
 
 
 def test_the_gradebook_summary_shortens_a_message_at_a_word(capsys):
     """A long verdict is cut at a word with a mark that it goes on (the whole is in the student's feedback); the
     cells not measured on this machine are said once for everyone."""
-    import classroom
+    from autograder import classroom
 
     hint = "broadcast it as s[None, :] along the N offsets, not along the rows (M) of the output tile. " * 5
     rows = [{"student": "ada", "scores": {"test_prefill": (0.0, 3.0), "test_speed": (0.0, 3.0)}, "total": 0.0,
@@ -144,14 +143,14 @@ def test_stamp_uses_the_files_time_in_nbgraders_format(tmp_path):
     os.utime(folder / f"{CHAPTER}.ipynb", (when.timestamp(), when.timestamp()))
     (tmp_path / "bob" / CHAPTER).mkdir(parents=True)
     (tmp_path / "bob" / CHAPTER / "timestamp.txt").write_text("2027-01-01 00:00:00.000000 UTC\n")
-    assert term.stamp_submissions(CHAPTER, tmp_path) == ["alice"]
+    assert stamp_submissions(CHAPTER, tmp_path) == ["alice"]
     assert parse_utc((folder / "timestamp.txt").read_text().strip()) == when.replace(tzinfo=None)
-    assert term.stamp_submissions(CHAPTER, tmp_path) == []  # never overwritten
+    assert stamp_submissions(CHAPTER, tmp_path) == []  # never overwritten
 
 
 def test_make_exchange_creates_it_open_to_all_and_the_students_config(tmp_path, monkeypatch):
     monkeypatch.setenv("QMATMUL_EXCHANGE", str(tmp_path / "srv" / "exchange"))
-    root = term.make_exchange(config_dir=tmp_path / "etc")
+    root = make_exchange(config_dir=tmp_path / "etc")
     assert root == tmp_path / "srv" / "exchange" and root.stat().st_mode & 0o777 == 0o777
     cfg = (tmp_path / "etc" / "nbgrader_config.py").read_text()
     assert f"c.Exchange.root = '{root}'" in cfg and "course_id = 'qmatmul'" in cfg
@@ -171,15 +170,15 @@ def test_student_feedback_hides_hidden_tests_and_tracebacks():
            "traceback": ["\x1b[31mTraceback ...", f"File {ROOT}/qmatmul/checks.py:50", "CheckFailed: ..."]}  # fmt: skip
     img = {"output_type": "display_data", "data": {"image/png": "iVBORw0KGgo="}, "metadata": {}}
     nb = nbformat.v4.new_notebook(cells=[_cell(src, "test_x", outputs=[err, img])])
-    out, res = term.StudentFeedback().preprocess(nb, {})
+    out, res = preprocessors.StudentFeedback().preprocess(nb, {})
     cell = out.cells[0]
     assert "hidden=True" not in cell.source and "check(f)  # visible" in cell.source
-    assert term.HIDDEN_NOTE in cell.source
+    assert preprocessors.HIDDEN_NOTE in cell.source
     assert cell.outputs[0].traceback == ["CheckFailed: wrong scale axis in x.py"]
     assert cell.outputs[1].metadata["image/png"]["alt"]
     assert any("pre-wrap" in css for css in res["inlining"]["css"])
     nb = nbformat.v4.new_notebook(cells=[_cell(src, "test_x")])
-    shown, _ = term.StudentFeedback(show_hidden_tests=True).preprocess(nb, {})
+    shown, _ = preprocessors.StudentFeedback(show_hidden_tests=True).preprocess(nb, {})
     assert "hidden=True" in shown.cells[0].source
 
 
@@ -257,7 +256,7 @@ def test_round_trip_through_the_exchange(tmp_path):
     _nbgrader("generate_assignment", CHAPTER, "--force", flags=flags)
     os.environ["QMATMUL_EXCHANGE"] = str(exchange)
     try:
-        term.make_exchange(config_dir=tmp_path / "etc")
+        make_exchange(config_dir=tmp_path / "etc")
     finally:
         del os.environ["QMATMUL_EXCHANGE"]
     _nbgrader("release_assignment", CHAPTER, "--force", flags=flags)
@@ -288,7 +287,7 @@ def test_round_trip_through_the_exchange(tmp_path):
         if cell.metadata.get("nbgrader", {}).get("grade_id") == "test_decode_bandwidth":
             cell.source = "pass  # an edited test cell"
     nbformat.write(nb, erin / f"{CHAPTER}.ipynb")
-    assert term.stamp_submissions(CHAPTER, submitted) == ["erin"]
+    assert stamp_submissions(CHAPTER, submitted) == ["erin"]
 
     # autograde: hidden tests restored quietly; only the cell erin edited is reported (and restored)
     res = _nbgrader("autograde", CHAPTER, "--force", flags=flags)
@@ -310,7 +309,7 @@ def test_round_trip_through_the_exchange(tmp_path):
     assert {s["id"]: s["last_name"] for s in exp.students} == {"dave": "Doe", "erin": "Eng"}
 
     # feedback back through the exchange to dave; erin's is listed for the instructor to send
-    assert term.hand_back(CHAPTER, course / "autograder" / "feedback", flags=tuple(flags)) == 0
+    assert feedback.hand_back(CHAPTER, course / "autograder" / "feedback", flags=tuple(flags)) == 0
     _nbgrader("fetch_feedback", CHAPTER, "--student=dave", cwd=home, flags=student, env=data)
     assert list((home / CHAPTER / "feedback").glob(f"*/{CHAPTER}.html"))
 
@@ -360,7 +359,7 @@ def test_round_trip_in_jupyterlab(tmp_path):
     )
     os.environ["QMATMUL_EXCHANGE"] = str(exchange)
     try:
-        term.make_exchange(config_dir=cfg)  # the students' config: Jupyter's config dir of this server
+        make_exchange(config_dir=cfg)  # the students' config: Jupyter's config dir of this server
     finally:
         del os.environ["QMATMUL_EXCHANGE"]
     env = dict(os.environ, JUPYTER_CONFIG_DIR=str(cfg), JUPYTER_RUNTIME_DIR=str(tmp_path / "rt"),

@@ -70,6 +70,11 @@ def stores_nothing(x, out):
     out.copy_(x)
     return out
 
+def through_a_given_helper(q, out):
+    w = w8a16.as_16bit(q, torch.float16)  # W8A16 gives as_16bit, which launches a course kernel
+    double_kernel[(1,)](w.reshape(-1), out, out.numel(), BLOCK=64)
+    return out
+
 def torch_decodes(codes, out):
     out.copy_(codes.view(torch.float8_e4m3fn).to(torch.float16))
     double_kernel[(1,)](out, out, 0, BLOCK=64)
@@ -115,13 +120,31 @@ def test_torch_decoding_a_format_is_not_the_kernels_work(worker):
                     what="decode")  # fmt: skip
 
 
+def test_a_course_kernel_launched_by_what_the_chapter_gives_needs_no_proof(worker):
+    """The given helper's kernel lives in qmatmul/kernels/gemm.py: the launch's course frames name where the code
+    lives, so the given name is matched by its function, not by the chapter's name for it (before: every launch
+    through a given helper failed, W8A16's and the 4-bit chapters' decode-first path on a GPU among them). A worker
+    whose release gives nothing still refuses the same launch."""
+    from qmatmul import w8a16
+
+    q = torch.arange(-4, 4, dtype=torch.int8)
+    given = Worker(PROGRAM, release={"w8a16": w8a16}, timeout=60)
+    try:
+        fn = RemoteFunction(given, "through_a_given_helper")
+        assert torch.equal(run_audited(fn, q, torch.zeros(8), what="given")[0], 2 * q.float())
+    finally:
+        given.close()
+    with pytest.raises(CheckFailed, match="launched the course's own kernel `as_16bit_kernel`"):
+        run_audited(RemoteFunction(worker, "through_a_given_helper"), q, torch.zeros(8), what="not given")
+
+
 def test_each_launch_is_compiled_once_in_a_process_of_its_own(worker):
     run_audited(RemoteFunction(worker, "honest"), torch.ones(10), torch.zeros(10), what="honest")
     compiler = worker.compiler
     assert compiler is not None and compiler.proc.pid != worker.proc.pid
-    proven = len(worker._proven)
+    proven = len(worker.proven)
     run_audited(RemoteFunction(worker, "honest"), torch.ones(10), torch.zeros(10), what="honest")
-    assert len(worker._proven) == proven
+    assert len(worker.proven) == proven
 
 
 READS = [

@@ -1,6 +1,6 @@
-"""qmatmul.kernels.mma_decode without a GPU: the repacked layout against the chapter's, the fragment layouts against the PTX
-ISA's tables, the kernel compiled for sm_90 (its layouts proven trivial by the compiler), and its argument checks.
-On a GPU, the last test here runs it against the reference."""
+"""qmatmul.kernels.mma_decode (and its repacking, qmatmul/kernels/mma_repack.py) without a GPU: the repacked layout
+against the chapter's, the fragment layouts against the PTX ISA's tables, the kernel compiled for sm_90 (its layouts
+proven trivial by the compiler), and its argument checks. On a GPU, the last test here runs it against the reference."""
 
 import json
 import os
@@ -14,12 +14,9 @@ import torch
 from qmatmul import mxfp4, nvfp4, w4a16
 from qmatmul.formats import fp4
 from qmatmul.kernels import mma_decode
+from tools import sass, sweep_mma
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
-
-import sass  # noqa: E402 - tools/sass.py
-import sweep_mma  # noqa: E402 - tools/sweep_mma.py
 
 
 def measured(rows: str) -> dict:
@@ -28,9 +25,9 @@ def measured(rows: str) -> dict:
     another test (xdist mixes them) can leave triton.language patched for the interpreter, and the compile then
     fails at an unchanged line ('block_argument' object has no attribute 'dtype'), as tests/test_gpu_fit.py found."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env.update(PYTHONPATH=f"{ROOT / 'tools'}{os.pathsep}{ROOT}", TRITON_DEFAULT_FP_FUSION="1")
+    env.update(PYTHONPATH=str(ROOT), TRITON_DEFAULT_FP_FUSION="1")
     script = (
-        "import json, sass, sweep_mma\nfrom qmatmul.kernels import mma_decode\n"
+        "import json\nfrom qmatmul.kernels import mma_decode\nfrom tools import sass, sweep_mma\n"
         f"rows = {rows}\nprint(json.dumps({{n: sass.measure(n, r) for n, r in rows.items()}}, default=str))\n"
     )
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
@@ -83,7 +80,7 @@ def test_the_fragment_is_the_ptx_isas_mma_m16n8k16_a_operand():
     """PTX ISA, "Matrix Fragments for mma.m16n8k16" (.bf16 A): groupID = lane / 4, t = lane % 4; a0, a1 at
     (groupID, 2t + i), a2, a3 at (groupID + 8, 2t + i), a4, a5 at (groupID, 2t + 8 + i), a6, a7 at (groupID + 8,
     2t + 8 + i)."""
-    rows, cols = mma_decode._tile_index()
+    rows, cols = mma_decode.tile_index()
     for lane in range(32):
         gid, t = divmod(lane, 4)
         want = [(gid, 2 * t), (gid, 2 * t + 1), (gid + 8, 2 * t), (gid + 8, 2 * t + 1),

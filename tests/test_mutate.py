@@ -1,7 +1,8 @@
 """Mutation testing of the grader, on a small sample (the full run: `make mutate`)."""
 
-import mutate
 import pytest
+
+from autograder import mutate
 
 pytestmark = pytest.mark.slow
 
@@ -35,7 +36,7 @@ def test_a_sample_of_mutants_loses_points(capsys):
 def test_a_grader_that_cannot_grade_the_solution_stops_the_run(capsys, monkeypatch):
     """A crash of the grading itself (an interface that changed under mutate.py, say) is no mutant result: it had
     read as 'solution scores 0' with every mutant surviving."""
-    import grade_direct
+    from autograder import grade_direct
 
     def broken(*a, **k):
         raise TypeError("cannot unpack")

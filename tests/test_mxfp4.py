@@ -7,6 +7,7 @@ import torch
 
 from qmatmul import checks, fp4, mxfp4
 from qmatmul.checks import CheckFailed
+from qmatmul.checks import mxfp4 as mxfp4_checks
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +134,7 @@ WRONG_QUANTIZERS = {
     "known mistake: nibble order": _codes_quantizer(lambda w, c: c, pack=lambda c: (c[:, 0::2] << 4) | c[:, 1::2]),
     "known mistake: E8M0 bias off by one": _codes_quantizer(lambda w, c: c, lambda w, s: s + 1),
     "known mistake: ceil instead of floor": lambda w: (fp4.pack_nibbles(mxfp4.quantize_codes(w, "ceil")[0]), mxfp4.quantize_codes(w, "ceil")[1]),
-    "known mistake: missing saturation": _codes_quantizer(lambda w, c: mxfp4._no_saturation_codes(w)),
+    "known mistake: missing saturation": _codes_quantizer(lambda w, c: mxfp4_checks.no_saturation_codes(w)),
     "known mistake: sign bit lost": _codes_quantizer(lambda w, c: c & 7),
     "round half to the EVEN code": _codes_quantizer(lambda w, c: torch.where(torch.isin(c & 7, torch.tensor([2, 4, 6], dtype=torch.uint8)) & _is_tie_from_below(w), c - 1, c)),
     "pack two codes per byte": lambda w: (mxfp4.quantize_codes(w)[0], mxfp4.quantize_codes(w)[1]),
@@ -257,7 +258,9 @@ def test_hidden_prefill_shapes_keep_activations_unlike_the_weight(monkeypatch, c
     """The fused audit flags float tensors shaped like the weight; the interpreter copies x and out inside the
     call, so a hidden shape with M == N or M == K would fail a correct kernel (seen once in the demo class)."""
     seen = []
-    monkeypatch.setattr(mxfp4, "_check_kernel", lambda fn, what, shapes, *a, **k: seen.extend(shapes) or 0)
+    monkeypatch.setattr(
+        mxfp4_checks, "check_kernel", lambda fn, what, shapes, *a, **k: seen.extend(shapes) or 0
+    )
     for seed in range(500):
         mxfp4.check_prefill(None, hidden=True, seed=seed)
     capsys.readouterr()
@@ -323,8 +326,10 @@ def test_visible_check_names_the_float_log2_pitfall(seed):
 
 def test_float_log2_mistake_names_nothing_where_it_equals_the_reference():
     w = mxfp4.adversarial_weight(8, 256, checks.generator(0))
-    assert not [m for m in mxfp4._quantizer_mistakes(w) if m[0].startswith("floor(torch.log2")]
-    assert [m for m in mxfp4._quantizer_mistakes(mxfp4.log2_weight()) if m[0].startswith("floor(torch.log2")]
+    assert not [m for m in mxfp4_checks.quantizer_mistakes(w) if m[0].startswith("floor(torch.log2")]
+    assert [
+        m for m in mxfp4_checks.quantizer_mistakes(mxfp4.log2_weight()) if m[0].startswith("floor(torch.log2")
+    ]
 
 
 def test_prefill_dequantize_first_path(mxfp4_solution):

@@ -5,13 +5,11 @@ import json
 import subprocess
 import sys
 
-import classroom
-import demo
 import pytest
 from conftest import HAS_GPU, ROOT
 
-sys.path.insert(0, str(ROOT / "tools"))
-from run_all import run_notebook  # noqa: E402
+from autograder import classroom, demo
+from tools.run_all import run_notebook
 
 ASSIGNMENTS = classroom.assignments()
 pytestmark = pytest.mark.slow
@@ -27,7 +25,7 @@ def test_every_assignment_has_a_student_notebook_and_a_demo_class():
 
 def test_notebooks_are_committed_without_outputs():
     res = subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "notebook_format.py"), "--check", "solutions", "notebooks"],
+        [sys.executable, "-m", "tools.notebook_format", "--check", "solutions", "notebooks"],
         cwd=ROOT, capture_output=True, text=True,
     )  # fmt: skip
     assert res.returncode == 0, f"run `make format`:\n{res.stdout}"
@@ -120,7 +118,7 @@ def test_demo_class_grades_as_its_files_expect(assignment, tmp_path_factory):
 def test_every_demo_student_grades_as_its_file_expects(assignment):
     """Every demo student not graded through nbgrader above (e2e), through the trusted grader directly
     (autograder/grade_direct.py: the grading nbgrader runs, without the notebook kernel)."""
-    import grade_direct
+    from autograder import grade_direct
 
     students = [st for st in demo.students(assignment) if not st.e2e]
     rows = {}

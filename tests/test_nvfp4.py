@@ -7,6 +7,7 @@ import torch
 
 from qmatmul import checks, fp4, nvfp4
 from qmatmul.checks import CheckFailed
+from qmatmul.checks import nvfp4 as nvfp4_checks
 
 
 @pytest.fixture(scope="module")
@@ -143,7 +144,9 @@ def test_bandwidth_cell_awards_nothing_without_gpu(nvfp4_solution, env, capsys):
 
 def test_hidden_prefill_shapes_keep_activations_unlike_the_weight(monkeypatch, capsys):
     seen = []
-    monkeypatch.setattr(nvfp4, "_check_kernel", lambda fn, what, shapes, *a, **k: seen.extend(shapes) or 0)
+    monkeypatch.setattr(
+        nvfp4_checks, "check_kernel", lambda fn, what, shapes, *a, **k: seen.extend(shapes) or 0
+    )
     for seed in range(500):
         nvfp4.check_prefill(None, hidden=True, seed=seed)
     capsys.readouterr()

@@ -19,11 +19,11 @@ import signal
 import threading
 import time
 
-import classroom
-import parallel
-import pgscratch
 import pytest
 from conftest import HAS_GPU, ROOT, skip_unless_required
+
+from autograder import classroom, parallel, pgscratch
+from tools import parallel_grading
 
 CHAPTER = "roofline"
 POOL, DASK = {"blank", "correct"}, {"correct", "forgot_scales"}  # of test_notebooks' serial run (CI time)
@@ -127,7 +127,7 @@ def test_make_passes_jobs_scheduler_and_resume():
     def dry(*args):
         return subprocess.run(["make", "-n", *args], cwd=ROOT, capture_output=True, text=True).stdout
 
-    assert "classroom.py autograde w8a16  --jobs 4 --scheduler tcp://h:8786 --resume" in dry(
+    assert "-m autograder.classroom autograde w8a16  --jobs 4 --scheduler tcp://h:8786 --resume" in dry(
         "autograde", "ASSIGNMENT=w8a16", "JOBS=4", "SCHEDULER=tcp://h:8786", "RESUME=1")  # fmt: skip
     assert "--jobs" not in dry("autograde") and "--jobs 2" in dry("demo", "JOBS=2")
     assert "postgresql" in dry("system-deps")
@@ -379,44 +379,34 @@ def test_each_timed_go_of_the_protocol_holds_the_gpu_alone(lock_dir, grader_lock
 
 
 def test_the_sandbox_hides_the_gpu_locks():
-    import sandbox
-
+    from autograder import sandbox
     from qmatmul.timing import gpulock
 
     assert str(gpulock.lock_dir().resolve()) in sandbox.hidden()
     assert "--unsetenv QMATMUL_DB_URL" in (ROOT / "autograder" / "sandbox_exec.sh").read_text()
 
 
-def _tool():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("parallel_grading", ROOT / "tools" / "parallel_grading.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    return tool
-
-
 @pytest.mark.skipif(not HAS_GPU, reason="bandwidth figures need a CUDA GPU")
 @pytest.mark.xdist_group("gpu")  # no other test's kernels beside its timings (tests/test_gpu.py)
 def test_bandwidth_figures_of_a_parallel_run_match_a_serial_run():
     """Four graders of the W8A16 solution at once on one GPU read the decode bandwidth one grader alone reads
-    (their timed windows never overlap). `tools/parallel_grading.py gpu` measures the same, and also what four
+    (their timed windows never overlap). `python -m tools.parallel_grading gpu` measures the same, and also what four
     at once read without the lock."""
-    tool = _tool()
-    alone, together = tool.bandwidth(1), tool.bandwidth(4)
+    alone, together = parallel_grading.bandwidth(1), parallel_grading.bandwidth(4)
     assert alone and len(together) == 4 * len(alone)
     print(f"W8A16 decode bandwidth, % of copy: alone {alone}; four graders at once {together}")
-    assert tool.figures_agree(alone, together), (alone, together)
+    assert parallel_grading.figures_agree(alone, together), (alone, together)
 
 
 def test_the_recorded_h200_figures_of_a_parallel_run_match_the_serial_run():
     """The H200 run in docs/parallel-throughput.json (four graders at once against one alone) meets the same
     rule as the test above."""
-    tool = _tool()
     bw = json.loads((ROOT / "docs" / "parallel-throughput.json").read_text())["h200_bandwidth"]
     assert len(bw["four_at_once"]) == 4 * len(bw["alone"])
-    assert tool.figures_agree(bw["alone"], bw["four_at_once"]), bw
-    assert not tool.figures_agree([90.0, 88.0], [80.0, 78.0] * 4), "the rule must fail on a 10-point drop"
+    assert parallel_grading.figures_agree(bw["alone"], bw["four_at_once"]), bw
+    assert not parallel_grading.figures_agree([90.0, 88.0], [80.0, 78.0] * 4), (
+        "the rule must fail on a 10-point drop"
+    )
 
 
 def test_demo_with_jobs_and_no_database_starts_a_scratch_server(monkeypatch, tmp_path):
@@ -443,8 +433,8 @@ def test_demo_with_jobs_and_no_database_starts_a_scratch_server(monkeypatch, tmp
 
 def test_the_class_time_model_in_the_docs_is_the_tools():
     """docs/parallel-grading.md shows the model computed from docs/parallel-throughput.json, the one data file
-    (`python tools/parallel_grading.py model` prints it)."""
-    table = _tool().model_table()
+    (`python -m tools.parallel_grading model` prints it)."""
+    table = parallel_grading.model_table()
     assert table in (ROOT / "docs" / "parallel-grading.md").read_text(), (
         "docs/parallel-grading.md is out of step with the data file: paste in\n" + table
     )
@@ -481,12 +471,12 @@ def test_a_killed_scratch_server_owner_still_stops_it():
 
     if pgscratch.binaries() is None:
         skip_unless_required("PostgreSQL is not installed (`make system-deps` installs it)", REQUIRE)
-    script = ("import time, pgscratch\n"
+    script = ("import time\nfrom autograder import pgscratch\n"
               "with pgscratch.server() as url:\n"
               "    print(url, flush=True)\n"
               "    time.sleep(120)\n")  # fmt: skip
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT / "autograder")})  # fmt: skip
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
     try:
         url = proc.stdout.readline().strip()
         port = int(url.rsplit(":", 1)[1].split("/")[0])
@@ -505,12 +495,12 @@ def test_a_killed_scratch_server_owner_still_stops_it():
 
 
 def test_an_interrupted_demo_resumes_with_the_notebooks_it_had_not_finished(tmp_path, monkeypatch):
-    """`classroom.py demo --resume` (a GPU call's time limit cut the demo): build/demo stays, and only the notebooks
-    without a journal entry are graded again; the gradebook is read for the whole class. The grading itself is
-    stubbed here (the journal, its digest and the selection are the real ones)."""
+    """`python -m autograder.classroom demo --resume` (a GPU call's time limit cut the demo): build/demo stays, and
+    only the notebooks without a journal entry are graded again; the gradebook is read for the whole class. The
+    grading itself is stubbed here (the journal, its digest and the selection are the real ones)."""
     import dataclasses
 
-    import demo
+    from autograder import demo
 
     demo_dir = tmp_path / "demo"
     dirs = dataclasses.replace(classroom.DEMO_DIRS, **{f: str(demo_dir / f) for f in ("submitted", "autograded",

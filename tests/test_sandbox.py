@@ -3,10 +3,10 @@
 import json
 import socket
 
-import classroom
-import demo
 import pytest
 from conftest import HAS_GPU, ROOT, skip_unless_required
+
+from autograder import classroom, demo
 
 pytestmark = [pytest.mark.slow]
 

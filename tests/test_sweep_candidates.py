@@ -3,21 +3,14 @@ sweep's own check in the interpreter, so a GPU session spends its minutes timing
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
 
 
 @pytest.mark.parametrize("name", ["sub", "magic", "fold", "words", "lanes", "lanes-swap"])
 def test_w4a16_candidates_pass_the_sweeps_check(name):
-    import sweep_decode
-
     from qmatmul import w4a16
+    from tools import sweep_decode
 
     mods = {"w4a16": w4a16}
     cfg = dict(BLOCK_M=16, BLOCK_N=32, num_warps=4, num_stages=1)
@@ -33,9 +26,8 @@ def test_w4a16_candidates_pass_the_sweeps_check(name):
 @pytest.mark.parametrize("M, split", [(16, 2), (1, 1)])
 def test_fp4_word_candidates_pass_the_sweeps_check(fmt, name, M, split):
     """fp4_words in fp16 (the interpreter has no bf16 bit casts): the same decode with fp16's shift and 2^14."""
-    import sweep_decode
-
     from qmatmul import mxfp4, nvfp4
+    from tools import sweep_decode
 
     mods = {"mxfp4": mxfp4, "nvfp4": nvfp4}
     cfg = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=128, num_warps=4, num_stages=1)
@@ -46,9 +38,8 @@ def test_fp4_word_candidates_pass_the_sweeps_check(fmt, name, M, split):
 def test_the_fp8_accumulation_variants_pass_the_visible_check():
     """tools/sweep_prefill.py's fp8acc part: the solution's GEMM as it is and with its partial sums promoted every
     BLOCK_K (max_num_imprecise_acc, which only sm_90 acts on) both compute the product here."""
-    import sweep_prefill
-
     from qmatmul import fp8
+    from tools import sweep_prefill
 
     variants = sweep_prefill.fp8acc_variants()
     assert set(variants) == {"imprecise", "promoted", "promoted128"}
@@ -79,9 +70,8 @@ def test_the_bf16_e2m1_decode_bit_arithmetic():
 def test_the_gemmtma_block_reference_is_the_course_reference():
     """tools/sweep_prefill.py's gemmtma part counts the block-scaled GEMM's wrong outputs against a float32 reference
     on the GPU: it equals fp8.block_reference on a ragged problem."""
-    import sweep_prefill
-
     from qmatmul import checks, fp8
+    from tools import sweep_prefill
 
     p = fp8.random_block_problem(40, 200, 320, "cpu", checks.generator(6))
     checks.compare(sweep_prefill.block_reference_fp32(*p), fp8.block_reference(*p), what="fp32 block reference",
@@ -92,10 +82,9 @@ def test_the_prefill_sweep_counts_wrong_outputs_at_a_shape_no_tile_divides():
     """tools/sweep_prefill.py checks each GEMM candidate at RAGGED too (a sixth-round candidate was right at the
     timed shape and wrong off it): that shape is ragged for every tile the sweep lists, and the count it takes is 0
     for the group-scaled GEMM and not 0 with the scales on the wrong rows (fp16: the interpreter's bf16 dot is wrong)."""
-    import sweep_prefill
-
     from qmatmul import checks
     from qmatmul.kernels import gemm
+    from tools import sweep_prefill
 
     Mr, Nr, _ = sweep_prefill.RAGGED
     for tile in sweep_prefill.GROUP_TMA_TILES + sweep_prefill.GEMM_TMA_TILES:

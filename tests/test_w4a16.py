@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from qmatmul import checks, w4a16
-from qmatmul.checks import CheckFailed
+from qmatmul.checks import CheckFailed, w4a16_bonus
+from qmatmul.checks import w4a16 as w4a16_checks
 
 
 @pytest.fixture(scope="session")
@@ -102,7 +103,7 @@ def test_bytes_model():
 
 def _wrong(name):
     def fn(w, G=128):
-        for n, _, p, s, z in w4a16._wrong_quantizers(w, G):
+        for n, _, p, s, z in w4a16_checks.quantizer_mistakes(w, G):
             if n == name:
                 return p, s, z
         raise AssertionError(name)
@@ -578,7 +579,7 @@ def test_gptq_input_modified_in_place_is_caught():
 
 def test_gptq_inputs_cover_the_traps():
     for hidden in (False, True):
-        for packed, s, z, G in w4a16._gptq_inputs(checks.generator(5), hidden):
+        for packed, s, z, G in w4a16_bonus.gptq_inputs(checks.generator(5), hidden):
             qweight, qzeros, _ = w4a16.to_gptq(packed, s, z, G)
             assert bool((qweight < 0).any())  # top nibbles 8..15: negative words
             if not bool((z == 8).all()):  # the symmetric checkpoint has qzeros 0x77777777

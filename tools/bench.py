@@ -1,6 +1,6 @@
 """The course's benchmark on a CUDA GPU: solution kernels beside PyTorch's paths, in one process.
 
-    python tools/bench.py [--quick] [--sweep] [--out DIR]
+    python -m tools.bench [--quick] [--sweep] [--out DIR]
 
 Decode (M = 1, 4, 16) and prefill (M = 2048, 4096) on Llama-sized weights. Every row is timed two ways: under
 CUDA-graph replay of back-to-back calls that alternate between copies of the weights, together more than three
@@ -21,7 +21,6 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 
 def main(argv=None) -> int:
@@ -47,7 +46,7 @@ def main(argv=None) -> int:
     if not env.has_gpu:
         print("make bench needs a CUDA GPU: nothing measured.")
         return 1
-    import benchmarks  # tools/benchmarks.py: imports the kernels, so after environment.start()
+    from tools import benchmarks  # imports the kernels, so after environment.start()
 
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)

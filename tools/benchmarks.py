@@ -228,13 +228,13 @@ def fp8_rows(sol, record, env, quick: bool = False) -> None:
     g = checks.generator(0, "cuda")
 
     def rechecked(fn, M, N, K):
-        return lambda: passes(lambda: ch._recheck(fn, "recheck", M, N, K, checks.generator(1, "cuda")))
+        return lambda: passes(lambda: ch.recheck(fn, "recheck", M, N, K, checks.generator(1, "cuda")))
 
     for N, K in [ch.BANDWIDTH_SHAPE] if quick else DECODE_SHAPES:
-        ws = [ch._timing_problem(1, N, K, g)[2:] for _ in range(timing.copies_needed(N * K))]
+        ws = [ch.timing_problem(1, N, K, g)[2:] for _ in range(timing.copies_needed(N * K))]
         dense = dense_copies(N, K, dtype, g)
         for M in (1, 16):
-            xq, sx, _, _ = ch._timing_problem(M, 1, K, g)
+            xq, sx, _, _ = ch.timing_problem(M, 1, K, g)
             x = torch.randn(M, K, device="cuda", generator=g).to(dtype)
             fused = ch.bytes_moved(M, N, K)
             record("decode", "dense bf16 (cuBLAS)", M, N, K, [lambda x=x, w=w: x @ w.T for w in dense],
@@ -249,7 +249,7 @@ def fp8_rows(sol, record, env, quick: bool = False) -> None:
                 record("decode", "solution fp8_decode, fp16 path", M, N, K,
                        [lambda xq=xq, sx=sx, w=w: sol.fp8_decode(xq, sx, *w) for w in ws], fused)  # fmt: skip
     N, K = PREFILL_SHAPE
-    ws = [ch._timing_problem(1, N, K, g)[2:] for _ in range(2)]
+    ws = [ch.timing_problem(1, N, K, g)[2:] for _ in range(2)]
     dense = dense_copies(N, K, dtype, g, 2)
     tma, why = gemm.tma_status("cuda")
 
@@ -262,7 +262,7 @@ def fp8_rows(sol, record, env, quick: bool = False) -> None:
         return lambda: passes(run)
 
     for M in (4096,) if quick else (2048, 4096, 8192):
-        xq, sx, _, _ = ch._timing_problem(M, 1, K, g)
+        xq, sx, _, _ = ch.timing_problem(M, 1, K, g)
         x = torch.randn(M, K, device="cuda", generator=g).to(dtype)
         fused = ch.bytes_moved(M, N, K)
         record("prefill", "dense bf16 (cuBLAS)", M, N, K, [lambda x=x, w=w: x @ w.T for w in dense],
@@ -271,7 +271,7 @@ def fp8_rows(sol, record, env, quick: bool = False) -> None:
                [lambda xq=xq, sx=sx, w=w: ch.scaled_mm(xq, sx, *w) for w in ws], fused)  # fmt: skip
         record("prefill", "naive: dequantize, matmul", M, N, K,
                [lambda xq=xq, sx=sx, w=w: ch.naive(xq, sx, *w, dtype) for w in ws], fused)  # fmt: skip
-        xb, sxb, wb, swb = ch._timing_block_problem(M, N, K, g)
+        xb, sxb, wb, swb = ch.timing_block_problem(M, N, K, g)
         record("prefill", "solution fp8_block_matmul (128x128)", M, N, K,
                lambda xb=xb, sxb=sxb, wb=wb, swb=swb: sol.fp8_block_matmul(xb, sxb, wb, swb), fused)  # fmt: skip
         record("prefill", "expert fp8_block_matmul_tma (128x128, qmatmul/kernels/expert.py)" if tma

@@ -4,7 +4,7 @@ grader (the stack-speed cell included), the quality table through the kernels, t
 Writes capstone.json, capstone-quality.png and the printed tables into --out (docs/capstone-h200.md records one
 run on the course's H200).
 
-    QMATMUL_MINILM=<model folder> python tools/capstone_h200.py --out build/capstone
+    QMATMUL_MINILM=<model folder> python -m tools.capstone_h200 --out build/capstone
 """
 
 from __future__ import annotations
@@ -16,8 +16,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "autograder"))
 
 
 def main(argv=None) -> int:
@@ -59,7 +57,7 @@ def main(argv=None) -> int:
         }
         save("stack")
     if "grade" not in skip:
-        import grade_direct
+        from autograder import grade_direct
 
         print("\n# The solution through the trusted grader", flush=True)
         report["grading"] = grade_direct.grade("capstone", {})

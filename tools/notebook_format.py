@@ -1,7 +1,7 @@
 """Keep committed notebooks reviewable: no outputs, no execution counts, no editor metadata.
 
-python tools/notebook_format.py PATH ...          rewrite the notebooks under PATH in place
-python tools/notebook_format.py --check PATH ...  exit 1 and list the notebooks that would change
+python -m tools.notebook_format PATH ...          rewrite the notebooks under PATH in place
+python -m tools.notebook_format --check PATH ...  exit 1 and list the notebooks that would change
 """
 
 from __future__ import annotations
@@ -12,11 +12,13 @@ from pathlib import Path
 
 import nbformat
 
+from qmatmul.grader import notebook
+
 KEEP_CELL_METADATA = {"nbgrader", "tags", "deletable", "editable"}
 
 
 def normalized(text: str) -> str:
-    nb = nbformat.reads(text, as_version=4)
+    nb = notebook.parse_node(text)
     for cell in nb.cells:
         cell.metadata = {k: v for k, v in cell.metadata.items() if k in KEEP_CELL_METADATA}
         if cell.cell_type == "code":

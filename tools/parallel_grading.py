@@ -1,13 +1,13 @@
 """Throughput of parallel grading, and the model of a class's grading time built on it.
 
-    python tools/parallel_grading.py cpu [--jobs 1,2] [--chapters roofline,w8a16] [--students blank,correct,...]
+    python -m tools.parallel_grading cpu [--jobs 1,2] [--chapters roofline,w8a16] [--students blank,correct,...]
         the demo subset through the real nbgrader on a throwaway PostgreSQL (autograder/pgscratch.py), N jobs
         at a time; one row per N into docs/parallel-throughput.json
-    python3 tools/parallel_grading.py gpu --out FILE [--data docs/parallel-throughput.json]
+    python3 -m tools.parallel_grading gpu --out FILE [--data docs/parallel-throughput.json]
         on a CUDA GPU, no nbgrader needed: the trusted grader (autograder/grade_direct.py) of W8A16 demo
         students, N processes at once (N = 1, 4), with the seconds each held the GPU exclusively; and the
         decode bandwidth figures of the solution graded alone, four at once, four at once without the lock
-    python tools/parallel_grading.py model
+    python -m tools.parallel_grading model
         the class-time model (docs/parallel-grading.md holds its table; a test keeps the two in step)
 
 docs/parallel-throughput.json is the one data file of these measurements.
@@ -29,8 +29,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "autograder"))
 DATA = ROOT / "docs" / "parallel-throughput.json"
 BANDWIDTH = re.compile(r"graph replay [\d.]+ µs = (\d+)% of copy")
 
@@ -58,9 +56,7 @@ def _store(rows: list[dict], data: Path = DATA) -> None:
 
 
 def measure_cpu(jobs: list[int], chapters: list[str], students: list[str], machine: str) -> list[dict]:
-    import classroom
-    import demo
-    import pgscratch
+    from autograder import classroom, demo, pgscratch
 
     rows = []
     for n in jobs:
@@ -96,9 +92,7 @@ def measure_cpu(jobs: list[int], chapters: list[str], students: list[str], machi
 
 def grade_one(assignment: str, student: str | None, cells: str | None) -> dict:
     """In a process of its own: grade one demo student (None: the solution) as nbgrader's TrustedGrades does."""
-    import demo
-    import grade_direct
-
+    from autograder import demo, grade_direct
     from qmatmul.grader import trusted
     from qmatmul.timing import gpulock
 
@@ -117,7 +111,7 @@ def grade_one(assignment: str, student: str | None, cells: str | None) -> dict:
 
 
 def _in_process(assignment: str, student: str | None, cells: str | None, lock: str = "on") -> dict:
-    cmd = [sys.executable, __file__, "_grade", assignment, student or "-", cells or "-"]
+    cmd = [sys.executable, "-m", "tools.parallel_grading", "_grade", assignment, student or "-", cells or "-"]
     env = dict(os.environ, QMATMUL_GPU_LOCK=lock)
     res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     line = next((ln for ln in res.stdout.splitlines() if ln.startswith("RESULT ")), None)

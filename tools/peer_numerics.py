@@ -9,20 +9,15 @@ fraction of the outputs' rms. gemlite's A16W8 layer is checked the same way agai
 the product with its 16-bit scales. gemlite runs with its default launch configs and autotuning off (the
 benchmark loads its H100 cache instead: the zero-point fold does not depend on it, the split-K order may).
 
-    python tools/peer_numerics.py
+    python -m tools.peer_numerics
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from qmatmul import checks, w4a16, w8a16  # noqa: E402
-from qmatmul.checks import CheckFailed  # noqa: E402
+from qmatmul import checks, w4a16, w8a16
+from qmatmul.checks import CheckFailed
 
 G = 128
 

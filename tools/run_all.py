@@ -1,7 +1,7 @@
 """Run All on the solution notebooks, as a learner would: every cell executed (past an error, so one run lists
 all of them), each cell's time and outcome printed as it finishes, the executed copies kept for reading.
 
-    python tools/run_all.py [--jobs N] [--out DIR] [--cell-timeout S] [CHAPTER ...]
+    python -m tools.run_all [--jobs N] [--out DIR] [--cell-timeout S] [CHAPTER ...]
 
 Without a GPU the tests run it under TRITON_INTERPRET=1 (tests/test_notebooks.py); on a GPU it is the record
 of issue 16's GPU Run All (docs/grading-h200.md). Exit status 1 if any cell raised.
@@ -18,6 +18,8 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
+from qmatmul.grader import notebook
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -25,14 +27,14 @@ def run_notebook(
     path: Path, workdir: Path, *, cell_timeout: int = 600, log=None, keep: Path | None = None
 ) -> list:
     """Execute one notebook top to bottom; return one line per cell that raised (its first error)."""
-    nb = nbformat.read(path, as_version=4)
+    nb = notebook.load_node(path)
     started = time.perf_counter()
     last = [started]
 
     def on_cell_executed(cell, cell_index, execute_reply=None, **_):
         now = time.perf_counter()
         errors = [o for o in cell.get("outputs", []) if o.output_type == "error"]
-        gid = cell.metadata.get("nbgrader", {}).get("grade_id", "")
+        gid = notebook.grade_id(cell) or ""
         if log is not None and cell.cell_type == "code":
             state = f"ERROR {errors[0].ename}" if errors else "ok"
             log(f"[{path.stem}] cell {cell_index:2} {gid:24} {now - last[0]:7.1f} s  {state}")
@@ -53,7 +55,7 @@ def run_notebook(
     failures = []
     for cell in nb.cells:
         errors = [o for o in cell.get("outputs", []) if o.output_type == "error"]
-        gid = cell.metadata.get("nbgrader", {}).get("grade_id", "?")
+        gid = notebook.grade_id(cell) or "?"
         failures += [f"{path.name} cell {gid}: {e.ename}: {e.evalue[:500]}" for e in errors[:1]]
     return failures
 
@@ -67,7 +69,6 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "build" / "run-all")
     parser.add_argument("--cell-timeout", type=int, default=600)
     args = parser.parse_args(argv)
-    sys.path.insert(0, str(ROOT))
     from qmatmul import course
 
     chapters = args.chapters or course.assignments()

@@ -1,6 +1,6 @@
 """On a CUDA GPU: the 4-bit readable decode kernels (W4A16, MXFP4, NVFP4), old and candidate, graph-timed.
 
-    python tools/sweep_decode.py [--out DIR] [--budget-s SECONDS] [--formats w4a16,mxfp4,nvfp4]
+    python -m tools.sweep_decode [--out DIR] [--budget-s SECONDS] [--formats w4a16,mxfp4,nvfp4]
 
 Candidates keep the notebooks' kernel signatures; split-K runs as a second grid axis (tl.num_programs(1) > 1:
 atomic adds into a zeroed float32 buffer, then one copy into out). Every (kernel, config) is checked against the
@@ -22,15 +22,14 @@ from pathlib import Path
 import triton
 import triton.language as tl
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from qmatmul.kernels.expert import (  # noqa: E402 - the kernels this sweep shares
+from qmatmul.kernels.expert import (  # the kernels this sweep shares
     block_scales,
     fp4_lanes_tile,
     in_order,
     w4_lanes_tile,
 )
+
+ROOT = Path(__file__).resolve().parent.parent
 
 SHAPES = [(28672, 8192), (8192, 28672), (8192, 8192)]
 
@@ -604,7 +603,7 @@ def config_problem(chapter, mods, M, N, K, dtype, g, device="cuda"):
         q = torch.randint(-127, 128, (N, K), dtype=torch.int8, device=device, generator=g)
         return (q, torch.rand(N, device=device, generator=g) * 1e-3 + 1e-4)
     if chapter == "fp8":
-        return mod._timing_problem(1, N, K, g)[2:]
+        return mod.timing_problem(1, N, K, g)[2:]
     if chapter == "w4a16":
         return (*mod.random_packed(N, K, 128, device, g), 128)
     return mod.timing_weights(N, K, g)
@@ -614,7 +613,7 @@ def config_x(chapter, mods, M, K, dtype, g):
     import torch
 
     if chapter == "fp8":
-        return mods["fp8"]._timing_problem(M, 1, K, g)[:2]
+        return mods["fp8"].timing_problem(M, 1, K, g)[:2]
     return (torch.randn(M, K, device="cuda", generator=g).to(dtype),)
 
 
@@ -624,7 +623,7 @@ def config_check(chapter, mods, fn, M, N, K, dtype, device="cuda"):
     mod = mods[chapter]
     g = checks.generator(9)
     if chapter == "fp8":
-        mod._recheck(fn, "sweep", M, N, K, checks.generator(9, "cuda"))
+        mod.recheck(fn, "sweep", M, N, K, checks.generator(9, "cuda"))
         return
     if chapter == "w4a16":
         x, p, s, z = mod.random_problem(M, N, K, 128, dtype, device, g)
@@ -722,9 +721,9 @@ def main(argv=None) -> int:
         import subprocess
 
         t = time.time()
-        procs = [subprocess.Popen([sys.executable, __file__, "--warm", f"{i}/{args.workers}", "--formats",
-                                   args.formats, "--configs-s", str(args.configs_s), "--configs", args.configs],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        procs = [subprocess.Popen([sys.executable, "-m", "tools.sweep_decode", "--warm", f"{i}/{args.workers}",
+                                   "--formats", args.formats, "--configs-s", str(args.configs_s), "--configs",
+                                   args.configs], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                  for i in range(args.workers)]  # fmt: skip
         for proc in procs:
             try:

@@ -1,6 +1,6 @@
 """On a CUDA GPU: sweep the expert W4A16 decode kernels' launch configs beside the readable solution.
 
-    python tools/sweep_expert.py [--out DIR] [--budget-s SECONDS]
+    python -m tools.sweep_expert [--out DIR] [--budget-s SECONDS]
 
 Every config is checked against the reference on a fresh ragged problem before it is timed. Writes
 sweep_expert.json (every timing) and prints the best config per shape and M.
@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 
 def main(argv=None) -> int:

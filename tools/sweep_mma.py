@@ -2,7 +2,7 @@
 Triton kernel (and tinygemm for W4A16), every configuration checked against the chapter's reference before and after
 timing.
 
-    python tools/sweep_mma.py [--format w4a16|mxfp4|nvfp4] [--out DIR] [--budget-s SECONDS]
+    python -m tools.sweep_mma [--format w4a16|mxfp4|nvfp4] [--out DIR] [--budget-s SECONDS]
                               [--one-row | --small-m | --waves]
 
 --one-row times M = 1 only, the fp4 formats' block-diagonal kernel (DIAG) beside the per-lane one; --small-m the same
@@ -24,7 +24,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 SHAPES = [(28672, 8192), (8192, 28672), (8192, 8192)]
 MS = (1, 4, 16)

@@ -1,14 +1,14 @@
 """On a CUDA GPU: candidate weight-only prefill kernels (W8A16, W4A16, MXFP4, NVFP4), the 4-bit decode kernels with
 and without the masked K tail, and the FP8 128 x 128 block-scaled kernel's tiles, graph-timed in one process.
 
-    python tools/sweep_prefill.py [--out DIR] [--parts prefill,decode,fp8block] [--formats w8a16,w4a16,mxfp4,nvfp4]
-    python tools/sweep_prefill.py --parts fp8acc     FP8 prefill: Hopper's fp8 accumulation, imprecise or promoted
-    python tools/sweep_prefill.py --parts fp8tma     FP8 prefill: a persistent TMA candidate, promoted or not
-    python tools/sweep_prefill.py --parts gemmtma    qmatmul.kernels.gemm's TMA GEMMs: bf16 (decoded weights), FP8 row, block
-    python tools/sweep_prefill.py --parts gemmgroup  qmatmul.kernels.gemm's group-scaled TMA GEMM (W4A16's integers q - z)
-    python tools/sweep_prefill.py --parts w4tma      W4A16 decoded first: the group-scaled GEMM plain and swapped
-    python tools/sweep_prefill.py --parts fp8row     the expert FP8 row-wise TMA GEMM, plain and swapped
-    python tools/sweep_prefill.py --parts w8split    W8A16 prefill taken apart: conversion, GEMM, scales, paths
+    python -m tools.sweep_prefill [--out DIR] [--parts prefill,decode,fp8block] [--formats w8a16,w4a16,mxfp4,nvfp4]
+    python -m tools.sweep_prefill --parts fp8acc     FP8 prefill: Hopper's fp8 accumulation, imprecise or promoted
+    python -m tools.sweep_prefill --parts fp8tma     FP8 prefill: a persistent TMA candidate, promoted or not
+    python -m tools.sweep_prefill --parts gemmtma    qmatmul.kernels.gemm's TMA GEMMs: bf16 (decoded weights), FP8 row, block
+    python -m tools.sweep_prefill --parts gemmgroup  qmatmul.kernels.gemm's group-scaled TMA GEMM (W4A16's integers q - z)
+    python -m tools.sweep_prefill --parts w4tma      W4A16 decoded first: the group-scaled GEMM plain and swapped
+    python -m tools.sweep_prefill --parts fp8row     the expert FP8 row-wise TMA GEMM, plain and swapped
+    python -m tools.sweep_prefill --parts w8split    W8A16 prefill taken apart: conversion, GEMM, scales, paths
 
 Prefill candidates, each with the weight read as it lies ([BLOCK_N, BLOCK_K(/2)] rows) and dequantized once per K
 step for a BLOCK_M of 128-256 rows:
@@ -34,10 +34,9 @@ from pathlib import Path
 import triton
 import triton.language as tl
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from qmatmul.kernels.gemm import grouped_tile, tutorial_matmul  # the course's GEMMs, timed here too
 
-from qmatmul.kernels.gemm import grouped_tile, tutorial_matmul  # noqa: E402 - the course's GEMMs, timed here too
+ROOT = Path(__file__).resolve().parent.parent
 
 FMTS = {"w8a16": 0, "w4a16": 1, "mxfp4": 2, "nvfp4": 3}
 
@@ -470,7 +469,7 @@ def fp8acc_part(mods, scaled_mm_rowwise, results, seeds=(1, 2, 3)):
             cfg = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, FP8_DOT=True, num_warps=nw, num_stages=ns)
             fp8.prefill_config = lambda *a, cfg=cfg, **k: cfg
             try:
-                problems = [fp8._timing_problem(M, N, K, checks.generator(s, "cuda")) for s in seeds]
+                problems = [fp8.timing_problem(M, N, K, checks.generator(s, "cuda")) for s in seeds]
                 out = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
                 ms = timing.graph_ms([lambda p=p: sol.fp8_matmul(*p, out=out) for p in problems[:2]])
                 bad = [int(checks.mismatch(sol.fp8_matmul(*p).float().cpu(), fp8.reference(*p).cpu(),
@@ -515,7 +514,7 @@ def fp8tma_part(mods, scaled_mm_rowwise, results, seeds=(1, 2, 3)):
             try:
                 case = fp8.accumulation_problem(128, 128, 8192, "cuda")
                 acc_bad = int(checks.mismatch(fn(*case), fp8.reference(*case), tol).sum())
-                problems = [fp8._timing_problem(M, N, K, checks.generator(s, "cuda")) for s in seeds]
+                problems = [fp8.timing_problem(M, N, K, checks.generator(s, "cuda")) for s in seeds]
                 out = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
                 ms = timing.graph_ms([lambda p=p: fn(*p, out=out) for p in problems[:2]])
                 bad = [int(checks.mismatch(fn(*p), fp8.reference(*p), tol).sum()) for p in problems]
@@ -646,7 +645,7 @@ def fp8_tma_tiles(fp8, kind, tiles, M, scaled_mm_rowwise, results, seeds=(1, 2, 
     tol = checks.tolerance_for(torch.bfloat16)
     fn_ = expert.fp8_matmul_tma if kind == "row" else expert.fp8_block_matmul_tma
     rowwise = scaled_mm_rowwise(M)
-    make = fp8._timing_problem if kind == "row" else fp8._timing_block_problem
+    make = fp8.timing_problem if kind == "row" else fp8.timing_block_problem
     problems = [make(M, N, K, checks.generator(s, "cuda")) for s in seeds]
     refs = [(fp8.reference if kind == "row" else block_reference_fp32)(*p) for p in problems]
     for t in tiles:

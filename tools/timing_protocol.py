@@ -2,8 +2,8 @@
 (CUDA-graph replay and eager, qmatmul/checks/harness.py) and through the protocol (the trusted side's clock around a
 batch the worker runs), at the graded shapes. On a CUDA GPU:
 
-    python tools/timing_protocol.py [--json PATH] [--only fp8_matmul,w8a16_decode]
-    python tools/timing_protocol.py --phases      # what the window holds besides the kernels, phase by phase
+    python -m tools.timing_protocol [--json PATH] [--only fp8_matmul,w8a16_decode]
+    python -m tools.timing_protocol --phases      # what the window holds besides the kernels, phase by phase
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 
 def main(argv=None) -> int:
@@ -51,9 +50,7 @@ def main(argv=None) -> int:
         problems = [p for p in problems if p[1] in args.only.split(",")]
     rows = []
     for chapter, name, mod, out_dtype, nbytes, (N, K), Ms, est_ms in problems:
-        cells = [
-            c for nb in sorted((ROOT / "solutions" / chapter).glob("*.ipynb")) for c in notebook.read(nb)
-        ]
+        cells = notebook.read_folder(ROOT / "solutions" / chapter)
         worker = Worker(notebook.program(cells), source=trusted.learner_source(cells))
         local = getattr(course.load_notebook_code(chapter, name=f"timing_{chapter}"), name)
         try:

@@ -20,6 +20,21 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from qmatmul.checks import traffic
 from qmatmul.grader import static
 
+__all__ = [
+    # failures
+    "CheckFailed", "NotMeasured", "LearnerError", "STRICT", "not_measured", "AUTOGRADE_ENV",
+    # the worker's side of a check
+    "WORKER_STATE", "WORKER_CONTEXTS", "worker_context", "is_remote", "fresh_seed", "generator",
+    # running the learner's code
+    "call_learner", "learner_error_message", "is_unfilled", "where_raised", "compile_summary",
+    # which torch operations it ran
+    "MATMUL_OPS", "MEMORY_OPS", "OpRecord", "LOW_PRECISION", "WIDE_FLOATS", "OpRecorder", "run_audited",
+    "require_own_kernel", "assert_fused",
+    # comparing outputs
+    "comparable_bits", "snapshot", "verify_kernel_result", "tolerance_for", "Mistake", "index_ranges", "where_2d",
+    "mismatch", "compare", "check_finite", "passed",
+]  # fmt: skip
+
 
 class CheckFailed(AssertionError):
     """A check found a wrong answer. str(exc) is the report shown to the learner."""
@@ -106,28 +121,28 @@ def call_learner(fn: Callable, *args, what: str, **kwargs):
     except CheckFailed:
         raise
     except LearnerError as exc:
-        raise CheckFailed(_learner_error_message(exc, what)) from None
+        raise CheckFailed(learner_error_message(exc, what)) from None
     except (ValueError, TypeError) as exc:
-        if _is_unfilled(exc):
+        if is_unfilled(exc):
             raise CheckFailed(_unfilled_message(what)) from exc
-        raise CheckFailed(f"{what} raised {type(exc).__name__}: {exc}{_where(exc)}") from exc
+        raise CheckFailed(f"{what} raised {type(exc).__name__}: {exc}{where_raised(exc)}") from exc
     except Exception as exc:  # noqa: BLE001 - any failure of the learner's code is reported, not re-thrown
-        if _is_unfilled(exc):
+        if is_unfilled(exc):
             raise CheckFailed(_unfilled_message(what)) from exc
         name = type(exc).__name__
         text = str(exc).strip().splitlines()
         first = text[0] if text else ""
         if "CompilationError" in name:
-            raise CheckFailed(f"{what}: the Triton kernel did not compile: {_compile_summary(exc)}") from exc
+            raise CheckFailed(f"{what}: the Triton kernel did not compile: {compile_summary(exc)}") from exc
         if "illegal memory access" in str(exc) or "unspecified launch failure" in str(exc):
             raise CheckFailed(
                 f"{what} faulted on the GPU ({first}). Usually an unmasked load or store past the end of "
                 "a tensor. The CUDA context is now unusable: restart the kernel before running more cells."
             ) from exc
-        raise CheckFailed(f"{what} raised {name}: {first}{_where(exc)}") from exc
+        raise CheckFailed(f"{what} raised {name}: {first}{where_raised(exc)}") from exc
 
 
-def _learner_error_message(exc: LearnerError, what: str) -> str:
+def learner_error_message(exc: LearnerError, what: str) -> str:
     if exc.unfilled:
         return _unfilled_message(what)
     text = str(exc).strip().splitlines()
@@ -140,7 +155,7 @@ def _learner_error_message(exc: LearnerError, what: str) -> str:
     return f"{what} raised {exc.type_name}: {first[:500]}{exc.where}"
 
 
-def _is_unfilled(exc: BaseException) -> bool:
+def is_unfilled(exc: BaseException) -> bool:
     seen = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
@@ -154,7 +169,7 @@ def _unfilled_message(what: str) -> str:
     return f"{what} is not implemented yet: fill in the cell marked `YOUR CODE HERE` and run it again."
 
 
-def _where(exc: BaseException) -> str:
+def where_raised(exc: BaseException) -> str:
     """The last frame of the learner's own code (a notebook cell), if any."""
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if "ipython-input" in f.filename]
     frames = frames or [
@@ -166,7 +181,7 @@ def _where(exc: BaseException) -> str:
     return f" (at `{(f.line or '').strip()}`)"
 
 
-def _compile_summary(exc: BaseException) -> str:
+def compile_summary(exc: BaseException) -> str:
     lines = [ln for ln in str(exc).splitlines() if ln.strip()]
     for ln in reversed(lines):
         if "Error" in ln or "error" in ln:
@@ -216,7 +231,9 @@ LOW_PRECISION = {
 WIDE_FLOATS = {torch.float16, torch.bfloat16, torch.float32, torch.float64}
 
 
-class _Recorder(TorchDispatchMode):
+class OpRecorder(TorchDispatchMode):
+    """Records each aten op dispatched inside it (ops: OpRecord, its output shapes and dtypes, its inputs' dtypes)."""
+
     def __init__(self):
         super().__init__()
         self.ops: list[OpRecord] = []
@@ -254,11 +271,11 @@ def run_audited(fn: Callable, *args, what: str, **kwargs):
         try:
             result, ops, outside = fn.audited(*args, what=what, **kwargs)
         except LearnerError as exc:
-            raise CheckFailed(_learner_error_message(exc, what)) from None
+            raise CheckFailed(learner_error_message(exc, what)) from None
         _raise_outside(what, outside)
         _raise_format_casts(what, ops)
         return result, _less_input_checks(fn, ops)
-    recorder = _Recorder()
+    recorder = OpRecorder()
     tensors = {
         f"argument {i}": a for i, a in enumerate([*args, *kwargs.values()]) if isinstance(a, torch.Tensor)
     }
@@ -381,14 +398,14 @@ def assert_fused(
 # Comparing outputs
 
 
-def _bits(t: torch.Tensor) -> torch.Tensor:
+def comparable_bits(t: torch.Tensor) -> torch.Tensor:
     """A view torch.equal can compare (fp8 and other one-byte floats as their bytes)."""
     return t.view(torch.uint8) if t.is_floating_point() and t.element_size() == 1 else t
 
 
 def snapshot(inputs: dict) -> dict:
     """Copies of a call's tensor inputs, to prove afterwards that the call left them untouched."""
-    return {k: _bits(v).clone() for k, v in inputs.items() if isinstance(v, torch.Tensor)}
+    return {k: comparable_bits(v).clone() for k, v in inputs.items() if isinstance(v, torch.Tensor)}
 
 
 def verify_kernel_result(
@@ -414,7 +431,7 @@ def verify_kernel_result(
     if not torch.isnan(full[:, n:].float()).all():
         raise CheckFailed(f"{what} wrote past column N of the output (into its neighbour's memory){ctx}")
     for name, t in inputs.items():
-        if isinstance(t, torch.Tensor) and not torch.equal(_bits(t), before[name]):
+        if isinstance(t, torch.Tensor) and not torch.equal(comparable_bits(t), before[name]):
             raise CheckFailed(f"{what} modified its input {name} in place{ctx}")
 
 
@@ -432,7 +449,7 @@ class Mistake:
     output: torch.Tensor | None
 
 
-def _ranges(indices: Sequence[int], limit: int = 6) -> str:
+def index_ranges(indices: Sequence[int], limit: int = 6) -> str:
     spans, start, prev = [], None, None
     for i in indices:
         if start is None:
@@ -454,9 +471,9 @@ def where_2d(bad: torch.Tensor, names=("rows", "columns")) -> str:
     n_rows, n_cols = bad.shape
     parts = []
     if len(rows) < n_rows:
-        parts.append(f"{names[0]} {_ranges(rows)} of 0..{n_rows - 1}")
+        parts.append(f"{names[0]} {index_ranges(rows)} of 0..{n_rows - 1}")
     if len(cols) < n_cols:
-        parts.append(f"{names[1]} {_ranges(cols)} of 0..{n_cols - 1}")
+        parts.append(f"{names[1]} {index_ranges(cols)} of 0..{n_cols - 1}")
     if not parts:
         return f"in every {names[0][:-1]} and every {names[1][:-1]}"
     return "only in " + " and ".join(parts)

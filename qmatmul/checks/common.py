@@ -11,6 +11,17 @@ import torch
 from qmatmul import checks
 from qmatmul.checks import CheckFailed, harness
 from qmatmul.scaffold.validation import device
+from qmatmul.teaching.roofline_model import LAYER_SHAPE
+
+# The decode shape every chapter grades bandwidth on (the roofline model's layer, a Llama-3-70B MLP projection:
+# N x K = 28672 x 8192) and the rows it is timed at.
+BANDWIDTH_SHAPE = LAYER_SHAPE
+BANDWIDTH_MS = (1, 16)
+
+__all__ = [
+    "act_dtypes", "timing_activations", "problem", "PROBE_SCALE", "rounding_probe_weights",
+    "rounding_probe_x", "poisoned_out", "cell", "call_quantizer", "check_kernel", "check_decode_bandwidth",
+]  # fmt: skip
 
 
 def act_dtypes(device: str) -> list:

@@ -44,6 +44,11 @@ from qmatmul import checks, timing
 from qmatmul.checks import CheckFailed
 from qmatmul.timing import gpulock
 
+__all__ = [
+    "BATCH_MS", "MAX_CALLS", "GEN_CHUNK", "PROFILE_ENV", "Timed", "calls_for", "weight_copies", "inputs_for",
+    "outputs_checksum", "time_calls", "not_on_cpu", "check_bandwidth",
+]  # fmt: skip
+
 BATCH_MS = 50.0  # aim for a timed batch about this long: the fixed cost of the protocol shrinks with it
 MAX_CALLS = 400
 GEN_CHUNK = 1 << 25  # inputs_for draws at most this many elements at once (one prefill call's [4096, 8192])

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+__all__ = ["OUTSIDE", "available", "Traffic", "count", "audit"]
+
 OUTSIDE = "outside every tensor"  # elements accessed outside every tensor argument of their kernel launch
 
 

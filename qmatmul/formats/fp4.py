@@ -16,8 +16,11 @@ import functools
 
 import torch
 
-E2M1_MAX = 6.0
-E2M1_MAGNITUDES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+from qmatmul.formats.constants import E2M1_MAGNITUDES, E8M0_BIAS, E8M0_NAN
+from qmatmul.formats.constants import E2M1_MAX as E2M1_MAX
+from qmatmul.formats.constants import E4M3_MAX as E4M3_MAX
+from qmatmul.formats.constants import E4M3_TINY as E4M3_TINY
+
 # Round to nearest, ties to the even code: the midpoints 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5 between
 # consecutive magnitudes, and whether a value exactly on one goes up (True) or stays down (False).
 E2M1_MIDPOINTS = (
@@ -29,8 +32,6 @@ E2M1_MIDPOINTS = (
     (3.5, True),
     (5.0, False),
 )
-E8M0_BIAS = 127
-E8M0_NAN = 0xFF
 
 
 @functools.cache
@@ -93,9 +94,8 @@ def e8m0_from_exponent(exponent: torch.Tensor) -> torch.Tensor:
     return (exponent.clamp(-E8M0_BIAS, E8M0_BIAS) + E8M0_BIAS).to(torch.uint8)
 
 
-# e4m3 (float8_e4m3fn) as the NVFP4 block scale: bias 7, max 448, smallest normal 2^-6, no infinity.
-E4M3_MAX = 448.0
-E4M3_TINY = 2.0**-6  # torch.finfo(torch.float8_e4m3fn).tiny: torchao clamps the NVFP4 block scales to it
+# e4m3 (float8_e4m3fn) as the NVFP4 block scale: bias 7, max 448 (E4M3_MAX), smallest normal 2^-6 (E4M3_TINY),
+# no infinity.
 
 
 def e4m3_encode(v: torch.Tensor) -> torch.Tensor:

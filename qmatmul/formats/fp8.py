@@ -15,14 +15,12 @@ import math
 
 import torch
 
+from qmatmul.formats.constants import E4M3_MAX, FLOAT8_FIELDS
+from qmatmul.formats.constants import E4M3_OVERFLOW as E4M3_OVERFLOW
+from qmatmul.formats.constants import E5M2_MAX as E5M2_MAX
+from qmatmul.formats.constants import FP8_SCALE_BLOCK as SCALE_BLOCK
+
 E4M3 = torch.float8_e4m3fn
-
-
-E4M3_MAX = 448.0
-
-
-# torch <= 2.11 (and ml_dtypes, and a GPU's cvt without .satfinite) round |v| > 464 into the NaN code 0x7F.
-E4M3_OVERFLOW = 464.0
 
 
 def saturate(v: torch.Tensor) -> torch.Tensor:
@@ -87,13 +85,6 @@ def scaled_mm(xq, sx, wq, sw):
                             out_dtype=torch.bfloat16)  # fmt: skip
 
 
-FLOAT8_FIELDS = {
-    # name: (exponent bits, mantissa bits, bias, has infinities)
-    "e4m3fn": (4, 3, 7, False),
-    "e5m2": (5, 2, 15, True),
-}
-
-
 def decode_bits(code: int, fmt: str = "e4m3fn") -> float:
     """The value of an 8-bit code, from the rules (not from torch): sign, biased exponent, mantissa."""
     e_bits, m_bits, bias, has_inf = FLOAT8_FIELDS[fmt]
@@ -125,9 +116,6 @@ def bytes_moved(M: int, N: int, K: int, out_bytes: int = 2) -> int:
 def bytes_moved_naive(M: int, N: int, K: int, act_bytes: int = 2) -> int:
     """Dequantize both operands to 16 bits in memory, read them back for the matmul."""
     return bytes_moved(M, N, K, act_bytes) + 2 * act_bytes * (N * K + M * K)
-
-
-SCALE_BLOCK = 128
 
 
 def block_reference(xq, sx, wq, sw) -> torch.Tensor:

@@ -12,11 +12,8 @@ from __future__ import annotations
 import torch
 
 from qmatmul.formats import fp4
-
-BLOCK = 32  # elements per MX block (one E8M0 scale)
-
-
-EMAX_E2M1 = 2  # the exponent of E2M1's largest power of two, 4 (6 = 1.5 · 2^2)
+from qmatmul.formats.constants import E2M1_EMAX as EMAX_E2M1
+from qmatmul.formats.constants import MX_BLOCK as BLOCK  # elements per MX block (one E8M0 scale)
 
 
 def shared_exponent(amax: torch.Tensor, rule: str = "floor") -> torch.Tensor:
@@ -69,7 +66,7 @@ def naive(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor) -> torch.
     table = fp4.e2m1_table(x.dtype, x.device)
     N = packed.shape[0]
     codes = torch.stack([packed & 0xF, packed >> 4], dim=-1).reshape(N, -1).long()
-    scale = torch.exp2(scales.float() - 127).to(x.dtype).repeat_interleave(BLOCK, dim=1)
+    scale = torch.exp2(scales.float() - fp4.E8M0_BIAS).to(x.dtype).repeat_interleave(BLOCK, dim=1)
     return x @ (table[codes] * scale).T
 
 

@@ -19,8 +19,7 @@ from __future__ import annotations
 import torch
 
 from qmatmul.formats import fp4
-
-BLOCK = 16
+from qmatmul.formats.constants import NVFP4_BLOCK as BLOCK
 
 
 def tensor_scale(w: torch.Tensor) -> torch.Tensor:
@@ -82,6 +81,15 @@ def naive(x, packed, scales, global_scale):
     codes = torch.stack([packed & 0xF, packed >> 4], dim=-1).reshape(N, -1).long()
     s = scales.view(torch.float8_e4m3fn).to(x.dtype).repeat_interleave(BLOCK, dim=1)
     return (x @ (table[codes] * s).T) * global_scale.to(x.dtype)
+
+
+def naive_scale_folded(x, packed, scales, global_scale):
+    """The naive path of a Linear layer (the capstone's reference path): the weight decoded in float32 with the
+    tensor scale folded in, then in x's dtype, then a dense matmul. x @ (E2M1 · s).T alone can overflow fp16."""
+    table = fp4.e2m1_table(torch.float32, x.device)
+    codes = torch.stack([packed & 0xF, packed >> 4], dim=-1).reshape(packed.shape[0], -1).long()
+    s = scales.view(torch.float8_e4m3fn).float().repeat_interleave(BLOCK, dim=1)
+    return x @ (table[codes] * s * global_scale.float()).to(x.dtype).T
 
 
 def bytes_per_weight() -> float:

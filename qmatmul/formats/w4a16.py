@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import torch
 
-QMAX = 15
-
-
-GROUP_SIZES = (32, 64, 128)
+from qmatmul.formats.constants import GPTQ_PACK, W4A16_GROUP_SIZE
+from qmatmul.formats.constants import INT4_QMAX as QMAX
+from qmatmul.formats.constants import W4A16_GROUP_SIZES as GROUP_SIZES
 
 
 def grouped(w: torch.Tensor, group_size: int) -> torch.Tensor:
@@ -31,7 +30,7 @@ def grouped(w: torch.Tensor, group_size: int) -> torch.Tensor:
     return w.float().reshape(N, K // group_size, group_size)
 
 
-def quantize_codes(w: torch.Tensor, group_size: int = 128):
+def quantize_codes(w: torch.Tensor, group_size: int = W4A16_GROUP_SIZE):
     """The reference quantizer, unpacked: q (uint8 [N, K], codes 0..15), scales float32 [N, K/G], zeros uint8."""
     wg = grouped(w, group_size)
     lo = wg.amin(dim=2).clamp(max=0)
@@ -57,7 +56,7 @@ def unpack(packed: torch.Tensor) -> torch.Tensor:
     return q
 
 
-def quantize(w: torch.Tensor, group_size: int = 128):
+def quantize(w: torch.Tensor, group_size: int = W4A16_GROUP_SIZE):
     """The reference quantizer: (packed uint8 [N, K/2], scales float32 [N, K/G], zeros uint8 [N, K/G])."""
     q, scale, zero = quantize_codes(w, group_size)
     return pack(q), scale, zero
@@ -81,17 +80,17 @@ def naive(x, packed, scales, zeros, group_size: int) -> torch.Tensor:
     return x @ dequantize(packed, scales, zeros, group_size).to(x.dtype).T
 
 
-def bytes_per_weight(group_size: int = 128) -> float:
+def bytes_per_weight(group_size: int = W4A16_GROUP_SIZE) -> float:
     """Half a byte per weight plus its share of one float32 scale and one uint8 zero per group."""
     return 0.5 + 5 / group_size
 
 
-def bytes_moved(M: int, N: int, K: int, group_size: int = 128, act_bytes: int = 2) -> int:
+def bytes_moved(M: int, N: int, K: int, group_size: int = W4A16_GROUP_SIZE, act_bytes: int = 2) -> int:
     """The bytes a fused W4A16 matmul must move: packed weights, scales, zeros, activations in, output out."""
     return N * K // 2 + N * (K // group_size) * 5 + act_bytes * (M * K + M * N)
 
 
-def bytes_moved_naive(M: int, N: int, K: int, group_size: int = 128, act_bytes: int = 2) -> int:
+def bytes_moved_naive(M: int, N: int, K: int, group_size: int = W4A16_GROUP_SIZE, act_bytes: int = 2) -> int:
     """The naive path: read the packed weight, write the dequantized one, read it back for the matmul."""
     return bytes_moved(M, N, K, group_size, act_bytes) + 2 * act_bytes * N * K
 
@@ -127,8 +126,6 @@ def tinygemm_operands(packed, scales, zeros, G):
 # v1. A stored nibble of 15 reads as zero 16 (outside the course quantizer's 0..15, but a uint8 holds it and
 # (q - z) * s stays exact); a zero of 0 cannot be written in v1 at all. Act-order (g_idx / desc_act) is out of
 # scope: groups are consecutive k, as in the course layout.
-
-GPTQ_PACK = 8  # 4-bit codes per int32
 
 
 def gptq_prepare(qweight, qzeros, scales, group_size):

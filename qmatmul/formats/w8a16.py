@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-QMAX = 127
+from qmatmul.formats.constants import INT8_QMAX as QMAX
 
 
 def quantize(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -15,6 +15,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
+__all__ = ["run_command", "Job", "Result", "grade_job"]
+
 
 def _die_with_parent() -> None:
     """In the child, before exec: if the process that started it dies, so does it (Linux prctl(2)).

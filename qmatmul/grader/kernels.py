@@ -17,6 +17,11 @@ from __future__ import annotations
 
 import contextlib
 
+__all__ = [
+    "COMPILE_ENV", "MAX_LAUNCHES", "TARGET_ARCH", "install", "observe_launches", "compile_kernel",
+    "front_end",
+]  # fmt: skip
+
 COMPILE_ENV = "QMATMUL_COMPILE_ONLY"  # the compile worker: define the kernels, never pick the interpreter
 MAX_LAUNCHES = 32  # distinct launches one call may report (kernel, argument types, constexprs)
 TARGET_ARCH = 90  # compiled for sm_90 (Hopper): every feature the chapters' kernels use compiles there

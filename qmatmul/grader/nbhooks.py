@@ -21,6 +21,8 @@ from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 from traitlets import Bool, Dict, Float, List, Unicode
 
+from qmatmul.grader import notebook
+
 # One wall-clock budget for a notebook, the run of its own cells and the trusted grading together: a cell that
 # hangs costs its cells and at most this, never a timeout per test cell. An honest notebook grades in 1-2 minutes
 # on the 2-core CPU machine and the H200 (docs/grading-h200.md); the slowest, the capstone on a CPU, in 3.
@@ -35,8 +37,7 @@ class StashTests(NbGraderPreprocessor):
     def preprocess(self, nb, resources):
         stash = {}
         for i, cell in enumerate(nb.cells):
-            meta = cell.metadata.get("nbgrader", {})
-            if cell.cell_type == "code" and meta.get("grade") and not meta.get("solution"):
+            if notebook.role(cell) == "test":  # graded code that is not an answer
                 stash[i] = cell.source
                 cell.source = PLACEHOLDER
         resources.setdefault("qmatmul", {})["tests"] = stash
@@ -102,7 +103,7 @@ class TrustedGrades(NbGraderPreprocessor):
     timeout = Float(240.0, help="seconds one call of the learner's code may take").tag(config=True)
 
     def preprocess(self, nb, resources):
-        from qmatmul.grader import notebook, trusted
+        from qmatmul.grader import trusted
 
         for i, src in resources.get("qmatmul", {}).get("tests", {}).items():
             nb.cells[i].source = src

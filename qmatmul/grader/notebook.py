@@ -1,4 +1,12 @@
-"""A notebook's cells and what each is for: the one place that reads notebook sources and solution markers."""
+"""A notebook's cells and what each is for: the one place that reads notebook sources, cell roles, nbgrader's
+metadata and solution markers.
+
+    read(path), read_folder(folder), cells_of(nb)   a notebook's cells as `Cell`s (source, grade_id, role, points)
+    load(path)                                      the notebook file's JSON as a dict, as it is written
+    load_node(path), parse_node(text)               the notebook as nbformat reads it (to write it back or run it)
+    nbgrader_meta, grade_id, role, is_graded,       one cell, given as a dict or as nbformat's NotebookNode (a dict)
+    cell_source
+"""
 
 from __future__ import annotations
 
@@ -24,8 +32,31 @@ class Cell:
     points: float = 0.0
 
 
-def _role(cell: dict) -> str:
-    meta = cell.get("metadata", {}).get("nbgrader", {})
+def nbgrader_meta(cell: dict) -> dict:
+    """A cell's nbgrader metadata ({} for a cell nbgrader does not mark): a dict or an nbformat NotebookNode."""
+    return cell.get("metadata", {}).get("nbgrader", {})
+
+
+def grade_id(cell: dict) -> str | None:
+    """The cell's nbgrader grade_id, or None for a cell nbgrader does not name."""
+    return nbgrader_meta(cell).get("grade_id")
+
+
+def cell_source(cell: dict) -> str:
+    """A cell's source as one string (a notebook file may hold it as a list of lines)."""
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else src
+
+
+def is_graded(cell: dict) -> bool:
+    """A code cell nbgrader scores (`grade` in its metadata): a test cell, or an answer cell graded as a whole."""
+    return cell.get("cell_type") == "code" and bool(nbgrader_meta(cell).get("grade"))
+
+
+def role(cell: dict) -> str:
+    """What a cell is for: "setup", "scaffold" (locked code), "solution", "test", "plain" (unmarked code) or
+    "markdown"."""
+    meta = nbgrader_meta(cell)
     if cell.get("cell_type") != "code":
         return "markdown"
     if meta.get("solution"):
@@ -43,16 +74,39 @@ def cells_of(nb: dict) -> list[Cell]:
     """The cells of a notebook given as a dict (nbformat's NotebookNode is one)."""
     out = []
     for i, cell in enumerate(nb["cells"]):
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        src = cell.get("source", "")
-        src = "".join(src) if isinstance(src, list) else src
-        out.append(Cell(i, cell.get("cell_type", "code"), src, meta.get("grade_id"), _role(cell),
+        meta = nbgrader_meta(cell)
+        out.append(Cell(i, cell.get("cell_type", "code"), cell_source(cell), meta.get("grade_id"), role(cell),
                         float(meta.get("points", 0) or 0)))  # fmt: skip
     return out
 
 
+def load(path: Path) -> dict:
+    """A notebook file's JSON as it is written (a source, or an output's text, may be a list of lines)."""
+    return json.loads(Path(path).read_text())
+
+
+def load_node(path: Path):
+    """The notebook as nbformat reads it (version 4, lines joined, attribute access): for code that writes it back
+    or hands it to nbclient."""
+    import nbformat
+
+    return nbformat.read(path, as_version=4)
+
+
+def parse_node(text: str):
+    """load_node for a notebook's text."""
+    import nbformat
+
+    return nbformat.reads(text, as_version=4)
+
+
 def read(path: Path) -> list[Cell]:
-    return cells_of(json.loads(Path(path).read_text()))
+    return cells_of(load(path))
+
+
+def read_folder(folder: Path) -> list[Cell]:
+    """The cells of every notebook in a folder (an assignment's), notebooks in the order of their names."""
+    return [c for nb in sorted(Path(folder).glob("*.ipynb")) for c in read(nb)]
 
 
 def strip_markers(src: str) -> str:

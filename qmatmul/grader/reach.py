@@ -20,6 +20,11 @@ import os
 import sys
 from pathlib import Path
 
+__all__ = [
+    "PACKAGE", "GRADER", "MAX_REPORTED", "module_of", "given_codes", "within_given", "observe", "HOST_READS",
+    "HOST_READ_FUNCTIONS", "install_host_reads", "host_reads",
+]  # fmt: skip
+
 PACKAGE = str(Path(__file__).resolve().parent.parent) + os.sep
 GRADER = str(Path(__file__).resolve().parent) + os.sep  # the grader's own machinery, running in the worker
 MAX_REPORTED = 16
@@ -52,6 +57,12 @@ def given_codes(given: dict[str, list[str]]) -> set:
             if code is not None:
                 codes.add(code)
     return codes
+
+
+def given_functions(given: dict[str, list[str]]) -> set[str]:
+    """What the chapter gives, as "module.function" where each function's code lives (the form course_frames and a
+    launch's recorded callers take): `w8a16.as_16bit` is "qmatmul.kernels.gemm.as_16bit"."""
+    return {f"{module_of(code.co_filename)}.{code.co_name}" for code in given_codes(given)}
 
 
 def within_given(frame, codes: set) -> bool:

@@ -1,16 +1,15 @@
 """The trusted side of the worker: start it, call the learner's functions with a timeout, read their results.
 
 Arguments travel as torch.save files the trusted side writes; results come back the same way and are read
-with `torch.load(weights_only=True)`, so nothing the worker sends is ever unpickled as code. After a call, the
-worker's copies of the arguments are written back into the caller's tensors (storage and all), so a check sees
-exactly what an in-process call would have left: what the kernel wrote into `out` (and past it), inputs it
-modified, a result that is `out` itself.
+with `torch.load(weights_only=True)`, so nothing the worker sends is ever unpickled as code (files.py: never
+through a link). After a call, the worker's copies of the arguments are written back into the caller's tensors
+(storage and all; results.py), so a check sees exactly what an in-process call would have left: what the kernel
+wrote into `out` (and past it), inputs it modified, a result that is `out` itself.
 """
 
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import re
@@ -18,7 +17,6 @@ import secrets
 import select
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import tempfile
@@ -30,6 +28,13 @@ import torch
 from qmatmul import checks
 from qmatmul.checks import WORKER_CONTEXTS, WORKER_STATE, CheckFailed, LearnerError, OpRecord, harness
 from qmatmul.grader import kernels, reach, static
+from qmatmul.grader.files import create_new, load_result, read_regular, save_args, write_new
+from qmatmul.grader.results import map_result, torch_dtype, write_back
+
+__all__ = [
+    "GPU_FAULT", "ROOT", "MEMORY_ENV", "memory_limit", "import_path", "BOOTSTRAP", "WorkerGone",
+    "HOST_READ_LIMIT", "Worker", "RemoteFunction",
+]  # fmt: skip
 
 GPU_FAULT = r"illegal memory access|misaligned address|unspecified launch failure|illegal instruction|device-side assert"
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -61,45 +66,6 @@ def _limits(memory: int | None):
             resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
 
     return apply
-
-
-def read_regular(path: Path) -> bytes:
-    """The bytes of a file the worker wrote (or could have replaced), never through a link: the worker's folder
-    is writable by the learner's code, so a result, an output batch or the log may have become a symlink to a
-    file of the course's. O_NOFOLLOW refuses a link, fstat anything but a regular file."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{Path(path).name} is not a regular file")
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            return f.read()
-    finally:
-        os.close(fd)
-
-
-def create_new(path: Path) -> int:
-    """A file descriptor for writing a new file in the worker's folder, never through a link a learner's code
-    left there: whatever stands at `path` is removed first (a link itself, not its target) and the file is
-    created anew (O_EXCL: if something appears in between, this fails rather than follow it)."""
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-
-
-def write_new(path: Path, data: bytes) -> None:
-    with os.fdopen(create_new(path), "wb") as f:
-        f.write(data)
-
-
-def save_args(path: Path, value) -> None:
-    buf = io.BytesIO()
-    torch.save(value, buf)
-    write_new(path, buf.getvalue())
-
-
-def load_result(path: Path):
-    """A torch.save file from the worker, read as data only (weights_only) and never through a link."""
-    return torch.load(io.BytesIO(read_regular(path)), weights_only=True)
 
 
 def import_path(exclude=()) -> list[str]:
@@ -140,27 +106,14 @@ class WorkerGone(Exception):
 HOST_READ_LIMIT = 64  # values of one tensor a kernel exercise's call may read to the host (an input check)
 
 
-class RemoteObject:
-    """A value the worker returned that is not plain data (its type name is all that came back)."""
-
-    def __repr__(self):
-        return f"<{type(self).__name__} returned by your code>"
-
-
-def _unsupported(type_name: str) -> RemoteObject:
-    name = type_name if type_name.isidentifier() else "object"
-    return type(name, (RemoteObject,), {})()
-
-
 class Worker:
     """One untrusted process per notebook: it runs `program` (label, source pairs) and then serves calls."""
 
     def __init__(self, program, *, source=None, release=None, cwd=None, wrap=(), env=None, timeout: float = 240.0,
                  start_timeout: float = 300.0, deadline: float | None = None):  # fmt: skip
         self.program, self.source, self.cwd = list(program), source, cwd
-        self.release = (
-            release or {}
-        )  # the release's namespace: what it gives, what it binds (course_problems)
+        # the release's namespace: what it gives, what it binds (course_problems)
+        self.release = release or {}
         self._own_work: dict[str, list[str]] = {}
         self.wrap, self.env = list(wrap), env
         self.timeout, self.start_timeout = timeout, start_timeout
@@ -172,7 +125,7 @@ class Worker:
         self.starts = 0
         self.compiler: Worker | None = None  # the compile worker (prove_kernels), started when first needed
         # a launch -> why it is not a kernel of the learner's, or None
-        self._proven: dict[str, str | None] = {}
+        self.proven: dict[str, str | None] = {}
         self.last_launches: list = []
         self.last_reads: list = []  # [method, elements] of each tensor an audited call read into numpy or Python
         self._new_folder()
@@ -421,10 +374,10 @@ class Worker:
             result_path.unlink(missing_ok=True)
         originals = [*args, *kwargs.values()]
         copies = [*loaded["args"], *loaded["kwargs"].values()]
-        _mirror(originals, copies)
-        result = _map_result(loaded["result"], originals, copies)
-        ops = [OpRecord(op[0], [tuple(s) for s in op[1]], [_dtype(d) for d in op[2]],
-                        [_dtype(d) for d in (op[3] if len(op) > 3 else [])])
+        write_back(originals, copies)
+        result = map_result(loaded["result"], originals, copies)
+        ops = [OpRecord(op[0], [tuple(s) for s in op[1]], [torch_dtype(d) for d in op[2]],
+                        [torch_dtype(d) for d in (op[3] if len(op) > 3 else [])])
                for op in reply.get("ops", [])]  # fmt: skip
         self.last_launches = list(reply.get("launches", []))[: kernels.MAX_LAUNCHES] if audit else []
         self.last_reads = [r for r in reply.get("host_reads", []) if isinstance(r, list) and len(r) == 2]
@@ -448,7 +401,9 @@ class Worker:
                 "`kernel[grid](...)`. (A function called like a kernel but not made by triton.jit runs as plain "
                 "Python and does not count.)"
             )
-        given = {f"{m}.{n}" for m, names in static.given(self.release).items() for n in names}
+        given = reach.given_functions(
+            static.given(self.release)
+        )  # by where their code lives, as launches say
         for launch in launches:
             if reach.module_of(str(launch.get("file", ""))) is not None:
                 if given & set(launch.get("course", [])):
@@ -458,9 +413,9 @@ class Worker:
                     "not give: the exercise is a kernel of your own"
                 )
             key = json.dumps(launch, sort_keys=True, default=str)
-            if key not in self._proven:
-                self._proven[key] = self._compile(launch, what)
-            problem = self._proven[key]
+            if key not in self.proven:
+                self.proven[key] = self._compile(launch, what)
+            problem = self.proven[key]
             if problem:
                 raise CheckFailed(f"{what}: {problem}")
 
@@ -501,7 +456,7 @@ class Worker:
         try:
             self._raise_for(reply, name)
         except LearnerError as exc:
-            raise CheckFailed(checks._learner_error_message(exc, what)) from None
+            raise CheckFailed(checks.learner_error_message(exc, what)) from None
         rtt = []
         for _ in range(5):
             t0 = time.perf_counter()
@@ -517,7 +472,7 @@ class Worker:
             try:
                 self._raise_for(done, name)
             except LearnerError as exc:
-                raise CheckFailed(checks._learner_error_message(exc, what)) from None
+                raise CheckFailed(checks.learner_error_message(exc, what)) from None
             times[mode] = max(elapsed - min(rtt), 1e-7) * 1e3 / calls
             path = self.dir / f"outs-{secrets.token_hex(8)}.pt"
             t_fetch -= time.perf_counter()
@@ -542,41 +497,6 @@ class Worker:
             print(f"profile {what}: the worker prepared (weights, buffers, first call, graph, warm-up) in "
                   f"{t_prepare:.1f} s; the outputs' hand-over took {t_fetch:.1f} s")  # fmt: skip
         return times.get("graph"), times.get("eager"), outs, seeds
-
-
-def _dtype(name: str):
-    d = getattr(torch, str(name), None)
-    return d if isinstance(d, torch.dtype) else torch.uint8
-
-
-def _mirror(originals, copies) -> None:
-    """Write the worker's view of each tensor argument back into the caller's tensor, whole storage included."""
-    for orig, copy in zip(originals, copies, strict=False):
-        if isinstance(orig, torch.Tensor) and isinstance(copy, torch.Tensor):
-            src, dst = copy.untyped_storage(), orig.untyped_storage()
-            if src.nbytes() == dst.nbytes():
-                dst.copy_(src.to(dst.device) if src.device != dst.device else src)
-
-
-def _map_result(value, originals, copies):
-    if isinstance(value, torch.Tensor):
-        ptr = value.untyped_storage().data_ptr()
-        for orig, copy in zip(originals, copies, strict=False):
-            if (
-                isinstance(orig, torch.Tensor)
-                and isinstance(copy, torch.Tensor)
-                and copy.untyped_storage().data_ptr() == ptr
-            ):
-                view = torch.empty(0, dtype=value.dtype, device=orig.device)
-                return view.set_(orig.untyped_storage(), value.storage_offset(), value.size(), value.stride())
-        return value
-    if isinstance(value, dict) and set(value) == {"__unsupported__"}:
-        return _unsupported(str(value["__unsupported__"]))
-    if isinstance(value, (tuple, list)):
-        return type(value)(_map_result(v, originals, copies) for v in value)
-    if isinstance(value, dict):
-        return {k: _map_result(v, originals, copies) for k, v in value.items()}
-    return value
 
 
 class RemoteFunction:

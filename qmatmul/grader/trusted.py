@@ -19,6 +19,8 @@ from qmatmul.grader import notebook, static
 from qmatmul.grader.remote import RemoteFunction, Worker
 from qmatmul.timing import gpulock
 
+__all__ = ["Verdict", "trusted_namespace", "learner_source", "grade", "flags"]
+
 
 @dataclass
 class Verdict:

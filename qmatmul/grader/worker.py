@@ -20,6 +20,8 @@ import os
 import sys
 import traceback
 
+__all__ = ["describe_error", "ImportPolicy", "main"]
+
 
 def _plain(value, depth: int = 0):
     """The result as torch.save can carry it to a weights_only reader: tensors, numbers, strings, containers.
@@ -37,7 +39,9 @@ def _plain(value, depth: int = 0):
     return {"__unsupported__": type(value).__name__}
 
 
-def _describe_error(exc: BaseException) -> dict:
+def describe_error(exc: BaseException) -> dict:
+    """The reply for an exception the learner's code raised: its type and text, whether the exercise is unfilled,
+    where in a cell it was raised, and the compiler's summary of a kernel that did not compile."""
     from qmatmul import checks
 
     text = str(exc)
@@ -45,10 +49,10 @@ def _describe_error(exc: BaseException) -> dict:
         "status": "error",
         "type": type(exc).__name__,
         "message": text[:4000],
-        "unfilled": checks._is_unfilled(exc),
-        "where": checks._where(exc),
+        "unfilled": checks.is_unfilled(exc),
+        "where": checks.where_raised(exc),
         "compile": "CompilationError" in type(exc).__name__,
-        "compile_summary": checks._compile_summary(exc) if "CompilationError" in type(exc).__name__ else "",
+        "compile_summary": checks.compile_summary(exc) if "CompilationError" in type(exc).__name__ else "",
     }
 
 
@@ -98,7 +102,7 @@ def _call(shell, job: dict) -> dict:
                     "unfilled": False, "where": "", "compile": False, "compile_summary": ""}  # fmt: skip
         fn = functools.partial(getattr(importlib.import_module(module), attr), fn)
     args, kwargs = torch.load(job["args"], weights_only=True)
-    recorder = checks._Recorder() if job.get("audit") else contextlib.nullcontext()
+    recorder = checks.OpRecorder() if job.get("audit") else contextlib.nullcontext()
     launches = kernels.observe_launches() if job.get("audit") else contextlib.nullcontext([])
     reads = reach.host_reads() if job.get("audit") else contextlib.nullcontext([])
     tensors = {
@@ -132,7 +136,7 @@ def _call(shell, job: dict) -> dict:
         if isinstance(exc, KeyboardInterrupt | SystemExit):
             return {"status": "error", "type": type(exc).__name__, "message": "the code tried to stop the process",
                     "unfilled": False, "where": "", "compile": False, "compile_summary": ""}  # fmt: skip
-        return _describe_error(exc)
+        return describe_error(exc)
     torch.save({"args": list(args), "kwargs": kwargs, "result": _plain(result)}, job["result"])
     reply = {"status": "ok", "course": ran}
     if job.get("audit"):
@@ -184,7 +188,7 @@ def _bench_prepare(shell, job: dict) -> dict:
         run(0)
         _sync(device)
     except BaseException as exc:  # noqa: BLE001
-        return _describe_error(exc)
+        return describe_error(exc)
     graph = None
     if device == "cuda":
         try:
@@ -227,7 +231,7 @@ def _bench_go(job: dict) -> dict:
                 b["run"](i)
         _sync(b["device"])
     except BaseException as exc:  # noqa: BLE001
-        return _describe_error(exc)
+        return describe_error(exc)
     return {"status": "ok", "checksum": str(harness.outputs_checksum(b["outs"]))}
 
 

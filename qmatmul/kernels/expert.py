@@ -34,8 +34,9 @@ import torch
 import triton
 import triton.language as tl
 
-from qmatmul import fp8, mxfp4, nvfp4, w4a16, w8a16
-from qmatmul.kernels import gemm, splitk
+from qmatmul.formats.constants import MX_BLOCK, NVFP4_BLOCK
+from qmatmul.kernels import configs, gemm, splitk
+from qmatmul.scaffold import fp8, mxfp4, nvfp4, w4a16, w8a16
 
 
 @triton.jit
@@ -197,21 +198,13 @@ def words_of(packed: torch.Tensor) -> torch.Tensor:
 
 
 def gemv_config(N: int, K: int, device: str) -> dict:
-    if device != "cuda":
-        return dict(BLOCK_N=32, GPI=2, num_warps=4, num_stages=1)
-    # Best of 54 on the H200 (docs/expert-h200.md): 40 % of copy at 28672 x 8192, 39 % at 8192 x 28672.
-    if K >= 16384:
-        return dict(BLOCK_N=16, GPI=8, num_warps=4, num_stages=2)
-    return dict(BLOCK_N=16, GPI=4, num_warps=2, num_stages=2)
+    """The GEMV's launch on `device` (qmatmul/kernels/configs.py, "expert.w4a16_gemv")."""
+    return configs.choose("expert.w4a16_gemv", device, N=N, K=K)
 
 
 def tc_config(M: int, N: int, device: str) -> dict:
-    if device != "cuda":
-        return dict(BLOCK_M=16, BLOCK_N=64, num_warps=4, num_stages=1, SPLIT_K=2)
-    # Graph-timed on the H200 (docs/perf-notes.md, fourth round; tools/sweep_decode.py `lanes`, the same loop): 64 x 128,
-    # 4 warps, 6 stages, split-K 4 reached 38 / 37, 36 / 36 and 31 / 31 % of copy at M = 1 / 16 on 28672 x 8192,
-    # 8192 x 28672 and 8192 x 8192, where 32 columns, 5 stages and no split measured 37 / 27 / 25 % at M = 16.
-    return dict(BLOCK_M=16, BLOCK_N=64, num_warps=4, num_stages=6, SPLIT_K=4)
+    """The tensor-core kernel's launch and split-K on `device` (qmatmul/kernels/configs.py, "expert.w4a16_tc")."""
+    return configs.choose("expert.w4a16_tc", device, M=M, N=N)
 
 
 def w4a16_gemv(x, packed, scales, zeros, group_size, out=None, **cfg):
@@ -337,14 +330,9 @@ def _fp4_decode_kernel(
 
 
 def fp4_config(N: int, K: int, device: str) -> dict:
-    """Tiles and split-K of the fp4 decode. BLOCK_K is the most a step may take: the wrapper halves it until it
-    divides K."""
-    if device != "cuda":
-        return dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=128, num_warps=4, num_stages=1, SPLIT_K=2)
-    # Graph-timed on the H200 (docs/perf-notes.md, fourth round; tools/sweep_decode.py `lanes`): 64 x 512, 4 warps,
-    # 3 stages, split 2 where N < 16384 reached 43 / 43 / 35 % (MXFP4) and 43 / 42 / 34 % (NVFP4) of copy on
-    # 28672 x 8192, 8192 x 28672, 8192 x 8192, against 24-27 % for the chapters' readable kernels.
-    return dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=512, num_warps=4, num_stages=3, SPLIT_K=2 if N < 16384 else 1)
+    """Tiles and split-K of the fp4 decode (qmatmul/kernels/configs.py, "expert.fp4"). BLOCK_K is the most a step may
+    take: the wrapper halves it until it divides K."""
+    return configs.choose("expert.fp4", device, N=N, K=K)
 
 
 def _fp4_decode(x, packed, scales, g, out, cfg, nv: bool):
@@ -361,7 +349,7 @@ def _fp4_decode(x, packed, scales, g, out, cfg, nv: bool):
     return launch_split(
         _fp4_decode_kernel, triton.cdiv(N, cfg["BLOCK_N"]), split, (x, words, scales, g if nv else scales, out),
         (M, N, x.shape[1], x.stride(0), x.stride(1), words.stride(0), scales.stride(0), out.stride(0), out.stride(1)),
-        SB=16 if nv else 32, NV=nv, **cfg,
+        SB=NVFP4_BLOCK if nv else MX_BLOCK, NV=nv, **cfg,
     )  # fmt: skip
 
 
@@ -434,16 +422,8 @@ def _w8_split_kernel(
 
 
 def w8a16_split_config(N: int, K: int, device: str) -> dict:
-    if device != "cuda":
-        return dict(BLOCK_N=32, BLOCK_K=64, SPLIT_K=3, num_warps=4, num_stages=1)
-    # Graph-timed on the H200 (docs/perf-notes.md, eleventh round; sweep 25), % of copy at M = 1 / 16: 8192 x 28672
-    # 92 / 92 with 64 x 512, K split 2 (the chapter's solution 88 / 87); 8192 x 8192 75 / 75 with 64 x 256, 4 stages
-    # (solution 72 / 72). Where N >= 16384 the solution's 128-column strips already fill the GPU (92 %): no split.
-    if N >= 16384:
-        return dict(BLOCK_N=128, BLOCK_K=256, SPLIT_K=1, num_warps=4, num_stages=3)
-    if K >= 16384:
-        return dict(BLOCK_N=64, BLOCK_K=512, SPLIT_K=2, num_warps=4, num_stages=3)
-    return dict(BLOCK_N=64, BLOCK_K=256, SPLIT_K=2, num_warps=4, num_stages=4)
+    """Tiles and split-K of the split W8A16 decode (qmatmul/kernels/configs.py, "expert.w8a16_split")."""
+    return configs.choose("expert.w8a16_split", device, N=N, K=K)
 
 
 def w8a16_decode_split(x, q, s, out=None, **cfg):

@@ -25,8 +25,12 @@ import torch
 import triton
 import triton.language as tl
 
+from qmatmul.formats.constants import FP8_SCALE_BLOCK
+from qmatmul.kernels import configs
+
 NO_SCALES, ROW_SCALES, BLOCK_SCALES, COLUMN_SCALES, GROUP_SCALES = 0, 1, 2, 3, 4
-SCALE_BLOCK = 128  # the FP8 chapter's block-scaled GEMM: 1 x 128 activation blocks, 128 x 128 weight blocks
+# the FP8 chapter's block-scaled GEMM: 1 x 128 activation blocks, 128 x 128 weight blocks
+SCALE_BLOCK = FP8_SCALE_BLOCK
 
 
 @triton.jit
@@ -145,26 +149,18 @@ def tma_status(device) -> tuple[bool, str]:
 
 
 def tma_config(dtype, scales: int, device) -> dict:
-    """Tiles of tma_kernel. Interpreter: small. Hopper and newer: the H200's best (docs/perf-notes.md)."""
-    if torch.device(device).type != "cuda":
-        return dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=64 if scales != BLOCK_SCALES else SCALE_BLOCK, num_warps=4,
-                    num_stages=1)  # fmt: skip
+    """Tiles of tma_kernel for operands of `dtype` and the scale mode `scales` (qmatmul/kernels/configs.py: small on the
+    interpreter, the H200's best on a GPU)."""
+    return configs.choose(tma_launch_name(dtype, scales), device)
+
+
+def tma_launch_name(dtype, scales: int) -> str:
+    """The name of tma_kernel's launch in qmatmul/kernels/configs.py for operands of `dtype` and the scale mode."""
     if scales == GROUP_SCALES:
-        # Graph-timed on the H200 (docs/perf-notes.md, sixth round; tools/sweep_prefill.py --parts gemmgroup): 70-73 %
-        # of cuBLAS at M = 2048 and 4096 for 128-wide groups, swapped (the scales two a thread, not 32 with their
-        # address arithmetic); the same tile unswapped 46-48 %, two programs an SM 45-54 %.
-        return dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, num_warps=8, num_stages=3, SWAP=True)
+        return "gemm.tma.group"
     if scales == BLOCK_SCALES:
-        # Graph-timed on the H200 (docs/perf-notes.md, fifth round; tools/sweep_prefill.py --parts gemmtma): 51 % of
-        # torch._scaled_mm row-wise at M = 2048 and 4096, N = K = 8192 with a scale vector a step; 256 x 128 24 %.
-        return dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, num_warps=8, num_stages=4)
-    if dtype.itemsize == 1:
-        # Graph-timed on the H200 (docs/perf-notes.md, fourth round; tools/sweep_prefill.py --parts fp8tma): 84 % of
-        # torch._scaled_mm row-wise at 4096 x 8192 x 8192, promoted, no wrong output.
-        return dict(BLOCK_M=256, BLOCK_N=128, BLOCK_K=128, num_warps=8, num_stages=3)
-    # Graph-timed on the H200 (docs/perf-notes.md, fifth round): 99-100 % of cuBLAS bf16 at M = 2048, 93 % at 4096
-    # (N = K = 8192), where the tutorial's matmul_kernel with gemm_config reached 73 % and 63 %.
-    return dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3)
+        return "gemm.tma.block"
+    return "gemm.tma.fp8" if dtype.itemsize == 1 else "gemm.tma"
 
 
 def tma_matmul(
@@ -256,8 +252,6 @@ def takes_tma(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor) -> bool:
 def tutorial_matmul(x, w, out, g=None, s=None, group: int = 0, columns: bool = False, **cfg):
     """matmul_kernel's launch (cfg: its tiles; default configs.gemm_config's for x's device); columns: s [N] scales
     the output's columns."""
-    from qmatmul.kernels import configs
-
     M, K = x.shape
     N = w.shape[0]
     cfg = dict(cfg or configs.gemm_config(x.device, grouped=bool(group)))

@@ -8,6 +8,11 @@ import torch
 
 from qmatmul.kernels.configs import MIN_DECODE_BLOCK_K
 
+__all__ = [
+    "ACT_DTYPES", "device", "divisible_k", "require_tensors", "require_activations", "require_codes",
+    "require_same_k", "require_one_device", "require_contiguous", "require_block_scaled", "placed", "output",
+]  # fmt: skip
+
 ACT_DTYPES = (torch.float16, torch.bfloat16)
 
 
@@ -125,7 +130,3 @@ def output(out, M: int, N: int, dtype: torch.dtype, device) -> torch.Tensor:
             f"on {out.device}"
         )
     return out
-
-
-# ----------------------------------------------------------------------------------------------------------
-# The paths compared at decode

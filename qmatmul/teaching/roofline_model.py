@@ -1,15 +1,16 @@
 """The roofline model every chapter predicts with: the two ceilings of a GPU (measured here, or the H200's record),
 the bytes and FLOPs of a Linear layer in each format, and the floor time a kernel cannot beat.
 
-Chapter 0 (qmatmul/roofline.py) teaches and checks this model; the format chapters print its predictions.
+Chapter 0 teaches (qmatmul/teaching/roofline.py) and checks (qmatmul/checks/roofline.py) this model; the format
+chapters print its predictions.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from qmatmul import timing
-from qmatmul.formats import fp8, mxfp4, nvfp4, w4a16, w8a16
+from qmatmul import formats, timing
+from qmatmul.formats.constants import MX_BLOCK, NVFP4_BLOCK, W4A16_GROUP_SIZE
 from qmatmul.teaching import recorded
 
 # Measured on the course's lent H200 (docs/bench-h200.json): used as data where no GPU is present.
@@ -66,7 +67,7 @@ def print_predictions(ceil: Ceilings, rows) -> None:
 # ----------------------------------------------------------------------------------------------------------
 # The bytes and FLOPs of a Linear layer, per format: from each format's byte model (qmatmul/formats/)
 
-FORMATS = ("bf16", "w8a16", "w4a16", "fp8", "mxfp4", "nvfp4")
+FORMATS = ("bf16", *formats.FORMATS)
 FORMAT_TEXT = {
     "bf16": "bf16 dense: 2 bytes per weight, no scales",
     "w8a16": "W8A16: int8 weights, one fp32 scale per output channel",
@@ -77,7 +78,6 @@ FORMAT_TEXT = {
 }
 # The decode shape every chapter grades bandwidth on (a Llama-3-70B MLP projection: N x K = 28672 x 8192).
 LAYER_SHAPE = (28672, 8192)
-_FORMAT_MODULES = dict(w8a16=w8a16, w4a16=w4a16, fp8=fp8, mxfp4=mxfp4, nvfp4=nvfp4)
 # How a prediction row names a format's fused kernel
 PREDICTION_LABEL = dict(
     w8a16="W8A16 fused",
@@ -93,27 +93,23 @@ def _check_format(fmt: str) -> None:
         raise ValueError(f"unknown format {fmt!r}: one of {', '.join(FORMATS)}")
 
 
-def model_bytes(fmt: str, M: int, N: int, K: int, group_size: int = 128) -> int:
+def model_bytes(fmt: str, M: int, N: int, K: int, group_size: int = W4A16_GROUP_SIZE) -> int:
     """The bytes a fused kernel must move, from the format's byte model (16-bit activations)."""
     _check_format(fmt)
     if fmt == "bf16":
         return bytes_moved_dense(M, N, K)
-    if fmt == "w4a16":
-        return w4a16.bytes_moved(M, N, K, group_size)
-    return _FORMAT_MODULES[fmt].bytes_moved(M, N, K)
+    return formats.get(fmt).bytes_moved(M, N, K, group_size)
 
 
-def model_bytes_naive(fmt: str, M: int, N: int, K: int, group_size: int = 128) -> int:
+def model_bytes_naive(fmt: str, M: int, N: int, K: int, group_size: int = W4A16_GROUP_SIZE) -> int:
     """The naive dequantize-then-matmul path, from the format's byte model."""
     _check_format(fmt)
     if fmt == "bf16":
         return bytes_moved_dense(M, N, K)  # nothing to dequantize
-    if fmt == "w4a16":
-        return w4a16.bytes_moved_naive(M, N, K, group_size)
-    return _FORMAT_MODULES[fmt].bytes_moved_naive(M, N, K)
+    return formats.get(fmt).bytes_moved_naive(M, N, K, group_size)
 
 
-def naive_factor(fmt: str, M: int, N: int, K: int, group_size: int = 128) -> float:
+def naive_factor(fmt: str, M: int, N: int, K: int, group_size: int = W4A16_GROUP_SIZE) -> float:
     """How many times a fused kernel's bytes the naive path moves (the hints quote it; never a typed number)."""
     return model_bytes_naive(fmt, M, N, K, group_size) / model_bytes(fmt, M, N, K, group_size)
 
@@ -131,7 +127,7 @@ def flops(M: int, N: int, K: int) -> int:
 model_flops = flops
 
 
-def byte_parts(fmt: str, M: int, N: int, K: int, group_size: int = 128) -> dict:
+def byte_parts(fmt: str, M: int, N: int, K: int, group_size: int = W4A16_GROUP_SIZE) -> dict:
     """The parts of model_bytes: weights, scales, zeros, activations, output (tests check they add up)."""
     _check_format(fmt)
     weights = {"bf16": 2 * N * K, "w8a16": N * K, "fp8": N * K}.get(fmt, N * K // 2)
@@ -140,8 +136,8 @@ def byte_parts(fmt: str, M: int, N: int, K: int, group_size: int = 128) -> dict:
         "w8a16": 4 * N,
         "w4a16": 4 * N * (K // group_size),
         "fp8": 4 * N + 4 * M,  # one fp32 scale per weight row and one per token
-        "mxfp4": N * K // 32,
-        "nvfp4": N * K // 16 + 4,  # e4m3 block scales and the fp32 tensor scale
+        "mxfp4": N * K // MX_BLOCK,
+        "nvfp4": N * K // NVFP4_BLOCK + 4,  # e4m3 block scales and the fp32 tensor scale
     }[fmt]
     zeros = N * (K // group_size) if fmt == "w4a16" else 0
     acts = (1 if fmt == "fp8" else 2) * M * K
@@ -149,7 +145,7 @@ def byte_parts(fmt: str, M: int, N: int, K: int, group_size: int = 128) -> dict:
 
 
 def layer_numbers(
-    fmt: str, M: int, ceil: Ceilings, N: int | None = None, K: int | None = None, group_size=128
+    fmt: str, M: int, ceil: Ceilings, N: int | None = None, K: int | None = None, group_size=W4A16_GROUP_SIZE
 ):
     """What the chapter's widget shows for one format and M: bytes, FLOPs, intensity, floor time, bound."""
     N, K = (N or LAYER_SHAPE[0]), (K or LAYER_SHAPE[1])

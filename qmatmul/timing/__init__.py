@@ -13,6 +13,11 @@ import torch
 
 from qmatmul.timing import gpulock
 
+__all__ = [
+    "median_ms", "copy_bandwidth", "matmul_flops", "time_paths", "Timing", "time_it", "l2_bytes",
+    "copies_needed", "graph_ms", "TwoWay", "time_two_ways",
+]  # fmt: skip
+
 
 def median_ms(fn, *, warmup_ms: int = 25, rep_ms: int = 100) -> float:
     """Median time of fn() in ms. triton's do_bench times with CUDA events and clears the L2 between calls."""

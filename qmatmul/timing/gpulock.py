@@ -36,6 +36,11 @@ import os
 import time
 from pathlib import Path
 
+__all__ = [
+    "ENV_DIR", "ENV_TIMEOUT", "ENV_OFF", "DEFAULT_DIR", "waited_s", "held_s", "timeout_s", "lock_dir",
+    "gpu_key", "active", "shared", "cell", "exclusive", "exclusively",
+]  # fmt: skip
+
 ENV_DIR = "QMATMUL_GPU_LOCK_DIR"
 ENV_TIMEOUT = "QMATMUL_GPU_LOCK_TIMEOUT"  # seconds (default 900)
 ENV_OFF = "QMATMUL_GPU_LOCK"  # "off": no lock (only to measure what it prevents: tests/test_parallel.py)

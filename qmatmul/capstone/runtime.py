@@ -1,0 +1,30 @@
+"""Where the capstone runs: the activations' 16-bit type, the default device, and whether the autograder runs it."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from qmatmul import checks
+
+
+def act_dtype(device) -> torch.dtype:
+    """The activations' 16-bit type: bf16 on sm_80+, fp16 on older GPUs and in the interpreter."""
+    device = torch.device(device)
+    if device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 0):
+        return torch.bfloat16
+    return torch.float16
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def autograding() -> bool:
+    """Under the autograder the notebook's ungraded cells (the model's description, the measurements, the timings)
+    are skipped: they award nothing, and each would cost the class seconds per student."""
+    if os.environ.get(checks.AUTOGRADE_ENV) == "1":
+        print("(not run under the autograder: this cell awards no points)")
+        return True
+    return False

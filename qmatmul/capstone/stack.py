@@ -1,0 +1,164 @@
+"""Exercise 4 (GPU only): a Llama-sized layer stack through the learner's QuantLinear beats the naive path."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import torch
+from torch import nn
+
+from qmatmul import checks
+from qmatmul.capstone.crossing import drive, learner_message, raise_learner
+from qmatmul.capstone.formats import reference_matmul, reference_quantize
+from qmatmul.capstone.loader import load_kernels
+from qmatmul.capstone.rebuild import OTHER_THAN_BUFFERS, REBUILT_ON, differs, fresh_process, how_rebuilt
+from qmatmul.capstone.registry import KernelSet, using
+from qmatmul.capstone.runtime import act_dtype
+from qmatmul.checks import CheckFailed
+
+# Llama-3-8B's Linear layers of one transformer block (N, K): q, k, v, o, gate, up, down.
+LLAMA_BLOCK = [
+    (4096, 4096),
+    (1024, 4096),
+    (1024, 4096),
+    (4096, 4096),
+    (14336, 4096),
+    (14336, 4096),
+    (4096, 14336),
+]
+STACK_MS = (1, 16)  # the rows timed: one token, and the most the decode kernel takes
+# The learner's QuantLinear stack (W8A16) must be this many times faster than the naive path. Measured on the H200
+# (docs/capstone-h200.json) with the course's kernels, eager: 2.5x at M = 1, 2.9x at M = 16 (440-520 µs per block,
+# of which the weights need 52 µs at the copy bandwidth: Python and launch overhead are the rest).
+STACK_SPEEDUP = 1.5
+
+
+def stack_kernels() -> tuple[KernelSet | None, str]:
+    """The W8A16 kernels the stack runs: the learner's (../w8a16 beside this notebook), else the course's."""
+    ks = load_kernels(verbose=False, formats=("w8a16",))["w8a16"]
+    if ks.source["decode"] != "reference":
+        return ks, "your W8A16 kernels"
+    from qmatmul import course
+
+    root = course.repo_root()
+    if root is not None and (root / "solutions" / "w8a16" / "w8a16.ipynb").is_file():
+        ks = load_kernels(root / "solutions", formats=("w8a16",), verbose=False)["w8a16"]
+        return ks, "the course's W8A16 kernels (none of yours were found: this cell grades your QuantLinear)"
+    return None, ""
+
+
+def stack_device() -> str | None:
+    """Where the stack is timed: a CUDA GPU, or None (not measured)."""
+    return "cuda" if torch.cuda.is_available() else None
+
+
+def stack_inputs(seed: int, M: int, device: str) -> dict:
+    g = checks.generator(seed, device)
+    return {K: torch.randn(M, K, device=device, generator=g).to(act_dtype(device))
+            for K in sorted({k for _, k in LLAMA_BLOCK})}  # fmt: skip
+
+
+def llama_stack(cls, fmt, device, g, kernel_sets=None):
+    """One Llama-3-8B block's Linears as `cls(linear, fmt)` modules (no bias)."""
+    layers = []
+    for N, K in LLAMA_BLOCK:
+        lin = nn.Linear(K, N, bias=False, device=device, dtype=torch.float32)
+        with torch.no_grad():
+            lin.weight.normal_(0, 0.02, generator=g)
+        with using(kernel_sets) if kernel_sets else contextlib.nullcontext():
+            layers.append(checks.call_learner(cls, lin, fmt, what="QuantLinear(linear, fmt)"))
+        del lin
+    return layers
+
+
+def check_stack_speed(cls, *, seed: int | None = None) -> None:
+    """GPU only: the Llama-sized stack in W8A16 through the learner's QuantLinear, with the W8A16 kernels that
+    load_kernels() finds (the course's solution kernels where a course checkout has them and the learner's
+    are missing), must beat the naive path by STACK_SPEEDUP at M = 1 and 16. The clock is the grader's. What is
+    timed is the stack rebuilt from its buffers on decoy weights, in a fresh worker (see drive_stack)."""
+    device = stack_device()
+    if device is None:
+        checks.not_measured(
+            "Performance not measured: no CUDA GPU here. On a GPU this cell times a Llama-3-8B block's seven "
+            f"Linears through your QuantLinear (W8A16) at M = 1 and 16; it must be {STACK_SPEEDUP:g}x faster "
+            "than the naive path (dequantize, then matmul)."
+        )
+        return
+    seed = checks.fresh_seed() if seed is None else seed
+    what = "the stack through your QuantLinear"
+    probe = checks.fresh_seed()
+    meta, built = drive(cls, "stack", "build", seed, probe=probe, what=what)
+    if meta.get("no_kernels"):
+        raise CheckFailed("no W8A16 decode kernel of yours was found (finish ../w8a16/w8a16.ipynb): the reference "
+                          "path is the naive path, so there is nothing to beat it with")  # fmt: skip
+    if meta.get("error"):
+        raise_learner(meta["error"])
+    # Timed and checked: the stack rebuilt from these buffers on decoy weights (their own seed), in a fresh worker.
+    fresh_process(cls, True)
+    state = {k: v for k, v in built.items() if not k.startswith("probe")}
+    meta, again = drive(cls, "stack", "rebuild", checks.fresh_seed(), probe=probe, state=state, what=what)
+    built = {
+        k: v for k, v in built.items() if k.startswith("probe")
+    }  # the 218 M weights' buffers: no longer needed
+    del state
+    if meta.get("error"):
+        raise_learner(meta["error"], f" (QuantLinear {REBUILT_ON})")
+    if meta.get("load"):
+        raise CheckFailed(
+            f"your QuantLinear's buffers do not rebuild it: {meta['load']}. The layers timed are QuantLinear "
+            f"{how_rebuilt(cls, True)}: register the same buffers (names, dtypes, shapes) for every layer of a shape, "
+            "whatever its weights"
+        )
+    rtol = 4 * checks.tolerance_for(act_dtype(device))
+    for i, (N, K) in enumerate(LLAMA_BLOCK):
+        first, y = built.get(f"probe{i}"), again.get(f"probe{i}")
+        if first is None or (y is not None and not differs(y, first, rtol)):
+            continue
+        how = "it returns other numbers than the first"
+        if y is None and meta.get("probe_error"):
+            how = f"its forward raised ({learner_message(meta['probe_error']).splitlines()[0]})"
+        raise CheckFailed(
+            f"QuantLinear computes with something other than its registered buffers (the stack's layer [{N}, {K}], "
+            f"one row): {how_rebuilt(cls, True)}, {how}. {OTHER_THAN_BUFFERS}"
+        )
+    g = checks.generator(seed, device)
+    N0, K0 = LLAMA_BLOCK[0]
+    w0 = (
+        torch.empty(N0, K0, device=device).normal_(0, 0.02, generator=g).cpu()
+    )  # the first layer, as built there
+    stored0 = reference_quantize("w8a16", w0)
+
+    def clock(op, M, reps, inputs=0):
+        t0 = time.perf_counter()
+        m, t = drive(cls, "stack", op, inputs, M, reps, what=what)
+        elapsed = time.perf_counter() - t0
+        if m.get("error"):
+            raise_learner(m["error"])
+        return elapsed, t
+
+    for M in STACK_MS:
+        trip = min(clock("nothing", M, 1)[0] for _ in range(5))
+        clock("run:yours", M, 3)  # warm: compiles, allocates
+        clock("run:naive", M, 3)
+        reps = 50
+        inputs = checks.fresh_seed()
+        (t_mine, out), (t_naive, _) = clock("run:yours", M, reps, inputs), clock("run:naive", M, reps, inputs)
+        mine, naive = (t_mine - trip) * 1e6 / reps, (t_naive - trip) * 1e6 / reps
+        want = reference_matmul("w8a16", out["x"].cpu(), stored0).to(out["y0"].dtype)
+        checks.compare(
+            out["y0"].float(),
+            want.float(),
+            what="the stack's first layer",
+            rtol=4 * checks.tolerance_for(want.dtype),
+        )
+        print(f"M = {M}: your QuantLinear stack {mine:.0f} µs, the naive path {naive:.0f} µs ({naive / mine:.1f}x), "
+              f"with {meta.get('where')}")  # fmt: skip
+        if naive / mine < STACK_SPEEDUP:
+            raise CheckFailed(
+                f"at M = {M} the stack through your QuantLinear takes {mine:.0f} µs, the naive path {naive:.0f} µs: "
+                f"it must be {STACK_SPEEDUP:g}x faster. Does forward copy or dequantize the weight, or synchronize?"
+            )
+    checks.passed(
+        f"the Llama-sized stack through your QuantLinear beats the naive path by at least {STACK_SPEEDUP:g}x"
+    )

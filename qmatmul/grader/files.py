@@ -1,0 +1,55 @@
+"""The worker's folder, read and written never through a link: the learner's code can write there, so anything in it
+may have become a symlink to a file of the course's (or a FIFO) since the trusted side last looked. Arguments go
+out as torch.save files; results come back as torch.save files read as data only (weights_only).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import stat
+from pathlib import Path
+
+import torch
+
+__all__ = ["read_regular", "create_new", "write_new", "save_args", "load_result"]
+
+
+def read_regular(path: Path) -> bytes:
+    """The bytes of a file the worker wrote (or could have replaced), never through a link: the worker's folder
+    is writable by the learner's code, so a result, an output batch or the log may have become a symlink to a
+    file of the course's. O_NOFOLLOW refuses a link, fstat anything but a regular file."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{Path(path).name} is not a regular file")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read()
+    finally:
+        os.close(fd)
+
+
+def create_new(path: Path) -> int:
+    """A file descriptor for writing a new file in the worker's folder, never through a link a learner's code
+    left there: whatever stands at `path` is removed first (a link itself, not its target) and the file is
+    created anew (O_EXCL: if something appears in between, this fails rather than follow it)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+
+
+def write_new(path: Path, data: bytes) -> None:
+    with os.fdopen(create_new(path), "wb") as f:
+        f.write(data)
+
+
+def save_args(path: Path, value) -> None:
+    buf = io.BytesIO()
+    torch.save(value, buf)
+    write_new(path, buf.getvalue())
+
+
+def load_result(path: Path):
+    """A torch.save file from the worker, read as data only (weights_only) and never through a link."""
+    return torch.load(io.BytesIO(read_regular(path)), weights_only=True)
