@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from qmatmul import timing
 from qmatmul.teaching import plots
+from qmatmul.teaching.roofline_model import bytes_moved_dense
 
 
 def compare_paths(env, rows, fns: Callable, recorded: dict, *, M: int, shape, where_known: bool = False):
@@ -25,3 +26,13 @@ def compare_paths(env, rows, fns: Callable, recorded: dict, *, M: int, shape, wh
         rows = [(plots.measured_label(label), nbytes) for label, nbytes in rows]
         note = f"measured on {env.gpu_name}, L2 flushed, median"
     return plots.paths_report(rows, times, f"M={M}, N x K = {N} x {K}: {note}")
+
+
+def decode_rows(M: int, N: int, K: int, bytes_moved, bytes_moved_naive, *paths: str) -> list[tuple[str, int]]:
+    """The rows every chapter's decode comparison holds: the dense matmul, the naive path, then each of `paths`
+    (the chapter's kernels and peers), which move the format's bytes."""
+    return [
+        ("dense bf16 (cuBLAS)", bytes_moved_dense(M, N, K)),
+        ("naive: dequantize, then matmul", bytes_moved_naive(M, N, K)),
+        *((path, bytes_moved(M, N, K)) for path in paths),
+    ]

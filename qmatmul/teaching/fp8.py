@@ -24,7 +24,7 @@ from qmatmul.formats.fp8 import (
     scaled_mm,
 )
 from qmatmul.teaching import compare, recorded, roofline_model, widgets
-from qmatmul.teaching.roofline_model import bytes_moved_dense, flops
+from qmatmul.teaching.roofline_model import flops
 
 # ----------------------------------------------------------------------------------------------------------
 # The bits of an 8-bit float
@@ -184,13 +184,8 @@ def predictions(env) -> None:
 def compare_paths(env, matmul_fn, decode_fn, M: int = 1):
     """Time the dense matmul, the naive path, torch._scaled_mm and the learner's kernels at decode."""
     N, K = BANDWIDTH_SHAPE
-    rows = [
-        ("dense bf16 (cuBLAS)", bytes_moved_dense(M, N, K)),
-        ("naive: dequantize, then matmul", bytes_moved_naive(M, N, K)),
-        ("torch._scaled_mm (row-wise)", bytes_moved(M, N, K)),
-        ("fp8_matmul (tiled)", bytes_moved(M, N, K)),
-        ("fp8_decode", bytes_moved(M, N, K)),
-    ]
+    rows = compare.decode_rows(M, N, K, bytes_moved, bytes_moved_naive, "torch._scaled_mm (row-wise)",
+                               "fp8_matmul (tiled)", "fp8_decode")  # fmt: skip
 
     def fns():
         g = checks.generator(0, "cuda")

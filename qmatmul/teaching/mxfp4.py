@@ -20,7 +20,6 @@ from qmatmul.formats.mxfp4 import (
     quantize_codes,
 )
 from qmatmul.teaching import compare, plots, recorded, roofline_model, widgets
-from qmatmul.teaching.roofline_model import bytes_moved_dense
 
 # ----------------------------------------------------------------------------------------------------------
 # The format: its codes, its scale and its bytes per weight
@@ -182,12 +181,9 @@ def predictions(env) -> None:
 def compare_paths(env, prefill_fn, decode_fn, dot_scaled_fn=None, M: int = 1):
     """Time the dense matmul, the naive path and the learner's kernels at decode; plot bytes and time."""
     N, K = BANDWIDTH_SHAPE
-    rows = [
-        ("dense bf16 (cuBLAS)", bytes_moved_dense(M, N, K)),
-        ("naive: dequantize, then matmul", bytes_moved_naive(M, N, K)),
-        ("mxfp4_matmul (tiled)", bytes_moved(M, N, K)),
-        ("mxfp4_decode", bytes_moved(M, N, K)),
-    ]
+    rows = compare.decode_rows(
+        M, N, K, bytes_moved, bytes_moved_naive, "mxfp4_matmul (tiled)", "mxfp4_decode"
+    )
     if dot_scaled_fn is not None:
         rows.append(("tl.dot_scaled kernel", bytes_moved(M, N, K)))
 

@@ -10,7 +10,6 @@ from qmatmul import checks
 from qmatmul.checks.w8a16 import BANDWIDTH_SHAPE
 from qmatmul.formats.w8a16 import QMAX, bytes_moved, bytes_moved_naive, bytes_per_weight, naive
 from qmatmul.teaching import compare, recorded, roofline_model
-from qmatmul.teaching.roofline_model import bytes_moved_dense
 
 # ----------------------------------------------------------------------------------------------------------
 # What the format stores
@@ -49,12 +48,9 @@ def predictions(env) -> None:
 def compare_paths(env, prefill_fn, decode_fn, M: int = 1):
     """Time the dense matmul, the naive path and the learner's kernels at decode; plot bytes and time."""
     N, K = BANDWIDTH_SHAPE
-    rows = [
-        ("dense bf16 (cuBLAS)", bytes_moved_dense(M, N, K)),
-        ("naive: dequantize, then matmul", bytes_moved_naive(M, N, K)),
-        ("w8a16_matmul (tiled)", bytes_moved(M, N, K)),
-        ("w8a16_decode", bytes_moved(M, N, K)),
-    ]
+    rows = compare.decode_rows(
+        M, N, K, bytes_moved, bytes_moved_naive, "w8a16_matmul (tiled)", "w8a16_decode"
+    )
 
     def fns():
         g = checks.generator(0, "cuda")
