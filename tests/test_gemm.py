@@ -143,11 +143,11 @@ def test_column_scales_on_integer_weights(kernel):
     """decoded_gemm's column mode (W8A16 converted first), both kernels and the TMA one swapped (fp16 in the
     interpreter): equal to the chapter's reference on a ragged shape, where each row's scale on another row is caught;
     and refused beside group scales."""
-    g = checks.generator(3)
-    x = torch.randn(37, 200, generator=g).to(torch.float16)
-    q = torch.randint(-127, 128, (70, 200), generator=g, dtype=torch.int8)
-    s = torch.rand(70, generator=g) * 0.01 + 1e-3
-    out = torch.full((37, 70), float("nan"), dtype=torch.float16)
+    g, dev = checks.generator(3), "cuda" if torch.cuda.is_available() else "cpu"
+    x = torch.randn(37, 200, generator=g).to(torch.float16).to(dev)
+    q = torch.randint(-127, 128, (70, 200), generator=g, dtype=torch.int8).to(dev)
+    s = (torch.rand(70, generator=g) * 0.01 + 1e-3).to(dev)
+    out = torch.full((37, 70), float("nan"), dtype=torch.float16, device=dev)
     w = gemm.as_16bit(q, x.dtype)
     cfg = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=64, num_warps=4, num_stages=1, SWAP=kernel == "tma swapped")
 

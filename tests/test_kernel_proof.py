@@ -9,6 +9,9 @@ from qmatmul.checks import CheckFailed, run_audited
 from qmatmul.grader import notebook
 from qmatmul.grader.remote import RemoteFunction, Worker
 
+# Off a GPU the worker runs kernels in the interpreter on CPU tensors; on one it compiles them for the GPU.
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+
 CELLS = """
 import numpy as np
 from qmatmul import w8a16
@@ -96,8 +99,10 @@ def worker():
 
 @pytest.mark.parametrize("name", ["honest", "through_a_helper", "functional"])
 def test_a_kernel_launched_any_way_triton_supports_counts(worker, name):
-    out, _ = run_audited(RemoteFunction(worker, name), torch.ones(10), torch.zeros(10), what=name)
-    assert torch.equal(out, torch.full((10,), 2.0))
+    out, _ = run_audited(
+        RemoteFunction(worker, name), torch.ones(10, device=DEV), torch.zeros(10, device=DEV), what=name
+    )
+    assert torch.equal(out, torch.full((10,), 2.0, device=DEV))
 
 
 @pytest.mark.parametrize(
@@ -110,13 +115,15 @@ def test_a_kernel_launched_any_way_triton_supports_counts(worker, name):
 )
 def test_what_is_not_a_triton_kernel_is_named(worker, name, message):
     with pytest.raises(CheckFailed, match=message):
-        RemoteFunction(worker, name).audited(torch.ones(10), torch.zeros(10), what=name)
+        RemoteFunction(worker, name).audited(
+            torch.ones(10, device=DEV), torch.zeros(10, device=DEV), what=name
+        )
 
 
 def test_torch_decoding_a_format_is_not_the_kernels_work(worker):
-    codes = torch.arange(16, dtype=torch.uint8)
+    codes = torch.arange(16, dtype=torch.uint8, device=DEV)
     with pytest.raises(CheckFailed, match="let PyTorch decode float8_e4m3fn values"):
-        run_audited(RemoteFunction(worker, "torch_decodes"), codes, torch.zeros(16, dtype=torch.float16),
+        run_audited(RemoteFunction(worker, "torch_decodes"), codes, torch.zeros(16, dtype=torch.float16, device=DEV),
                     what="decode")  # fmt: skip
 
 
@@ -127,23 +134,35 @@ def test_a_course_kernel_launched_by_what_the_chapter_gives_needs_no_proof(worke
     whose release gives nothing still refuses the same launch."""
     from qmatmul import w8a16
 
-    q = torch.arange(-4, 4, dtype=torch.int8)
+    q = torch.arange(-4, 4, dtype=torch.int8, device=DEV)
     given = Worker(PROGRAM, release={"w8a16": w8a16}, timeout=60)
     try:
         fn = RemoteFunction(given, "through_a_given_helper")
-        assert torch.equal(run_audited(fn, q, torch.zeros(8), what="given")[0], 2 * q.float())
+        assert torch.equal(run_audited(fn, q, torch.zeros(8, device=DEV), what="given")[0], 2 * q.float())
     finally:
         given.close()
     with pytest.raises(CheckFailed, match="launched the course's own kernel `as_16bit_kernel`"):
-        run_audited(RemoteFunction(worker, "through_a_given_helper"), q, torch.zeros(8), what="not given")
+        run_audited(
+            RemoteFunction(worker, "through_a_given_helper"), q, torch.zeros(8, device=DEV), what="not given"
+        )
 
 
 def test_each_launch_is_compiled_once_in_a_process_of_its_own(worker):
-    run_audited(RemoteFunction(worker, "honest"), torch.ones(10), torch.zeros(10), what="honest")
+    run_audited(
+        RemoteFunction(worker, "honest"),
+        torch.ones(10, device=DEV),
+        torch.zeros(10, device=DEV),
+        what="honest",
+    )
     compiler = worker.compiler
     assert compiler is not None and compiler.proc.pid != worker.proc.pid
     proven = len(worker.proven)
-    run_audited(RemoteFunction(worker, "honest"), torch.ones(10), torch.zeros(10), what="honest")
+    run_audited(
+        RemoteFunction(worker, "honest"),
+        torch.ones(10, device=DEV),
+        torch.zeros(10, device=DEV),
+        what="honest",
+    )
     assert len(worker.proven) == proven
 
 
@@ -188,6 +207,9 @@ def via_dlpack(x, out):
 ]
 
 
+@pytest.mark.skipif(
+    DEV == "cuda", reason="the cases read a CPU tensor's values into numpy (the interpreter's run)"
+)
 @pytest.mark.parametrize("name", ["via_numpy", "via_numpy_method", "via_tolist", "via_storage", "via_dlpack"])
 def test_values_read_into_numpy_or_python_are_seen(name):
     w = Worker(READS, timeout=60)
