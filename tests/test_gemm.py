@@ -7,12 +7,17 @@ import torch
 from qmatmul import checks, fp8, w4a16, w8a16
 from qmatmul.kernels import expert, gemm
 
+# Cases written for the interpreter (CPU tensors); on a GPU the compiled kernels need CUDA tensors (`make bench`
+# times and rechecks them there).
+INTERPRETER_ONLY = pytest.mark.skipif(torch.cuda.is_available(), reason="the kernels under the interpreter")
+
 
 def _operands(M, N, K, dtype, seed):
     g = checks.generator(seed)
     return torch.randn(M, K, generator=g).to(dtype), torch.randn(N, K, generator=g).to(dtype)
 
 
+@INTERPRETER_ONLY
 @pytest.mark.parametrize("tensor_scale", [False, True])
 def test_both_gemms_compute_x_wt(tensor_scale):
     x, w = _operands(50, 70, 200, torch.float16, 1)
@@ -49,6 +54,7 @@ def test_tma_refuses_rows_it_cannot_describe():
     assert gemm.describable(wide[:, :64].contiguous())
 
 
+@INTERPRETER_ONLY
 @pytest.mark.parametrize("block_n", [32, 256])  # one weight scale a tile and step, or a vector of them
 def test_fp8_block_tma_matches_the_block_reference(block_n):
     """Ragged M, N and K (K = 320: the last scale block is partly past the edge, where the descriptor reads zeros;
@@ -92,6 +98,7 @@ def test_folding_w4a16_scales_into_bf16_weights_misses_the_tolerance():
     assert bad.nonzero().tolist() == [[6, 10]]
 
 
+@INTERPRETER_ONLY
 @pytest.mark.parametrize("tma", [False, True, "swapped"])
 def test_group_scales_on_integer_weights(tma):
     """decoded_gemm's group mode, both kernels, the TMA one plain and swapped as on Hopper (fp16 in the interpreter,
@@ -124,6 +131,7 @@ def test_a_group_step_that_does_not_divide_the_group_is_refused(tma):
         run(x.half(), q, out, **kwargs, **cfg)
 
 
+@INTERPRETER_ONLY
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_as_16bit_is_exact_on_every_code(dtype):
     """W8A16's decoding: every int8 value, in a shape no block divides, equals torch's own conversion; a strided view
