@@ -106,7 +106,9 @@ def test_each_gpu_takes_the_path_the_chapters_state(cap, monkeypatch):
     assert fp8.checked_paths("cuda") == ([True, False] if fp8_dot else [False])
     assert ("no fp8 tensor cores" in fp8.skipped_path_note("cuda")) == (not fp8_dot)
     assert common.act_dtypes("cuda") == ([torch.float16, torch.bfloat16] if bf16 else [torch.float16])
-    assert configs.fma_dot("cuda") == (cap < (8, 0))  # Triton's tl.dot has no tensor cores before sm_80
+    assert (configs.gpu_class("cuda") == "fma") == (
+        cap < (8, 0)
+    )  # Triton's tl.dot has no tensor cores before sm_80
     ok, why = mxfp4.dot_scaled_status()
     assert ok == dot_scaled
     assert ("upcasts e2m1 to bf16" in why) == dot_scaled and ("needs sm_80" in why) == (cap < (8, 0))

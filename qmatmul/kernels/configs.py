@@ -4,7 +4,7 @@
 constexprs) for a kernel's name on the class of GPU `gpu_class(device)` says:
 
 * "interpreter": no CUDA device, Triton's interpreter on the CPU;
-* "fma": a CUDA GPU older than sm_80 (a T4), where Triton's tl.dot has no tensor cores (`fma_dot`);
+* "fma": a CUDA GPU older than sm_80 (a T4), where Triton's tl.dot has no tensor cores;
 * "hopper": sm_90 (the H100 and H200, where the course's kernels were measured);
 * "tensor_cores": sm_80 to sm_89, GPUs with tensor cores for tl.dot before Hopper (A100, RTX 30xx, L4);
 * "blackwell": newer than sm_90 (the B200, RTX 50xx): the tensor-core GPUs' launches, and Hopper's where a rule
@@ -517,8 +517,3 @@ def gemm_config(device, grouped: bool = False) -> dict:
     DEQUANTIZE_FIRST_M rows on, once the weight is decoded, where the TMA GEMM cannot run; grouped: W4A16's, each
     step's product scaled before it is added ("gemm" and "gemm.grouped" above)."""
     return choose("gemm.grouped" if grouped else "gemm", device)
-
-
-def fma_dot(device: str) -> bool:
-    """True on a CUDA GPU without tensor cores for Triton's tl.dot (older than sm_80): the FMA_* tiles apply."""
-    return device == "cuda" and torch.cuda.get_device_capability() < (8, 0)
