@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder import demo, exchange, intake, parallel, sandbox
+from autograder import advice, demo, exchange, parallel, rule, sandbox
 from autograder.gradebook import gradebook, print_gradebook, reset_database, scored_submissions
 from qmatmul.course import assignments, selected_assignments  # noqa: F401 - assignments: used by its callers
 from qmatmul.grader import notebook
@@ -147,10 +147,10 @@ def autograde(assignment: str, students: list[str], dirs: CourseDirs) -> dict:
         t0 = time.time()
         _journal(assignment, student, dirs).unlink(missing_ok=True)
         print(f"[{i}/{len(students)}] {assignment} · {student} ...", end=" ", flush=True)
-        refused = intake.refusal(ROOT / dirs.submitted / student / assignment)
+        refused = file_problem(assignment, student, dirs)
         if refused:
             failures[student] = refused
-            print(f"FAILED: {refused}")
+            print(f"NOT GRADED: {refused}")
             continue
         res = nbgrader(
             "autograde", assignment, f"--student={student}", "--force", dirs=dirs, timeout=STUDENT_TIMEOUT
@@ -204,10 +204,10 @@ def autograde_class(pairs: list[tuple[str, str]], dirs: CourseDirs, jobs: int = 
     _create_students(sorted({s for _, s in pairs}), dirs)  # one writer creates them, not N at once
     work, failures = [], {}
     for assignment, student in pairs:
-        refused = intake.refusal(ROOT / dirs.submitted / student / assignment)
+        refused = file_problem(assignment, student, dirs)
         if refused:
             failures[assignment, student] = refused
-            print(f"{assignment} · {student}: FAILED: {refused}")
+            print(f"{assignment} · {student}: NOT GRADED: {refused}")
             continue
         _journal(assignment, student, dirs).unlink(missing_ok=True)  # a job killed midway leaves no entry
         cmd, env = nbgrader_command("autograde", assignment, f"--student={student}", "--force", dirs=dirs)
@@ -247,6 +247,25 @@ def autograde_class(pairs: list[tuple[str, str]], dirs: CourseDirs, jobs: int = 
     print(f"graded {len(work) + refused - len(failures)}/{len(work) + refused} in {seconds:.0f} s "
           f"({rate:.0f} notebooks/hour)")  # fmt: skip
     return failures
+
+
+def file_problem(assignment: str, student: str, dirs: CourseDirs) -> rule.FileProblem | None:
+    """Why a submission cannot be graded as handed in (links, a missing or unreadable notebook: rule.py), said
+    before nbgrader is started, or None."""
+    why = rule.submission_problem(
+        ROOT / dirs.submitted / student / assignment, rule.chapter_notebooks(assignment)
+    )
+    return rule.FileProblem(why) if why else None
+
+
+def exit_status(failures: dict) -> int:
+    """0 when every submission was graded or failed for its own files (the class was graded; each such student's
+    feedback says what to fix, so `make autograde && make feedback` goes on), 1 when grading itself failed."""
+    files = [why for why in failures.values() if isinstance(why, rule.FileProblem)]
+    if files:
+        print(f"{len(files)} submission(s) not graded for their files (listed above): the gradebook, the export and "
+              "`make feedback` give each student the reason")  # fmt: skip
+    return 1 if len(files) < len(failures) else 0
 
 
 def _create_students(students: list[str], dirs: CourseDirs) -> None:
@@ -294,10 +313,7 @@ def nbgrader_failure(
     log.write_text(stderr)
     if returncode == 0:
         return None
-    why = nbgrader_error(returncode, stderr)
-    if re.search(r"No assignment with ID '[^']+' exists in the database", stderr):
-        why += " (the chapter was never released into this gradebook: run `make release` first)"
-    return f"{why} (nbgrader's log: {log})"
+    return f"{nbgrader_error(returncode, stderr)}{advice.advise(stderr)} (nbgrader's log: {log})"
 
 
 def nbgrader_error(returncode: int, stderr: str) -> str:
@@ -381,7 +397,7 @@ def run_demo(
         t0 = time.time()
         failures = autograde(assignment, todo, dirs)
         notebooks, seconds = notebooks + len(todo), seconds + time.time() - t0
-        rows = gradebook(assignment, dirs)
+        rows = demo_gradebook(assignment, dirs)
         print_gradebook(assignment, rows, failures)
         status |= 1 if failures or not expectations_met(students, rows) else 0
     if notebooks:  # the same line as a parallel run's (autograde_class)
@@ -414,13 +430,21 @@ def _run_demo_parallel(selected: list[str], dirs: CourseDirs, jobs: int, schedul
     met = {}
 
     def chapter_done(assignment: str, failed_here: dict) -> None:
-        rows = gradebook(assignment, dirs)
+        rows = demo_gradebook(assignment, dirs)
         print_gradebook(assignment, rows, failed_here)
         met[assignment] = expectations_met(released[assignment], rows)
 
     failures = autograde_class(pairs, dirs, jobs, scheduler, chapter_done=chapter_done)
     _feedback_and_export(list(released), dirs)
     return 1 if failures or not all(met.get(a, False) for a in released if released[a]) else 0
+
+
+def demo_gradebook(assignment: str, dirs: CourseDirs) -> list[dict]:
+    """The demo's gradebook rows, without the "not submitted" line: each demo student takes some chapters only."""
+    rows = gradebook(assignment, dirs)
+    if rows:
+        rows[0].pop("missing", None)
+    return rows
 
 
 def expectations_met(students: list, rows: list[dict]) -> bool:
@@ -496,7 +520,7 @@ def main(argv: list[str] | None = None) -> int:
             pairs += [(assignment, s) for s in students]
         failures = autograde_class(pairs, dirs, args.jobs, args.scheduler, resume=args.resume,
                                    chapter_done=lambda a, failed: print_gradebook(a, gradebook(a, dirs), failed))  # fmt: skip
-        return 1 if failures else 0
+        return exit_status(failures)
     status = 0
     for assignment in selected:
         failures = {}
@@ -508,7 +532,7 @@ def main(argv: list[str] | None = None) -> int:
             # hand-copied folders: for due dates
             exchange.stamp_submissions(assignment, ROOT / dirs.submitted)
             failures = autograde(assignment, students, dirs)
-            status |= 1 if failures else 0
+            status |= exit_status(failures)
         print_gradebook(assignment, gradebook(assignment, dirs), failures)
     return status
 

@@ -5,9 +5,12 @@
 Writes three CSV files into --out (default autograder/, git-ignored) and prints the course table:
 
 * grades.csv: one row per student (id, names, email from the roster), each chapter's total, and the course's
-  points, bonus, late penalty, total, max, not_measured and percent;
-* grades-by-chapter.csv: one row per student and chapter, with the timestamp and how late it was;
+  points, bonus, late penalty, total, max, not_measured, percent and reasons (why a chapter earned nothing);
+* grades-by-chapter.csv: one row per student and chapter, with the timestamp, how late it was and the reason;
 * grades-by-cell.csv: one row per student and graded cell, with its status.
+
+Naming chapters (`make export ASSIGNMENT=w8a16`) writes grades-w8a16.csv, grades-w8a16-by-chapter.csv and
+grades-w8a16-by-cell.csv instead, so that the course-wide files are never overwritten by one chapter's.
 
 The rules:
 
@@ -15,9 +18,13 @@ The rules:
   never assigned are left out. A student with no submission for an assigned chapter gets 0 for it.
 * **Bonus** cells (`BONUS` below, the only list of them) are extra credit: their points add to the student's
   total but not to the maximum.
-* **Not measured**: a cell whose output says its measurement could not be made on the grading machine (the
-  performance cells on a machine without a CUDA GPU) is "not measured", not "failed", and its points leave
-  the maximum the percentage is computed on (`max_measured`); `max` keeps the full course maximum.
+* **Not measured**: a cell the grading machine could not measure (the performance cells on a machine without a
+  CUDA GPU: any graded notebook of the class says so) is "not measured", not "failed", and its points leave the
+  maximum the percentage is computed on (`max_measured`) for every student alike, submitted or not;
+  `max` keeps the full course maximum. The rule is autograder/rule.py's, which the gradebook print and the
+  feedback page count with too.
+* **No silent zero**: a chapter not submitted, a file that could not be graded (not a readable notebook, links,
+  nbgrader failing) or a test cell the student deleted (graded from the release's copy) has a reason.
 * **Late**: nbgrader's late penalty (`LateSubmissionPlugin.penalty_method`) is subtracted from the chapter.
 * Scores are nbgrader's: a manual grade given in Formgrader replaces the autograde of that cell.
 """
@@ -27,11 +34,11 @@ from __future__ import annotations
 import argparse
 import csv
 import os
-import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autograder import rule
 from qmatmul.grader.notebook import grade_id, is_graded, load_node
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,8 +48,6 @@ BONUS = {
     "w4a16": {"test_unpack_magic", "test_from_gptq"},
     "mxfp4": {"test_dot_scaled"},
 }
-# What a cell prints or raises when it cannot measure on this machine (qmatmul's NotMeasured, "not measured").
-NOT_MEASURED = re.compile(r"\bNotMeasured\b|\bnot measured\b", re.I)
 
 
 def course_order() -> list[str]:
@@ -65,7 +70,7 @@ class Cell:
     score: float
     max_score: float
     bonus: bool
-    status: str  # passed, partial, failed, not measured, not submitted
+    status: str  # rule.status_of: passed, partial, failed, not measured, not graded, not submitted
 
 
 @dataclass
@@ -81,6 +86,9 @@ class Chapter:
     late_penalty: float = 0.0
     timestamp: str = ""
     seconds_late: float = 0.0
+    reason: str = (
+        ""  # rule.reason: why it earned nothing (not submitted, not graded: ...), or a restored cell
+    )
 
     @property
     def total(self) -> float:
@@ -118,7 +126,10 @@ def graded_outputs(autograded: Path, student: str, chapter: str, notebook: str) 
     path = autograded / student / chapter / f"{notebook}.ipynb"
     if not path.exists():
         return {}
-    nb = load_node(path)
+    try:
+        nb = load_node(path)
+    except Exception:  # a notebook nbgrader could not finish writing: no outputs, the reason says why
+        return {}
     out = {}
     for cell in nb.cells:
         if is_graded(cell):
@@ -126,18 +137,16 @@ def graded_outputs(autograded: Path, student: str, chapter: str, notebook: str) 
     return out
 
 
-def status_of(score: float, max_score: float, printed: str) -> str:
-    if score >= max_score:
-        return "passed"
-    if NOT_MEASURED.search(printed or ""):
-        return "not measured"
-    return "partial" if score > 0 else "failed"
-
-
-def collect(db: Path, autograded: Path, selected: list[str] | None = None) -> Export:
-    """Read the gradebook (nbgrader's Gradebook API) into per-cell and per-chapter rows."""
+def collect(
+    db: Path, autograded: Path, selected: list[str] | None = None, submitted: Path | None = None
+) -> Export:
+    """Read the gradebook (nbgrader's Gradebook API) into per-cell and per-chapter rows, counted by the one rule
+    (autograder/rule.py). `submitted` (default: beside `autograded`) is read for why a submission earned nothing."""
     from nbgrader.api import Gradebook, MissingEntry
 
+    autograded = Path(autograded)
+    submitted = Path(submitted) if submitted else autograded.parent / "submitted"
+    logs = autograded.parent / "logs"
     with Gradebook(str(db) if "://" in str(db) else f"sqlite:///{db}") as gb:
         in_db = {a.name: a for a in gb.assignments}
         order = [a for a in course_order() if a in in_db] + sorted(set(in_db) - set(course_order()))
@@ -154,40 +163,47 @@ def collect(db: Path, autograded: Path, selected: list[str] | None = None) -> Ex
         exp = Export(chapters, students)
         for chapter in chapters:
             bonus = BONUS.get(chapter, set())
+            notebooks = [nb.name for nb in in_db[chapter].notebooks]
             cells = [
                 (nb.name, c.name, c.max_score) for nb in in_db[chapter].notebooks for c in nb.grade_cells
             ]
+            subs, scores, printed = {}, {}, {}
             for st in students:
                 sid = st["id"]
                 try:
-                    sub = gb.find_submission(chapter, sid)
+                    subs[sid] = gb.find_submission(chapter, sid)
                 except MissingEntry:
-                    sub = None
-                row = Chapter(sid, chapter, submitted=sub is not None)
+                    continue
+                scores[sid] = {
+                    cell: rule.score_of(gb.find_grade(cell, nb_name, chapter, sid))
+                    for nb_name, cell, _ in cells
+                }
+                printed[sid] = {}
+                for nb_name in notebooks:
+                    printed[sid].update(graded_outputs(autograded, sid, chapter, nb_name))
+            unmeasured = rule.unmeasurable(printed.values())
+            for st in students:
+                sid = st["id"]
+                sub, folder = subs.get(sid), submitted / sid / chapter
+                count = rule.tally([(c, m) for _, c, m in cells], scores.get(sid, {}), unmeasured=unmeasured,
+                                   bonus=bonus, submitted=sub is not None or folder.is_dir())  # fmt: skip
+                row = Chapter(sid, chapter, submitted=sub is not None, points=count.points, max=count.max,
+                              bonus=count.bonus, bonus_max=count.bonus_max, not_measured=count.not_measured)  # fmt: skip
                 if sub is not None:
                     row.late_penalty = sub.late_submission_penalty or 0.0
                     row.timestamp = str(sub.timestamp or "")
                     row.seconds_late = sub.total_seconds_late or 0.0
-                printed = {}
+                row.reason = rule.reason(
+                    submitted=sub is not None or folder.is_dir(),
+                    problem=rule.submission_problem(folder, notebooks),
+                    not_graded=sub is not None and any(scores[sid][c] is None for _, c, _ in cells),
+                    log=logs / chapter / f"{sid}.log",
+                    restored=[c for nb in notebooks for c in rule.restored_cells(autograded / sid / chapter / f"{nb}.ipynb")],
+                )  # fmt: skip
                 for nb_name, cell, max_score in cells:
-                    if sub is None:
-                        score, status = 0.0, "not submitted"
-                    else:
-                        if nb_name not in printed:
-                            printed[nb_name] = graded_outputs(autograded, sid, chapter, nb_name)
-                        grade = gb.find_grade(cell, nb_name, chapter, sid)
-                        score = grade.score if grade.score is not None else 0.0
-                        status = status_of(score, max_score, printed[nb_name].get(cell, ""))
-                    is_bonus = cell in bonus
-                    exp.cells.append(Cell(sid, chapter, nb_name, cell, score, max_score, is_bonus, status))
-                    if is_bonus:
-                        row.bonus += score
-                        row.bonus_max += max_score
-                    else:
-                        row.points += score
-                        row.max += max_score
-                        if status == "not measured":
-                            row.not_measured += max_score
+                    score = (scores.get(sid, {}).get(cell)) or 0.0
+                    exp.cells.append(Cell(sid, chapter, nb_name, cell, score, max_score, cell in bonus,
+                                          count.status[cell]))  # fmt: skip
                 exp.by_chapter.append(row)
     return exp
 
@@ -196,28 +212,39 @@ def _num(x: float) -> str:
     return f"{x:g}"
 
 
-def write(exp: Export, out: Path) -> list[Path]:
+def export_paths(out: Path, selected: list[str] | None = None) -> list[Path]:
+    """The three files: grades.csv and its two companions, or grades-<chapters>*.csv when chapters are named."""
+    stem = "-".join(["grades", *sorted(selected or [])])
+    return [out / f"{stem}.csv", out / f"{stem}-by-chapter.csv", out / f"{stem}-by-cell.csv"]
+
+
+def reasons(exp: Export, student: str) -> str:
+    """`chapter: reason` for each of a student's chapters that has one, joined by '; '."""
+    return "; ".join(f"{c.chapter}: {c.reason}" for c in exp.by_chapter if c.student == student and c.reason)
+
+
+def write(exp: Export, out: Path, selected: list[str] | None = None) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
-    paths = [out / "grades.csv", out / "grades-by-chapter.csv", out / "grades-by-cell.csv"]
+    paths = export_paths(out, selected)
     chapter_of = {(c.student, c.chapter): c for c in exp.by_chapter}
     with paths[0].open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["student_id", "first_name", "last_name", "email", *exp.chapters, "points", "bonus",
-                    "late_penalty", "total", "max", "not_measured", "percent"])  # fmt: skip
+                    "late_penalty", "total", "max", "not_measured", "percent", "reasons"])  # fmt: skip
         for st in exp.students:
             course = exp.course(st["id"])
             w.writerow([st["id"], st["first_name"], st["last_name"], st["email"],
                         *[_num(chapter_of[st["id"], ch].total) for ch in exp.chapters],
                         *[_num(course[k]) for k in ("points", "bonus", "late_penalty", "total", "max", "not_measured")],
-                        f"{course['percent']:.1f}"])  # fmt: skip
+                        f"{course['percent']:.1f}", reasons(exp, st["id"])])  # fmt: skip
     with paths[1].open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["student_id", "chapter", "submitted", "points", "max", "bonus", "bonus_max", "not_measured",
-                    "late_penalty", "total", "timestamp", "seconds_late"])  # fmt: skip
+                    "late_penalty", "total", "timestamp", "seconds_late", "reason"])  # fmt: skip
         for c in exp.by_chapter:
             w.writerow([c.student, c.chapter, "yes" if c.submitted else "no", _num(c.points), _num(c.max),
                         _num(c.bonus), _num(c.bonus_max), _num(c.not_measured), _num(c.late_penalty),
-                        _num(c.total), c.timestamp, _num(c.seconds_late)])  # fmt: skip
+                        _num(c.total), c.timestamp, _num(c.seconds_late), c.reason])  # fmt: skip
     with paths[2].open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["student_id", "chapter", "notebook", "cell", "score", "max", "kind", "status"])
@@ -235,7 +262,9 @@ def print_table(exp: Export) -> None:
     head = [f"{ch} /{_num(maxes[ch].max)}" + (f"+{_num(maxes[ch].bonus_max)}" if maxes[ch].bonus_max else "")
             for ch in exp.chapters]  # fmt: skip
     width = max([len(s["id"]) for s in exp.students] + [7]) + 2
-    print("\nGrades (chapter: points / max + bonus; course % over the points that could be measured)")
+    print(
+        "\nGrades (chapter: points / max + bonus; total and % over the points the grading machine could measure)"
+    )
     print(
         "student".ljust(width) + "".join(h.rjust(len(h) + 2) for h in head) + "total".rjust(12) + "%".rjust(8)
     )
@@ -246,14 +275,18 @@ def print_table(exp: Export) -> None:
         for ch, h in zip(exp.chapters, head, strict=True):
             c = chapter_of[st["id"], ch]
             line += (_num(c.total) if c.submitted else "-").rjust(len(h) + 2)
-        line += f"{_num(course['total'])}/{_num(course['max'])}".rjust(12) + f"{course['percent']:.1f}".rjust(
-            8
-        )
+        measurable = f"{_num(course['total'])}/{_num(course['max_measured'])}"
+        line += measurable.rjust(12) + f"{course['percent']:.1f}".rjust(8)
         print(line)
     unmeasured = sorted({(c.chapter, c.cell) for c in exp.cells if c.status == "not measured"})
     if unmeasured:
         cells = ", ".join(f"{ch}·{cell.removeprefix('test_')}" for ch, cell in unmeasured)
-        print(f"not measured on the grading machine (left out of the percentage): {cells}")
+        print(f"not measured on the grading machine (left out of every student's percentage): {cells}")
+    why = [c for c in exp.by_chapter if c.reason]
+    if why:
+        print("why a chapter earned nothing or was graded otherwise (the reasons column):")
+    for c in why:
+        print(f"  {c.student} · {c.chapter}: {c.reason}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -272,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     exp = collect(args.db, args.autograded, args.assignments or None)
     print_table(exp)
     if exp.chapters:
-        paths = write(exp, args.out)
+        paths = write(exp, args.out, args.assignments or None)
         shown = [str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p) for p in paths]
         print(f"grades exported: {', '.join(shown)}")
     return 0

@@ -73,32 +73,55 @@ def summary(ename: str, evalue: str) -> str:
 
 
 def gradebook(assignment: str, dirs: CourseDirs) -> list[dict]:
-    """One row per student: score per test cell, total, and the messages of failing cells."""
+    """One row per student with a submission: score per test cell, total, the messages of failing cells, and,
+    counted by the course's one rule (autograder/rule.py, as the export counts), `max` the points the grading
+    machine could measure, `not_measured` the rest and `reason` why the chapter earned nothing (a file that could
+    not be graded) or a test cell was put back. `missing`: the students of the gradebook without a submission."""
     from nbgrader.api import Gradebook, MissingEntry
 
-    rows = []
+    from autograder import rule
+
+    rows, missing = [], []
     with Gradebook(dirs.url) as gb:
         try:
             assignment_row = gb.find_assignment(assignment)
         except MissingEntry:
             return rows
+        notebooks = [nb.name for nb in assignment_row.notebooks]
         cells = [(nb.name, c.name, c.max_score) for nb in assignment_row.notebooks for c in nb.grade_cells]
         for student in sorted(s.id for s in gb.students):
             try:
                 sub = gb.find_submission(assignment, student)
             except MissingEntry:
+                missing.append(student)
                 continue
-            row = {"student": student, "scores": {}, "messages": {}, "max": 0.0, "total": 0.0}
+            row = {"student": student, "scores": {}, "messages": {}, "max": 0.0, "total": 0.0, "graded": {}}
             for nb_name, cell, max_score in cells:
                 grade = gb.find_grade(cell, nb_name, assignment, student)
-                score = grade.score if grade.score is not None else 0.0
-                row["scores"][cell] = (score, max_score)
-                row["total"] += score
-                row["max"] += max_score
-                nb_path = ROOT / dirs.autograded / student / assignment / f"{nb_name}.ipynb"
-                row["messages"].update(cell_messages(nb_path))
+                row["graded"][cell] = rule.score_of(grade)
+                row["scores"][cell] = (grade.score if grade.score is not None else 0.0, max_score)
+                row["total"] += row["scores"][cell][0]
+            for nb_name in notebooks:
+                row["messages"].update(
+                    cell_messages(ROOT / dirs.autograded / student / assignment / f"{nb_name}.ipynb")
+                )
             row["total"] = sub.score if sub.score is not None else row["total"]
             rows.append(row)
+    unmeasured = rule.unmeasurable(r["messages"] for r in rows)
+    for row in rows:
+        student = row["student"]
+        count = rule.tally([(c, m) for _, c, m in cells], row.pop("graded"), unmeasured=unmeasured)
+        row["max"], row["not_measured"] = count.measurable_max, count.not_measured
+        row["reason"] = rule.reason(
+            submitted=True,
+            problem=rule.submission_problem(ROOT / dirs.submitted / student / assignment, notebooks),
+            not_graded=any(count.status[c] == "not graded" for _, c, _ in cells),
+            log=dirs.logs / assignment / f"{student}.log",
+            restored=[c for nb in notebooks for c in
+                      rule.restored_cells(ROOT / dirs.autograded / student / assignment / f"{nb}.ipynb")],
+        )  # fmt: skip
+    if rows:
+        rows[0]["missing"] = missing
     return rows
 
 
@@ -117,6 +140,9 @@ def print_gradebook(assignment: str, rows: list[dict], failures: dict | None = N
             got, mx = r["scores"][c]
             line += f"{got:g}/{mx:g}".rjust(max(len(s), 5) + 2)
         print(line + f"{r['total']:g}/{r['max']:g}".rjust(10))
+    print(
+        f"(total: over the {rows[0]['max']:g} points this machine could measure; the export counts the same)"
+    )
     print("\nWhy points were lost:")
     unmeasured = set()
     for r in rows:
@@ -130,5 +156,12 @@ def print_gradebook(assignment: str, rows: list[dict], failures: dict | None = N
         print(
             f"  (everyone) · {c.removeprefix('test_')}: not measured on this machine (no CUDA GPU): no points"
         )
+    for r in rows:
+        if r.get("reason"):
+            print(f"  {r['student']}: {r['reason']}")
     for student, why in (failures or {}).items():
         print(f"  {student}: grading failed: {why}")
+    missing = rows[0].get("missing") or []
+    if missing:
+        names = textwrap.shorten(", ".join(missing), 300, placeholder=" …")
+        print(f"  not submitted ({len(missing)}, 0 points each): {names}")

@@ -36,21 +36,47 @@ def selected_assignments(names: list[str], error) -> list[str]:
     return list(names) or known
 
 
-def solution_source(cell_id: str) -> str:
-    """The source of the solution cell `cell_id` (its nbgrader grade_id), markers included."""
+def current_chapter(root: Path | None = None) -> str | None:
+    """The chapter of the running notebook: Jupyter's JPY_SESSION_NAME (the notebook's path) or the folder the kernel
+    runs in (notebooks/w8a16/, or ~/w8a16/ as nbgrader's Assignment List fetches it), when it names one."""
+    import os
+
+    known = set(assignments(root)) if (root or repo_root()) else set()
+    session = os.environ.get("JPY_SESSION_NAME", "")
+    candidates = [Path(session).parent.name, Path(session).stem] if session else []
+    candidates += [Path.cwd().name, Path.cwd().parent.name]
+    return next((c for c in candidates if c in known), None)
+
+
+def solution_source(cell_id: str, chapter: str | None = None) -> str:
+    """The source of the solution cell `cell_id` (its nbgrader grade_id) of `chapter`, markers included. Grade ids
+    repeat across chapters (every chapter has an ex2_prefill or so): without `chapter`, the running notebook's
+    chapter (current_chapter), and where none is found an id that several chapters hold is refused, naming them."""
+    chapter = chapter or current_chapter()
+    found = {}
     for path in solution_notebooks():
+        if chapter and path.parent.name != chapter:
+            continue
         for cell in notebook.read(path):
             if cell.grade_id == cell_id:
-                return cell.source
+                found.setdefault(path.parent.name, cell.source)
+    if len(found) == 1:
+        return next(iter(found.values()))
+    if found:
+        names = ", ".join(sorted(found))
+        raise LookupError(f"{cell_id!r} is a cell of several chapters ({names}): say which, e.g. "
+                          f"show_solution({cell_id!r}, chapter={sorted(found)[0]!r})")  # fmt: skip
+    where = f" in chapter {chapter!r}" if chapter else ""
     raise LookupError(
-        f"no solution cell {cell_id!r} found: the solutions/ folder of the course checkout is needed "
+        f"no solution cell {cell_id!r} found{where}: the solutions/ folder of the course checkout is needed "
         "(instructors may withhold it during a graded class)"
     )
 
 
-def show_solution(cell_id: str) -> None:
-    """Print a solution, markers removed. For self-study: try the hints first."""
-    print(notebook.strip_markers(solution_source(cell_id)).rstrip("\n"))
+def show_solution(cell_id: str, chapter: str | None = None) -> None:
+    """Print a solution, markers removed (of the running notebook's chapter, or `chapter`). For self-study: try the
+    hints first."""
+    print(notebook.strip_markers(solution_source(cell_id, chapter)).rstrip("\n"))
 
 
 def notebook_code(assignment: str, overrides: dict | None = None, root: Path | None = None) -> str:

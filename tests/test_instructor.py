@@ -171,7 +171,11 @@ def test_student_feedback_hides_hidden_tests_and_tracebacks():
     img = {"output_type": "display_data", "data": {"image/png": "iVBORw0KGgo="}, "metadata": {}}
     nb = nbformat.v4.new_notebook(cells=[_cell(src, "test_x", outputs=[err, img])])
     out, res = preprocessors.StudentFeedback().preprocess(nb, {})
-    cell = out.cells[0]
+    assert (
+        out.cells[0].cell_type == "markdown"
+        and "| [x](#test_x) | 0 / 1 | not graded: CheckFailed" in out.cells[0].source
+    )
+    cell = out.cells[1]
     assert "hidden=True" not in cell.source and "check(f)  # visible" in cell.source
     assert preprocessors.HIDDEN_NOTE in cell.source
     assert cell.outputs[0].traceback == ["CheckFailed: wrong scale axis in x.py"]
@@ -179,7 +183,7 @@ def test_student_feedback_hides_hidden_tests_and_tracebacks():
     assert any("pre-wrap" in css for css in res["inlining"]["css"])
     nb = nbformat.v4.new_notebook(cells=[_cell(src, "test_x")])
     shown, _ = preprocessors.StudentFeedback(show_hidden_tests=True).preprocess(nb, {})
-    assert "hidden=True" in shown.cells[0].source
+    assert "hidden=True" in shown.cells[1].source
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -464,3 +468,240 @@ def test_round_trip_in_jupyterlab(tmp_path):
     exp = export.collect(course / "gradebook.db", course / "autograder" / "autograded")
     row = next(c for c in exp.by_chapter if c.student == student)
     assert (row.points, row.max, row.not_measured) == (2, 10, 3) and row.timestamp
+
+
+# ----------------------------------------------------------------------------------------------------------
+# One grading rule (autograder/rule.py) in every view; no silent zero (issue 45, items 2-5; issue 43, items 4, 6)
+
+W8A16_CELLS = [("test_quantizer", 2), ("test_prefill", 3), ("test_decode", 2), ("test_decode_bandwidth", 3)]
+NOT_MEASURED_OUT = {"output_type": "error", "ename": "NotMeasured", "traceback": [],
+                    "evalue": "Performance not measured: no CUDA GPU here. This cell awards its points only on a GPU"}  # fmt: skip
+
+
+@pytest.fixture
+def small_term(tmp_path, monkeypatch):
+    """A W8A16 gradebook as a CPU left it: sol (7 of the 7 measurable), empty (the release untouched), broken
+    (invalid JSON: nbgrader failed, no scores, no autograded notebook), deleted (test_decode put back from the
+    release and passed) and missing (in the roster, nothing handed in)."""
+    from nbgrader.api import Gradebook
+
+    monkeypatch.setenv(
+        "PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    )  # its alembic
+    db = tmp_path / "gradebook.db"
+    scores = {"sol": [2, 3, 2, 0], "empty": [0, 0, 0, 0], "broken": [None] * 4, "deleted": [2, 3, 2, 0]}
+    with Gradebook(f"sqlite:///{db}") as gb:
+        gb.add_assignment(CHAPTER)
+        gb.add_notebook(CHAPTER, CHAPTER)
+        for name, pts in W8A16_CELLS:
+            gb.add_grade_cell(name, CHAPTER, CHAPTER, max_score=pts, cell_type="code")
+        for student in [*scores, "missing"]:
+            gb.add_student(student)
+        for student, got in scores.items():
+            gb.add_submission(CHAPTER, student)
+            for (name, _), score in zip(W8A16_CELLS, got, strict=True):
+                gb.find_grade(name, CHAPTER, CHAPTER, student).auto_score = score
+        gb.db.commit()
+    for student in scores:
+        (tmp_path / "submitted" / student / CHAPTER).mkdir(parents=True)
+        text = '{"cells": [oops' if student == "broken" else '{"cells": []}'
+        (tmp_path / "submitted" / student / CHAPTER / f"{CHAPTER}.ipynb").write_text(text)
+    for student in ["sol", "empty", "deleted"]:
+        cells = [_cell("x", name, pts, [NOT_MEASURED_OUT] if name == "test_decode_bandwidth" else [])
+                 for name, pts in W8A16_CELLS]  # fmt: skip
+        if student == "deleted":
+            cells[
+                2
+            ].source = "# This cell (id:test_decode) was missing from the submission. It was added back\n\nx"
+        (tmp_path / "autograded" / student / CHAPTER).mkdir(parents=True)
+        nbformat.write(
+            nbformat.v4.new_notebook(cells=cells),
+            tmp_path / "autograded" / student / CHAPTER / f"{CHAPTER}.ipynb",
+        )
+    (tmp_path / "logs" / CHAPTER).mkdir(parents=True)
+    (tmp_path / "logs" / CHAPTER / "broken.log").write_text("nbformat.reader.NotJSONError: not JSON\n")
+    return tmp_path
+
+
+@pytest.mark.filterwarnings("ignore:Object of type:Warning")
+def test_the_export_counts_every_student_against_one_maximum_and_gives_reasons(small_term):
+    """Before: the student who handed in nothing was divided by 10 (not_measured 0) and the empty notebook by 7,
+    the broken file's GPU-only cell was 'failed', and no view said why a chapter earned nothing."""
+    exp = export.collect(small_term / "gradebook.db", small_term / "autograded")
+    for student in ["sol", "empty", "broken", "deleted", "missing"]:
+        course = exp.course(student)
+        assert (course["max"], course["not_measured"], course["max_measured"]) == (10, 3, 7), student
+    assert exp.course("sol")["percent"] == 100 and exp.course("deleted")["percent"] == 100
+    status = {(c.student, c.cell): c.status for c in exp.cells}
+    assert (
+        status["broken", "test_decode_bandwidth"]
+        == "not measured"
+        == status["empty", "test_decode_bandwidth"]
+    )
+    assert (
+        status["broken", "test_quantizer"] == "not graded"
+        and status["missing", "test_quantizer"] == "not submitted"
+    )
+    why = {c.student: c.reason for c in exp.by_chapter}
+    assert "not a readable notebook (invalid JSON" in why["broken"] and why["missing"] == "not submitted"
+    assert "test_decode deleted" in why["deleted"] and why["sol"] == why["empty"] == ""
+    out = small_term / "out"
+    paths = export.write(exp, out, [CHAPTER])
+    assert [p.name for p in paths] == [
+        "grades-w8a16.csv",
+        "grades-w8a16-by-chapter.csv",
+        "grades-w8a16-by-cell.csv",
+    ]
+    rows = {r["student_id"]: r for r in csv.DictReader(paths[0].open())}
+    assert rows["missing"]["percent"] == "0.0" and rows["missing"]["reasons"] == "w8a16: not submitted"
+    assert "invalid JSON" in rows["broken"]["reasons"] and not (out / "grades.csv").exists()
+    assert (
+        "invalid JSON"
+        in next(r for r in csv.DictReader(paths[1].open()) if r["student_id"] == "broken")["reason"]
+    )
+
+
+@pytest.mark.filterwarnings("ignore:Object of type:Warning")
+def test_the_gradebook_print_counts_as_the_export_and_says_why(small_term, capsys):
+    from autograder import classroom, gradebook
+
+    dirs = classroom.CourseDirs(submitted=str(small_term / "submitted"), autograded=str(small_term / "autograded"),
+                                db=str(small_term / "gradebook.db"))  # fmt: skip
+    rows = gradebook.gradebook(CHAPTER, dirs)
+    assert {r["student"]: r["max"] for r in rows} == {"broken": 7, "deleted": 7, "empty": 7, "sol": 7}
+    gradebook.print_gradebook(CHAPTER, rows)
+    out = capsys.readouterr().out
+    assert (
+        re.search(r"^sol .* 7/7$", out, re.M) and "broken: not graded: w8a16.ipynb is not a readable" in out
+    )
+    assert "deleted: test cell test_decode deleted from the notebook: graded from the release's copy" in out
+    assert "not submitted (1, 0 points each): missing" in out
+
+
+def test_a_damaged_notebook_is_not_graded_and_does_not_fail_the_class(tmp_path, monkeypatch, capsys):
+    """classroom.py says what is wrong with the file before nbgrader starts, and `make autograde` exits 0 when every
+    failure is a student's own file (so `make autograde && make feedback` gives them the reason)."""
+    from autograder import classroom, rule
+
+    dirs = classroom.CourseDirs(
+        submitted=str(tmp_path / "submitted"), autograded=str(tmp_path / "autograded")
+    )
+    for student, text in [("broken", '{"cells": [oops'), ("renamed", None)]:
+        (tmp_path / "submitted" / student / CHAPTER).mkdir(parents=True)
+        name = f"{CHAPTER}.ipynb" if text else "my work.ipynb"
+        (tmp_path / "submitted" / student / CHAPTER / name).write_text(text or "{}")
+    monkeypatch.setattr(
+        classroom, "nbgrader", lambda *a, **k: pytest.fail("nbgrader started on a damaged file")
+    )
+    failures = classroom.autograde(CHAPTER, ["broken", "renamed"], dirs)
+    assert all(isinstance(w, rule.FileProblem) for w in failures.values())
+    assert "invalid JSON" in failures["broken"] and "it holds my work.ipynb" in failures["renamed"]
+    assert classroom.exit_status(failures) == 0
+    assert classroom.exit_status({**failures, "crashed": "nbgrader exited 1"}) == 1
+    assert "2 submission(s) not graded for their files" in capsys.readouterr().out
+
+
+def test_nbgraders_own_words_come_with_what_to_do(tmp_path):
+    from autograder import advice, classroom
+
+    dirs = classroom.CourseDirs(autograded=str(tmp_path / "autograded"))
+    said = {
+        "sqlite3.OperationalError: database is locked": "Formgrader's Autograde",
+        "psycopg.OperationalError: connection failed: Connection refused": "start it",
+        'psycopg.OperationalError: FATAL:  password authentication failed for user "grader"': "create them",
+        "sqlite3.OperationalError: no such table: assignment": "make students ROSTER=roster.csv",
+        "nbformat.reader.NotJSONError: Notebook does not appear to be JSON": "make feedback",
+        "killed: ran past 3600 s": "QMATMUL_STUDENT_TIMEOUT",
+    }
+    for stderr, what in said.items():
+        why = classroom.nbgrader_failure(CHAPTER, "ann", 1, stderr + "\n", dirs)
+        assert what in why and "nbgrader's log" in why, (stderr, why)
+    assert advice.advise("something nobody has seen") == ""
+
+
+def test_a_deleted_test_cell_is_put_back_from_the_release_and_graded(tmp_path, monkeypatch):
+    """Before: nbgrader's add_missing_cells was off, so a deleted test cell was a silent 0 that Formgrader could not
+    grade by hand; nbgrader's own placement raised KeyError when the cell before it was deleted too."""
+    from nbgrader.api import Gradebook
+    from nbgrader.utils import compute_checksum
+
+    from autograder import rule
+
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    url = f"sqlite:///{tmp_path / 'gradebook.db'}"
+    release = []
+    for name in ["setup", "ex1", "test_a", "ex2", "test_b"]:
+        cell = _cell(f"check_{name}()", name)
+        if not name.startswith("test_"):  # setup: locked; ex1, ex2: solution cells, not graded
+            cell.metadata["nbgrader"].update(grade=False, solution=name != "setup", locked=name == "setup")
+            cell.metadata["nbgrader"].pop("points")
+        cell.metadata["nbgrader"]["checksum"] = compute_checksum(cell)
+        release.append(cell)
+    with Gradebook(url) as gb:
+        gb.add_assignment(CHAPTER)
+        gb.add_notebook(CHAPTER, CHAPTER)
+        for cell in release:
+            meta = cell.metadata["nbgrader"]
+            gb.add_source_cell(meta["grade_id"], CHAPTER, CHAPTER, cell_type="code", locked=meta["locked"],
+                               source=cell.source, checksum=meta["checksum"])  # fmt: skip
+            if meta["grade"]:
+                gb.add_grade_cell(meta["grade_id"], CHAPTER, CHAPTER, max_score=1, cell_type="code")
+            if meta["solution"]:
+                gb.add_solution_cell(meta["grade_id"], CHAPTER, CHAPTER)
+    nb = nbformat.v4.new_notebook(cells=release[:3])  # ex2 and test_b deleted
+    step = preprocessors.OverwriteCells()
+    assert step.add_missing_cells
+    out, _ = step.preprocess(nb, {"nbgrader": {"notebook": CHAPTER, "assignment": CHAPTER, "db_url": url}})
+    assert [c.metadata["nbgrader"]["grade_id"] for c in out.cells] == ["setup", "ex1", "test_a", "test_b"]
+    assert "check_test_b()" in out.cells[-1].source and rule.restored_cells_in(out) == ["test_b"]
+
+
+def test_the_feedback_leads_with_the_points_and_each_exercise_and_a_broken_file_gets_a_page(small_term):
+    from autograder import feedback
+
+    cells = []
+    for (name, pts), score in zip(W8A16_CELLS, [2, 3, 0, 0], strict=True):
+        err = {"output_type": "error", "ename": "CheckFailed", "evalue": "w8a16_decode is not implemented yet",
+               "traceback": []}  # fmt: skip
+        cell = _cell(
+            "x",
+            name,
+            pts,
+            [NOT_MEASURED_OUT] if name == "test_decode_bandwidth" else [err] if not score else [],
+        )
+        cell.metadata["nbgrader"]["score"] = score
+        cells.append(cell)
+    resources = {"nbgrader": {"assignment": CHAPTER, "notebook": CHAPTER, "late_penalty": 0},
+                 "metadata": {"path": str(small_term / "autograded" / "empty" / CHAPTER)}}  # fmt: skip
+    out, res = preprocessors.StudentFeedback().preprocess(nbformat.v4.new_notebook(cells=cells), resources)
+    lead = out.cells[0].source
+    assert lead.startswith("## w8a16: 5 of 7 points (71 %)")
+    assert "**3 more points could not be measured on the grading machine** (decode_bandwidth)" in lead
+    assert (
+        "| [decode](#test_decode) | 0 / 2 | failed: CheckFailed: w8a16_decode is not implemented yet |"
+        in lead
+    )
+    assert "| [decode bandwidth](#test_decode_bandwidth) | – / 3 | not measured" in lead
+    assert any("padding" in css and "td" in css for css in res["inlining"]["css"])
+    (small_term / "submitted" / "broken" / CHAPTER / "submission_secret.txt").write_text("s3cret")
+    (small_term / "submitted" / "broken" / CHAPTER / "timestamp.txt").write_text("2027-01-01 00:00:00 UTC")
+    pages = feedback.problem_pages(CHAPTER, autograded=small_term / "autograded")
+    assert pages == [small_term / "feedback" / "broken" / CHAPTER / f"{CHAPTER}.html"]
+    assert "not a readable notebook (invalid JSON" in pages[0].read_text()
+    assert (pages[0].parent / "submission_secret.txt").read_text() == "s3cret"  # make hand-back returns it
+
+
+def test_show_solution_takes_the_chapter_or_the_running_notebooks(monkeypatch, capsys):
+    """Before: show_solution("ex2_prefill") in W8A16 printed MXFP4's solution (the first chapter holding the id)."""
+    from qmatmul import course
+
+    monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(LookupError, match="several chapters .*w8a16.*chapter="):
+        course.solution_source("ex2_prefill")
+    course.show_solution("ex2_prefill", chapter="w8a16")
+    assert "w8a16_matmul_kernel" in capsys.readouterr().out
+    monkeypatch.chdir(ROOT / "notebooks" / "w8a16")  # where the notebook's kernel runs
+    assert "w8a16_matmul_kernel" in course.solution_source("ex2_prefill")
+    monkeypatch.setenv("JPY_SESSION_NAME", str(ROOT / "notebooks" / "mxfp4" / "mxfp4.ipynb"))
+    assert "w8a16_matmul_kernel" not in course.solution_source("ex2_prefill")
