@@ -190,3 +190,21 @@ def test_a_kernel_that_folds_the_scale_into_16_bit_weights_fails_every_run(check
                 with pytest.raises(CheckFailed, match=f"known mistake: {named}"):
                     check_fn(lambda *a, out=None, kw=kw: learner(*a, out=out, **kw), seed=seed, hidden=hidden)
             check_fn(lambda *a, out=None: learner(*a, out=out, fold=False), seed=seed, hidden=hidden)
+
+
+def test_an_infinite_output_is_named_not_measured_as_the_largest_error():
+    """Dividing by a scale of 0 fills outputs with inf: the report says so and where, never "Largest error 0"."""
+    from qmatmul import checks
+    from qmatmul.checks import CheckFailed
+
+    want = torch.ones(4, 8)
+    got = want.clone()
+    got[1, 3] = float("inf")
+    got[2, 5] = -float("inf")
+    with pytest.raises(CheckFailed) as exc:
+        checks.compare(got, want, what="out", rtol=1e-3)
+    msg = str(exc.value)
+    assert "2 infinite values (the first at [1, 3]" in msg and "Largest error" not in msg
+    got[1, 3], got[2, 5] = 1.5, 1.0  # a finite error keeps its size
+    with pytest.raises(CheckFailed, match=r"Largest error 0\.5 at \[1, 3\]"):
+        checks.compare(got, want, what="out", rtol=1e-3)

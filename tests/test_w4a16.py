@@ -9,6 +9,7 @@ import torch
 from qmatmul import checks, w4a16
 from qmatmul.checks import CheckFailed, w4a16_bonus
 from qmatmul.checks import w4a16 as w4a16_checks
+from qmatmul.formats import w4a16 as w4a16_formats
 
 
 @pytest.fixture(scope="session")
@@ -344,21 +345,46 @@ def test_unpack_magic_in_torch_is_refused():
 
 def python_gptq_dequantize(qweight, qzeros, scales, G):
     """An independent oracle: GPTQ v1 dequantized weight by weight with Python ints (the words read as unsigned
-    32-bit), in numpy float32, in nn.Linear's layout [N, K]."""
+    32-bit), zero points (nibble + 1) & 0xF, in numpy float32, in nn.Linear's layout [N, K]."""
     K, N = 8 * qweight.shape[0], qweight.shape[1]
+    G = K if G == -1 else G
     qw, qz, sc = qweight.tolist(), qzeros.tolist(), scales.float().numpy()
     w = np.zeros((N, K), dtype=np.float32)
     for k in range(K):
         for n in range(N):
             q = ((qw[k // 8][n] & 0xFFFFFFFF) >> (4 * (k % 8))) & 0xF
-            z = (((qz[k // G][n // 8] & 0xFFFFFFFF) >> (4 * (n % 8))) & 0xF) + 1
+            z = ((((qz[k // G][n // 8] & 0xFFFFFFFF) >> (4 * (n % 8))) & 0xF) + 1) & 0xF
             w[n, k] = np.float32(q - z) * sc[k // G, n]
     return w
 
 
+# AutoGPTQ 0.7.1 reads qzeros' nibbles two ways (not installed here: its two rules, transcribed).
+_WF = torch.tensor(list(range(0, 32, 4)), dtype=torch.int32).unsqueeze(0)  # the shifts, AutoGPTQ's self.wf
+
+
+def autogptq_torch_zeros(qzeros: torch.Tensor) -> torch.Tensor:
+    """auto_gptq/nn_modules/qlinear/qlinear_cuda_old.py, QuantLinear.forward (4 bits): shift without a mask, cast
+    to int8, `zeros + 1`, then `torch.bitwise_and(zeros, 2**bits - 1)` ("It appears that casting here after the
+    `zeros = zeros + 1` is important"). [K/G, N]."""
+    zeros = torch.bitwise_right_shift(torch.unsqueeze(qzeros, 2).expand(-1, -1, 8), _WF.unsqueeze(0)).to(
+        torch.int8
+    )
+    zeros = zeros + 1
+    zeros = torch.bitwise_and(zeros, (2**4) - 1)
+    return zeros.reshape(zeros.shape[0], -1).to(torch.int32)
+
+
+def autogptq_triton_zeros(qzeros: torch.Tensor) -> torch.Tensor:
+    """auto_gptq/nn_modules/triton_utils/kernels.py, quant_matmul_248_kernel: `zeros = (zeros >> zeros_shifter)
+    & maxq`, then `zeros = zeros + 1` (in int32: a nibble of 15 reads 16). [K/G, N]."""
+    zeros = (qzeros.unsqueeze(2) >> _WF.unsqueeze(0)) & 15
+    return (zeros + 1).reshape(qzeros.shape[0], -1)
+
+
 def autogptq_pack(q: np.ndarray, zeros: np.ndarray):
     """AutoGPTQ's QuantLinear.pack (qlinear_cuda_old.py), 4 bits, as numpy uint32 loops: codes q [N, K] and zero
-    points [N, K/G] (1..16) -> (qweight, qzeros) int32."""
+    points [N, K/G] -> (qweight, qzeros) int32. `zeros -= 1`, then uint32: a zero of 0 becomes 0xFFFFFFFF, whose
+    shifted copy sets every higher nibble of its word too."""
     intweight = q.T.astype(np.uint32)  # [K, N]
     qweight = np.zeros((intweight.shape[0] // 8, intweight.shape[1]), dtype=np.uint32)
     for row in range(qweight.shape[0]):
@@ -372,12 +398,13 @@ def autogptq_pack(q: np.ndarray, zeros: np.ndarray):
     return torch.from_numpy(qweight.astype(np.int32)), torch.from_numpy(qzeros.astype(np.int32))
 
 
-def _random_gptq(N, K, G, seed):
+def _random_gptq(N, K, G, seed, dtype=torch.float16):
     """Every int32 bit pattern is a valid v1 checkpoint: random words, negative ones included."""
     g = checks.generator(seed)
+    groups = 1 if G == -1 else K // G
     qweight = torch.randint(-(2**31), 2**31, (K // 8, N), dtype=torch.int32, generator=g)
-    qzeros = torch.randint(-(2**31), 2**31, (K // G, N // 8), dtype=torch.int32, generator=g)
-    scales = (torch.rand(K // G, N, generator=g) * 0.05).half()
+    qzeros = torch.randint(-(2**31), 2**31, (groups, N // 8), dtype=torch.int32, generator=g)
+    scales = (torch.rand(groups, N, generator=g) * 0.05).to(dtype)
     return qweight, qzeros, scales
 
 
@@ -394,19 +421,39 @@ def test_platform_is_little_endian():
     ]
 
 
-def test_fp16_to_fp32_is_exact():
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_16_bit_scales_to_fp32_are_exact(dtype):
     bits = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16)
-    h = bits.view(torch.float16)
+    h = bits.view(dtype)
     finite = torch.isfinite(h)
-    assert torch.equal(h.float().half()[finite].view(torch.int16), bits[finite])
+    assert torch.equal(h.float().to(dtype)[finite].view(torch.int16), bits[finite])
 
 
-@pytest.mark.parametrize("G", w4a16.GROUP_SIZES)
+def test_bf16_to_fp16_is_not_exact():
+    """Why scales are read into float32 and not fp16: a bf16 scale need not be an fp16 value."""
+    s = torch.tensor([1e-6, 3e5, 1.0 + 2**-7], dtype=torch.bfloat16)
+    assert not torch.equal(s.half().float(), s.float())
+
+
+def test_the_zero_rule_is_autogptqs_torch_path_not_its_triton_kernel():
+    words = torch.randint(-(2**31), 2**31, (6, 5), dtype=torch.int32, generator=checks.generator(1))
+    words[0, 0] = -1  # every nibble 15
+    course = w4a16_formats.gptq_zeros(w4a16.unpack_int32(words, dim=1))
+    torch_rule, triton_rule = autogptq_torch_zeros(words), autogptq_triton_zeros(words)
+    assert torch.equal(course, torch_rule)
+    nibble = w4a16.unpack_int32(words, dim=1)
+    assert bool((nibble == 15).any())
+    # The two rules differ exactly where the nibble is 15: 0 on the torch path, 16 in the Triton kernel.
+    assert torch.equal(torch_rule != triton_rule, nibble == 15)
+    assert bool((triton_rule[nibble == 15] == 16).all()) and bool((torch_rule[nibble == 15] == 0).all())
+
+
+@pytest.mark.parametrize("G", [*w4a16.GROUP_SIZES, -1])
 def test_gptq_dequantize_matches_python_oracle(G):
-    qweight, qzeros, scales = _random_gptq(16, 2 * G, G, seed=G)
+    qweight, qzeros, scales = _random_gptq(64, 256, G, seed=abs(G))
     assert bool((qweight < 0).any()) and bool((qzeros < 0).any())
     got = w4a16.gptq_dequantize(qweight, qzeros, scales, G)
-    assert got.dtype == torch.float32 and tuple(got.shape) == (16, 2 * G)
+    assert got.dtype == torch.float32 and tuple(got.shape) == (64, 256)
     assert torch.equal(got, torch.from_numpy(python_gptq_dequantize(qweight, qzeros, scales, G)))
 
 
@@ -415,7 +462,9 @@ def test_to_gptq_matches_autogptq_pack_and_dequantizes_equal(G):
     g = checks.generator(G)
     N, K = 24, 3 * G
     q = torch.randint(0, 16, (N, K), dtype=torch.uint8, generator=g)
-    z = torch.randint(1, 17, (N, K // G), dtype=torch.uint8, generator=g)
+    z = torch.randint(
+        1, 16, (N, K // G), dtype=torch.uint8, generator=g
+    )  # 1..15: AutoGPTQ's packer writes them clean
     s = (torch.rand(N, K // G, generator=g) * 0.05).half().float()
     qweight, qzeros, s16 = w4a16.to_gptq(w4a16.pack(q), s, z, G)
     aw, az = autogptq_pack(q.numpy(), z.numpy())
@@ -429,12 +478,26 @@ def test_to_gptq_matches_autogptq_pack_and_dequantizes_equal(G):
     )
 
 
+def test_a_zero_of_0_round_trips_as_nibble_15():
+    """AutoGPTQ's packer writes zero 0 as nibble 15 (and, its -1 being a uint32, 15 into every higher nibble of the
+    word); its torch path reads 15 back as 0. to_gptq writes that one nibble, and every rule-abiding reader gets 0."""
+    q = torch.zeros(8, 32, dtype=torch.uint8)
+    z = torch.tensor([[0], [3], [0], [7], [15], [1], [8], [0]], dtype=torch.uint8)
+    qweight, qzeros, s16 = w4a16.to_gptq(w4a16.pack(q), torch.ones(8, 1), z, 32)
+    assert int(qzeros[0, 0]) & 0xFFFFFFFF == 0xF70E6F2F  # n = 0 lowest: nibbles F, 2, F, 6, E, 0, 7, F
+    _, autogptq_qzeros = autogptq_pack(q.numpy(), z.numpy())
+    assert int(autogptq_qzeros[0, 0]) & 0xFFFFFFFF == 0xFFFFFFFF  # the uint32 -1 of n = 0 filled the word
+    assert torch.equal(autogptq_torch_zeros(qzeros), z.T.int())
+    assert torch.equal(autogptq_torch_zeros(autogptq_qzeros)[0, 0], torch.tensor(0, dtype=torch.int32))
+    assert torch.equal(autogptq_triton_zeros(qzeros)[0, 0], torch.tensor(16, dtype=torch.int32))
+
+
 def test_gptq_layout_facts():
     # Code k = 8r + j in bits 4j..4j+3 of qweight[r, n]; zero n = 8c + j in bits 4j.. of qzeros[g, c], minus one.
     q = torch.zeros(8, 32, dtype=torch.uint8)
     q[0, :8] = torch.arange(8)
     z = torch.full((8, 1), 8, dtype=torch.uint8)  # symmetric: every zero 8
-    z[1, 0] = 16
+    z[1, 0] = 0  # stored as nibble 15
     qweight, qzeros, _ = w4a16.to_gptq(w4a16.pack(q), torch.ones(8, 1), z, 32)
     assert int(qweight[0, 0]) == 0x76543210
     assert int(qzeros[0, 0]) & 0xFFFFFFFF == 0x777777F7
@@ -442,10 +505,12 @@ def test_gptq_layout_facts():
 
 def test_to_gptq_refuses_what_v1_cannot_store():
     p = torch.zeros(8, 16, dtype=torch.uint8)
-    with pytest.raises(ValueError, match="1..16"):
-        w4a16.to_gptq(p, torch.ones(8, 1), torch.zeros(8, 1, dtype=torch.uint8), 32)
+    with pytest.raises(ValueError, match="0..15"):
+        w4a16.to_gptq(p, torch.ones(8, 1), torch.full((8, 1), 16, dtype=torch.uint8), 32)
     with pytest.raises(ValueError, match="exactly representable in float16"):
         w4a16.to_gptq(p, torch.full((8, 1), 0.1), torch.ones(8, 1, dtype=torch.uint8), 32)
+    with pytest.raises(ValueError, match="exactly representable in bfloat16"):
+        w4a16.to_gptq(p, torch.full((8, 1), 0.1), torch.ones(8, 1, dtype=torch.uint8), 32, torch.bfloat16)
 
 
 @pytest.mark.parametrize(
@@ -454,7 +519,7 @@ def test_to_gptq_refuses_what_v1_cannot_store():
         (lambda w, z, s: (w[:, :12], z, s[:, :12]), "N = 12 is not a multiple of 8"),
         (lambda w, z, s: (w.float(), z, s), "qweight must be a 2-D int32"),
         (lambda w, z, s: (w, z.to(torch.int64), s), "qzeros must be a 2-D int32"),
-        (lambda w, z, s: (w, z, s.float()), "GPTQ stores fp16 scales"),
+        (lambda w, z, s: (w, z, s.double()), "float16, bfloat16 or float32"),
         (lambda w, z, s: (w, z[:, :1], s), "qzeros must have shape"),
         (lambda w, z, s: (w, z, s[:1]), "scales must have shape"),
         (lambda w, z, s: (w[:3], z, s), "not a multiple of 32"),
@@ -466,18 +531,32 @@ def test_gptq_prepare_messages(change, match):
         w4a16.gptq_prepare(*change(qweight, qzeros, scales), 32)
 
 
-def test_from_gptq_solution_round_trips(w4a16_solution):
-    for G in w4a16.GROUP_SIZES:
-        qweight, qzeros, scales = _random_gptq(40, 2 * G, G, seed=G + 1)
-        packed, s, z = w4a16_solution.from_gptq(qweight, qzeros, scales, G)
-        assert packed.dtype == torch.uint8 and s.dtype == torch.float32 and z.dtype == torch.uint8
-        assert int(z.min()) >= 1 and int(z.max()) <= 16
-        back = w4a16.to_gptq(packed, s, z, G)
-        for a, b in zip(back, (qweight, qzeros, scales), strict=True):
-            assert torch.equal(a, b)
-        assert torch.equal(
-            w4a16.dequantize(packed, s, z, G), w4a16.gptq_dequantize(qweight, qzeros, scales, G)
-        )
+def test_gptq_prepare_takes_one_group_per_column_and_every_scale_dtype():
+    for dtype in (torch.float16, torch.bfloat16, torch.float32):
+        qweight, qzeros, scales = _random_gptq(16, 256, -1, seed=1, dtype=dtype)
+        assert w4a16.gptq_prepare(qweight, qzeros, scales, -1) == (256, 16)
+    with pytest.raises(ValueError, match="group_size must be -1"):
+        w4a16.gptq_prepare(qweight, qzeros, scales, 0)
+    with pytest.raises(ValueError, match=r"scales must have shape \[K/G, N\] = \[8, 16\]"):
+        w4a16.gptq_prepare(qweight, qzeros, scales, 32)
+
+
+@pytest.mark.parametrize("G", [*w4a16.GROUP_SIZES, -1])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_from_gptq_solution_round_trips(w4a16_solution, G, dtype):
+    qweight, qzeros, scales = _random_gptq(40, 256, G, seed=abs(G) + 1, dtype=dtype)
+    packed, s, z = w4a16_solution.from_gptq(qweight, qzeros, scales, G)
+    assert packed.dtype == torch.uint8 and s.dtype == torch.float32 and z.dtype == torch.uint8
+    assert int(z.min()) == 0 and int(z.max()) <= 15  # random words hold nibble 15: zero 0
+    assert torch.equal(z.T.int(), autogptq_torch_zeros(qzeros))
+    assert torch.equal(s, scales.float().T)  # read exactly, whatever the dtype
+    back = w4a16.to_gptq(packed, s, z, G, scale_dtype=dtype)
+    for a, b in zip(back, (qweight, qzeros, scales), strict=True):
+        assert torch.equal(a, b)
+    assert torch.equal(
+        w4a16.dequantize(packed, s, z, 256 if G == -1 else G),
+        w4a16.gptq_dequantize(qweight, qzeros, scales, G),
+    )
 
 
 def test_from_gptq_solution_passes(w4a16_solution):
@@ -486,23 +565,27 @@ def test_from_gptq_solution_passes(w4a16_solution):
         w4a16.check_from_gptq(w4a16_solution.from_gptq, hidden=True, seed=seed)
 
 
-def test_kernel_reads_a_gptq_checkpoint(w4a16_solution):
-    # Zero points of 16 (a stored nibble of 15) go through the course's kernel as they are.
-    qweight, qzeros, scales = _random_gptq(40, 64, 32, seed=9)
-    qzeros[:] = -1  # every stored zero 15: zero point 16
-    packed, s, z = w4a16_solution.from_gptq(qweight, qzeros, scales, 32)
-    assert int(z.max()) == 16
+@pytest.mark.parametrize("G", [32, -1])
+def test_kernel_reads_a_gptq_checkpoint(w4a16_solution, G):
+    # Stored zeros of 15 are zero points 0; one group per column runs as groups of 32 (regroup: the same weight).
+    qweight, qzeros, scales = _random_gptq(40, 64, G, seed=9, dtype=torch.bfloat16)
+    qzeros[:, :2] = -1  # every stored zero of the first 16 columns 15: zero point 0
+    packed, s, z = w4a16_solution.from_gptq(qweight, qzeros, scales, G)
+    assert int(z.min()) == 0
+    if G == -1:
+        s, z = w4a16_formats.regroup(s, z, 64, 32)
     x = torch.randn(3, 64, generator=checks.generator(9)).half()
     y = w4a16_solution.w4a16_matmul(x, packed, s, z, 32)
-    expected = x.float() @ w4a16.gptq_dequantize(qweight, qzeros, scales, 32).T
+    expected = x.float() @ w4a16.gptq_dequantize(qweight, qzeros, scales, G).T
     checks.compare(y, expected, what="gptq", rtol=checks.tolerance_for(torch.float16))
 
 
-def _gptq_reader(plus=1, mask_top=True, reverse=False, zeros_axis=1):
+def _gptq_reader(plus=1, mask_top=True, reverse=False, zeros_axis=1, wrap=True):
     """A shift-and-mask reader with one mistake switched on."""
 
     def fn(qweight, qzeros, scales, G):
         K, N = w4a16.gptq_prepare(qweight, qzeros, scales, G)
+        G = K if G == -1 else G
 
         def fields(words, dim):
             parts = []
@@ -515,6 +598,7 @@ def _gptq_reader(plus=1, mask_top=True, reverse=False, zeros_axis=1):
         q = fields(qweight, 0).T
         packed = (q[:, 0::2] | (q[:, 1::2] << 4)).to(torch.uint8).contiguous()
         z = fields(qzeros, zeros_axis) + plus
+        z = z & 0xF if wrap else z
         z = z.T if zeros_axis == 1 else z.reshape(K // G, N).T
         return packed, scales.float().T.contiguous(), z.to(torch.uint8).contiguous()
 
@@ -531,14 +615,25 @@ def test_shift_and_mask_reader_passes():
     "kwargs,name",
     [
         (dict(plus=0), "zero offset: forgot the +1 of GPTQ's stored zeros"),
+        (dict(wrap=False), "a stored zero of 15 read as 16 (the + 1 not kept to 4 bits)"),
         (dict(reverse=True), "nibble order reversed within the int32"),
-        (dict(mask_top=False), "sign: used arithmetic shift on int32 so code 8..15 became negative"),
+        (dict(reverse=True, wrap=False), "nibble order reversed within the int32"),
+        (
+            dict(mask_top=False, wrap=False),
+            "sign: used arithmetic shift on int32 so code 8..15 became negative",
+        ),
         (dict(zeros_axis=0), "unpacked qzeros along the wrong axis"),
+        (dict(zeros_axis=0, wrap=False), "unpacked qzeros along the wrong axis"),
     ],
 )
 def test_gptq_mistakes_are_named(kwargs, name, hidden):
     with pytest.raises(CheckFailed, match=f"known mistake: {re.escape(name)}"):
         w4a16.check_from_gptq(_gptq_reader(**kwargs), hidden=hidden, seed=2)
+
+
+def test_a_sign_mistake_wrapped_to_4_bits_is_right():
+    """Masking after the + 1 also undoes the arithmetic shift's sign ((-8..-1 + 1) & 0xF = (8..15 + 1) & 0xF)."""
+    w4a16.check_from_gptq(_gptq_reader(mask_top=False), seed=2)
 
 
 def _solution_triple(qweight, qzeros, scales, G):
@@ -579,13 +674,17 @@ def test_gptq_input_modified_in_place_is_caught():
 
 def test_gptq_inputs_cover_the_traps():
     for hidden in (False, True):
-        for packed, s, z, G in w4a16_bonus.gptq_inputs(checks.generator(5), hidden):
-            qweight, qzeros, _ = w4a16.to_gptq(packed, s, z, G)
+        cases = w4a16_bonus.gptq_inputs(checks.generator(5), hidden)
+        assert -1 in [G for *_, G, _ in cases] and torch.bfloat16 in [d for *_, d in cases]
+        for packed, s, z, G, dtype in cases:
+            qweight, qzeros, _ = w4a16.to_gptq(packed, s, z, G, scale_dtype=dtype)
             assert bool((qweight < 0).any())  # top nibbles 8..15: negative words
             if not bool((z == 8).all()):  # the symmetric checkpoint has qzeros 0x77777777
-                assert bool((qzeros < 0).any()) and int(z.max()) == 16
+                nibble = w4a16.unpack_int32(qzeros, dim=1)
+                assert bool((qzeros < 0).any()) and int(z.min()) == 0  # stored 15, in a top nibble
+                assert bool((nibble[:, :-1] == 15).any())  # and below the top: 16 or 0 shows there
             N, K = packed.shape[0], 2 * packed.shape[1]
-            assert N % 8 == 0 and N not in (K // 2, K // G)
+            assert N % 8 == 0 and N not in (K // 2, K // (K if G == -1 else G))
 
 
 @pytest.mark.parametrize(

@@ -115,7 +115,20 @@ def generator(seed: int, device: str = "cpu") -> torch.Generator:
 
 
 def call_learner(fn: Callable, *args, what: str, **kwargs):
-    """Call fn; turn an exception into a CheckFailed whose first line says what happened, in words."""
+    """Call fn; turn an exception into a CheckFailed whose first line says what happened, in words.
+
+    Under Triton's interpreter a kernel the call launches runs guarded (traffic.guard): a load or store outside
+    every tensor of its launch is not performed, so an unmasked store cannot take the process (the learner's
+    notebook) with it; a store held back so fails the check, by kernel argument and edge."""
+    guarded = traffic.available() and not is_remote(fn) and not traffic.active()
+    with traffic.guard() if guarded else contextlib.nullcontext() as seen:
+        result = _call_learner(fn, *args, what=what, **kwargs)
+    if guarded and seen.outside.stores:
+        _raise_outside(what, traffic.Outside(0, seen.outside.stores, seen.where({"store"})))
+    return result
+
+
+def _call_learner(fn: Callable, *args, what: str, **kwargs):
     try:
         return fn(*args, **kwargs)
     except CheckFailed:
@@ -280,7 +293,11 @@ def run_audited(fn: Callable, *args, what: str, **kwargs):
         f"argument {i}": a for i, a in enumerate([*args, *kwargs.values()]) if isinstance(a, torch.Tensor)
     }
     watch = traffic.available() and all(t.device.type == "cpu" for t in tensors.values())
-    with recorder, traffic.count(tensors) if watch else contextlib.nullcontext() as seen:
+    # In the learner's process nothing outside the tensors is loaded or stored (the notebook outlives the mistake).
+    with (
+        recorder,
+        traffic.count(tensors, withhold=traffic.KINDS) if watch else contextlib.nullcontext() as seen,
+    ):
         result = call_learner(fn, *args, what=what, **kwargs)
     if watch:
         _raise_outside(what, seen.outside)
@@ -310,12 +327,15 @@ def _raise_format_casts(what: str, ops) -> None:
 
 
 def _raise_outside(what: str, outside) -> None:
-    loads, stores = outside
+    """Fail on accesses outside every tensor: outside is (loads, stores) or traffic.Outside (loads, stores, where),
+    as the worker's reply carries it."""
+    loads, stores, *where = outside
     if loads or stores:
+        detail = "".join(f"\n{line}" for line in "\n".join(where).splitlines() if line)
         raise CheckFailed(
             f"{what} accessed memory outside its tensors ({loads} loads, {stores} stores): a mask lets through "
-            "elements past an edge (k >= K, n >= N or m >= M). The output may still look right, because the "
-            "other operand is masked to 0, but on a GPU such an access can fault. Mask every load and store."
+            f"elements past an edge (k >= K, n >= N or m >= M).{detail}\nThe output may still look right, because "
+            "the other operand is masked to 0, but on a GPU such an access can fault. Mask every load and store."
         )
 
 
@@ -524,21 +544,26 @@ def compare(
     else:
         headline = f"{what}: {n_bad} of {total} elements ({100 * n_bad / total:.3g} %) differ from the reference{context}"
     if int(nan.sum()) < n_bad:
-        err = (got_c.double() - exp_c.double()).abs()
-        err[~torch.isfinite(err)] = 0
-        err = torch.where(bad & ~nan, err, torch.zeros_like(err))
-        idx = int(err.flatten().argmax())
-        loc = list(torch.unravel_index(torch.tensor(idx), got_c.shape))
-        loc = [int(i) for i in loc]
-        lines.append(
-            f"Largest error {float(err.flatten()[idx]):.4g} at {loc}: got {float(got_c.flatten()[idx]):.6g}, "
-            f"expected {float(exp_c.flatten()[idx]):.6g} (tolerance {rtol:.2g} relative)."
-        )
+        inf = torch.isinf(got_c.float()) & bad
+        if inf.any():  # an infinite error has no size: say where the infinities are, not a "largest error"
+            idx = int(inf.flatten().nonzero()[0])
+            loc = [int(i) for i in torch.unravel_index(torch.tensor(idx), got_c.shape)]
+            lines.append(
+                f"The output holds {int(inf.sum())} infinite values (the first at {loc}: got "
+                f"{float(got_c.flatten()[idx]):.6g}, expected {float(exp_c.flatten()[idx]):.6g}): an overflow, or a "
+                "division where the format multiplies (by a scale of 0, or by the reciprocal's reciprocal)."
+            )
+        else:
+            err = (got_c.double() - exp_c.double()).abs()
+            err = torch.where(bad & ~nan, err, torch.zeros_like(err))
+            idx = int(err.flatten().argmax())
+            loc = [int(i) for i in torch.unravel_index(torch.tensor(idx), got_c.shape)]
+            lines.append(
+                f"Largest error {float(err.flatten()[idx]):.4g} at {loc}: got {float(got_c.flatten()[idx]):.6g}, "
+                f"expected {float(exp_c.flatten()[idx]):.6g} (tolerance {rtol:.2g} relative)."
+            )
         if got_c.dim() == 2:
             lines.append(f"Wrong elements lie {where_2d(bad & ~nan)}.")
-        inf = torch.isinf(got_c.float())
-        if inf.any():
-            lines.append(f"{int(inf.sum())} elements are infinite (overflow?).")
     for m in mistakes:
         if m.output is not None and tuple(m.output.shape) == tuple(exp_c.shape):
             cand = m.output.cpu()

@@ -16,6 +16,8 @@ from qmatmul.formats.w4a16 import (
     GROUP_SIZES,
     dequantize,
     gptq_dequantize,
+    gptq_group_size,
+    gptq_zeros,
     pack,
     to_gptq,
     unpack,
@@ -121,31 +123,48 @@ def check_unpack_magic(fn, kernel=None, *, hidden: bool = False, seed: int | Non
 
 
 def gptq_inputs(g: torch.Generator, hidden: bool):
-    """(packed, scales, zeros, G) in the course layout, zeros in 1..16 and fp16-exact scales."""
+    """(packed, scales, zeros, group_size, scale dtype): checkpoints in the course layout, zeros in 0..15, scales exact
+    in the checkpoint's dtype. group_size -1 is one group per column (G = K)."""
     if not hidden:
-        # N = 40 is ragged (not a multiple of 64); the second is symmetric: every zero 8, qzeros 0x77777777.
-        shapes = [(40, 64, 32, False), (24, 256, 128, True)]
+        # N = 40 is ragged (not a multiple of 64); the second is symmetric: every zero 8, qzeros 0x77777777; the third
+        # has one group per column (group_size -1) and bfloat16 scales, as AutoGPTQ stores a bf16 layer's.
+        shapes = [(40, 64, 32, False, torch.float16), (24, 256, 128, True, torch.float16),
+                  (16, 96, -1, False, torch.bfloat16)]  # fmt: skip
     else:
         shapes = []
-        for G in GROUP_SIZES:
-            K = G * int(torch.randint(1, 5, (1,), generator=g))
+        for G in (*GROUP_SIZES, -1):
+            K = (G if G > 0 else 32) * int(torch.randint(1, 5, (1,), generator=g))
             N = GPTQ_PACK * int(torch.randint(1, 40, (1,), generator=g))
-            while N in (K // 2, K // G):  # no square shapes: a transposed answer must show in its shape
+            while N in (
+                K // 2,
+                K // gptq_group_size(G, K),
+            ):  # no square shapes: a transposed answer must show
                 N += GPTQ_PACK
-            shapes.append((N, K, G, False))
+            dtype = (torch.float16, torch.bfloat16, torch.float32)[
+                int(torch.randint(0, 3, (1,), generator=g))
+            ]
+            shapes.append((N, K, G, False, dtype))
     cases = []
-    for N, K, G, symmetric in shapes:
+    for N, K, G, symmetric, dtype in shapes:
+        groups = K // gptq_group_size(G, K)
         q = torch.randint(0, 16, (N, K), dtype=torch.uint8, generator=g)
         k = min(K, 64)
         q[0, :k] = torch.arange(k) % 16  # every code appears, in every position of a word
         if symmetric:
-            z = torch.full((N, K // G), 8, dtype=torch.uint8)
+            z = torch.full((N, groups), 8, dtype=torch.uint8)
         else:
-            z = torch.randint(1, 17, (N, K // G), dtype=torch.uint8, generator=g)
-            z.view(-1)[: min(16, z.numel())] = torch.arange(1, 17, dtype=torch.uint8)[: min(16, z.numel())]
-            z[7, 0] = 16  # stored 15 in the top nibble of a qzeros word: the word is negative
-        s = (torch.rand(N, K // G, generator=g) * 0.05 + 1e-4).half().float()
-        cases.append((pack(q), s, z, G))
+            z = torch.randint(0, 16, (N, groups), dtype=torch.uint8, generator=g)
+            z.view(-1)[: min(16, z.numel())] = torch.arange(16, dtype=torch.uint8)[: min(16, z.numel())]
+            z[7, 0] = (
+                0  # zero 0 is stored as nibble 15, in the top nibble of a qzeros word: the word is negative
+            )
+            z[3, -1] = (
+                0  # and in a lower nibble: (15 + 1) & 0xF = 0, where 15 + 1 = 16 is AutoGPTQ's Triton rule
+            )
+            if N > 15:
+                z[15, 0] = 12  # a top nibble of 8..14 (stored 11): a negative word whose top field is no 15
+        s = (torch.rand(N, groups, generator=g) * 0.05 + 1e-4).to(dtype).float()
+        cases.append((pack(q), s, z, G, dtype))
     return cases
 
 
@@ -153,41 +172,44 @@ def _gptq_mistakes(packed, scales, zeros, qzeros, G):
     """(name, explanation, tensor name, wrong value) for the known mistakes of a GPTQ reader."""
     N, half = packed.shape
     K = 2 * half
-    groups = K // G
+    groups = K // gptq_group_size(G, K)
     q = unpack(packed)
-    stored = zeros.to(torch.int32) - 1  # [N, K/G]: the nibbles of qzeros
+    stored = (zeros.to(torch.int32) - 1) & 0xF  # [N, K/G]: the nibbles of qzeros
     rev_q = q.reshape(N, K // 8, 8).flip(-1).reshape(N, K)
-    rev_z = stored.T.reshape(groups, N // 8, 8).flip(-1).reshape(groups, N).T + 1
+    rev_s = stored.T.reshape(groups, N // 8, 8).flip(-1).reshape(groups, N).T
     # Arithmetic shift of the int32 without a mask on the top nibble: nibble 7 of a negative word comes out
     # negative (stored - 16). In the packed bytes the wrap to uint8 hides it; in the zeros it shows.
     top = (torch.arange(N) % 8 == 7)[:, None] & (stored >= 8)
-    signed = torch.where(top, stored - 16, stored) + 1
+    signed = torch.where(top, stored - 16, stored)
     # qzeros unpacked as if packed along K/G (qweight's axis): [8 K/G, N/8], then reshaped to fit.
-    wrong_axis = unpack_int32(qzeros, dim=0) + 1
+    wrong_axis = unpack_int32(qzeros, dim=0)
+    rule = ("The zero point is the stored nibble + 1 in 4 bits, (stored + 1) & 0xF: a stored 15 is a zero point of "
+            "0 (AutoGPTQ's packer writes zero 0 as -1).")  # fmt: skip
+    # Each zero-point mistake with the + 1 wrapped to 4 bits (the rule) and without (16 for a stored 15).
     out = [
         ("zero offset: forgot the +1 of GPTQ's stored zeros",
-         "The v1 format (checkpoint_format \"gptq\") stores zero − 1: the zero point is the nibble + 1.",
-         "zeros", stored.to(torch.uint8)),
+         "The v1 format (checkpoint_format \"gptq\") stores zero − 1: the zero point is (nibble + 1) & 0xF.",
+         "zeros", [stored]),
+        ("a stored zero of 15 read as 16 (the + 1 not kept to 4 bits)",
+         f"{rule} 16 is the rule of AutoGPTQ's Triton kernel; the course reads as its torch path does.",
+         "zeros", [stored + 1]),
         ("nibble order reversed within the int32",
          "Element 8i + j of a word is bits 4j..4j+3 (j = 0 in the lowest bits): shift right by 4·j.",
-         "packed", pack(rev_q)),
+         "packed", [pack(rev_q)]),
         ("nibble order reversed within the int32",
          "Zero point 8c + j of a qzeros word is bits 4j..4j+3 (j = 0 in the lowest bits): shift right by 4·j.",
-         "zeros", rev_z.to(torch.uint8)),
+         "zeros", [gptq_zeros(rev_s), rev_s + 1]),
         ("sign: used arithmetic shift on int32 so code 8..15 became negative",
          "qzeros and qweight are signed int32 and `>>` copies the sign bit into the top: mask every field, "
          "top nibble included, with & 0xF (or reinterpret the bytes as uint8).",
-         "zeros", signed.to(torch.uint8)),
+         "zeros", [signed + 1]),
         ("unpacked qzeros along the wrong axis",
          "qweight packs 8 codes along K (its rows), qzeros 8 zero points along N (its columns): qzeros[g, c] "
          "holds the zeros of n = 8c … 8c + 7 in group g.",
-         "zeros", wrong_axis.reshape(groups, N).T.contiguous().to(torch.uint8)),
-        ("unpacked qzeros along the wrong axis",
-         "qweight packs 8 codes along K (its rows), qzeros 8 zero points along N (its columns): qzeros[g, c] "
-         "holds the zeros of n = 8c … 8c + 7 in group g.",
-         "zeros", wrong_axis.T.reshape(N, groups).contiguous().to(torch.uint8)),
+         "zeros", [f(wrong_axis).reshape(groups, N).T.contiguous() for f in (gptq_zeros, lambda v: v + 1)]
+         + [f(wrong_axis).T.reshape(N, groups).contiguous() for f in (gptq_zeros, lambda v: v + 1)]),
     ]  # fmt: skip
-    return out
+    return [(name, why, tensor, v.to(torch.uint8)) for name, why, tensor, values in out for v in values]
 
 
 def _check_gptq_types(result, what, N, K, G, ctx):
@@ -221,8 +243,8 @@ def _check_gptq_types(result, what, N, K, G, ctx):
     if tuple(s.shape) != (N, groups):
         raise CheckFailed(f"scales must have shape [N, K/G] = [{N}, {groups}], got {list(s.shape)}{ctx}")
     if s.dtype != torch.float32:
-        raise CheckFailed(f"scales must be float32, got {s.dtype}: .float() converts GPTQ's fp16 scales "
-                          f"exactly (every fp16 value is a float32 value).{ctx}")  # fmt: skip
+        raise CheckFailed(f"scales must be float32, got {s.dtype}: .float() converts GPTQ's fp16 (or bf16) scales "
+                          f"exactly (every fp16 and bf16 value is a float32 value).{ctx}")  # fmt: skip
     if tuple(z.shape) != (N, groups) or z.dtype != torch.uint8:
         raise CheckFailed(f"zeros must be uint8 of shape [N, K/G] = [{N}, {groups}], got {z.dtype} "
                           f"{list(z.shape)}{ctx}")  # fmt: skip
@@ -235,18 +257,21 @@ def _check_gptq_types(result, what, N, K, G, ctx):
 
 def check_from_gptq(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Bonus: fn(qweight, qzeros, scales, group_size) -> (packed, scales, zeros) in the course layout, bit for bit,
-    reading GPTQ's v1 format (zeros stored minus one). Ragged N (a multiple of 8), G = 32/64/128."""
+    reading GPTQ's v1 format (zeros stored minus one, in 4 bits). Ragged N (a multiple of 8), G = 32/64/128 and -1
+    (one group per column), scales in float16, bfloat16 or float32."""
     seed, g, _ = common.cell(seed)
     what = "from_gptq"
-    for packed, s, z, G in gptq_inputs(g, hidden):
+    for packed, s, z, group_size, dtype in gptq_inputs(g, hidden):
         N, K = packed.shape[0], 2 * packed.shape[1]
-        qweight, qzeros, s16 = to_gptq(packed, s, z, G)
+        G = gptq_group_size(group_size, K)
+        qweight, qzeros, s16 = to_gptq(packed, s, z, group_size, scale_dtype=dtype)
         ctx = (
-            f" (qweight [{K // 8}, {N}], qzeros [{K // G}, {N // 8}], scales [{K // G}, {N}], group_size={G})"
+            f" (qweight [{K // 8}, {N}], qzeros [{K // G}, {N // 8}], {str(dtype).removeprefix('torch.')} scales "
+            f"[{K // G}, {N}], group_size={group_size})"
         )
         inputs = dict(qweight=qweight, qzeros=qzeros, scales=s16)
         before = {k: v.clone() for k, v in inputs.items()}
-        result = checks.call_learner(fn, qweight, qzeros, s16, G, what=what)
+        result = checks.call_learner(fn, qweight, qzeros, s16, group_size, what=what)
         for name, t in inputs.items():
             if not torch.equal(t, before[name]):
                 raise CheckFailed(
@@ -272,9 +297,9 @@ def check_from_gptq(fn, *, hidden: bool = False, seed: int | None = None) -> Non
                 lines.append(f"{name}: {len(bad)} of {expected[name].numel()} differ, first at [{r}, {c}]: got "
                              f"{fmt(got[name][r, c])}, expected {fmt(expected[name][r, c])}")  # fmt: skip
             deq = dequantize(got["packed"], got["scales"], got["zeros"], G)
-            n_bad = int((deq != gptq_dequantize(qweight, qzeros, s16, G)).sum())
-            lines.append(f"Dequantized, {n_bad} of {N * K} weights differ from GPTQ's (q − (stored zero + 1)) · "
-                         "scale.")  # fmt: skip
+            n_bad = int((deq != gptq_dequantize(qweight, qzeros, s16, group_size)).sum())
+            lines.append(f"Dequantized, {n_bad} of {N * K} weights differ from GPTQ's (q − ((stored zero + 1) & 0xF)) "
+                         "· scale.")  # fmt: skip
             raise CheckFailed("\n".join(lines))
     checks.passed(f"{what}: bit-exact on {'hidden' if hidden else 'visible'} inputs, the dequantized weights equal "
                   f"GPTQ's (seed {seed})")  # fmt: skip

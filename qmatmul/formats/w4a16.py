@@ -118,18 +118,51 @@ def tinygemm_operands(packed, scales, zeros, G):
 # weight W[N, K] (out_features N, in_features K):
 #   qweight int32 [K/8, N]:   qweight[r, n] bits 4j..4j+3 = q[n, 8r + j]           (packed along K)
 #   qzeros  int32 [K/G, N/8]: qzeros[g, c] bits 4j..4j+3 = stored zero of (n = 8c + j, group g)  (along N)
-#   scales  fp16  [K/G, N]
-# The "v1" checkpoint format (checkpoint_format "gptq", most checkpoints on the Hub) stores each zero point
-# minus one (AutoGPTQ's pack does `zeros -= 1`) and dequantizes with (stored + 1): w = (q - (stored + 1)) * s.
-# GPTQModel's v1 -> v2 conversion adds 0x11111111 to qzeros (gptqmodel/utils/model.py,
-# convert_gptq_v1_to_v2_format_module); vLLM reads v2 only when checkpoint_format == "gptq_v2". The course reads
-# v1. A stored nibble of 15 reads as zero 16 (outside the course quantizer's 0..15, but a uint8 holds it and
-# (q - z) * s stays exact); a zero of 0 cannot be written in v1 at all. Act-order (g_idx / desc_act) is out of
-# scope: groups are consecutive k, as in the course layout.
+#   scales  [K/G, N] in the layer's dtype: float16 in most checkpoints, bfloat16 or float32 in some
+# group_size -1 (AutoGPTQ's "no groups") is one group over all of K: G = K, one scale and zero per column.
+# Scales are read into float32, the course layout's dtype: exact from float16, bfloat16 and float32 alike (every
+# value of the three is a float32 value), so nothing is refused for its scale dtype.
+#
+# The zero points. The "v1" checkpoint format (checkpoint_format "gptq", most checkpoints on the Hub) stores each
+# zero point minus one: AutoGPTQ's pack does `zeros -= 1` (its quantizer's zeros lie in 0..maxq = 0..15), so a
+# zero of 0 is written as -1, nibble 15. AutoGPTQ 0.7.1 reads a nibble back two ways:
+#   torch path  (qlinear_cuda_old.py forward, and its dequantizers): shift, .to(int8), `zeros + 1`, then
+#               `& (2**bits - 1)`: (nibble + 1) & 0xF, so nibble 15 reads as zero 0;
+#   Triton path (nn_modules/triton_utils/kernels.py, quant_matmul_248_kernel): `(zeros >> shifter) & maxq`,
+#               then `zeros + 1`: nibble + 1, so nibble 15 reads as 16.
+# The course reads (nibble + 1) & 0xF, the torch path, on purpose: nibble 15 is what AutoGPTQ's packer writes for
+# a zero of 0, and only the wrap gives that 0 back (no quantizer writes a zero of 16: it lies outside 0..15). With
+# it v1 holds every zero point 0..15 of the course's quantizer, one nibble each, and to_gptq/from_gptq round-trip
+# bit for bit. (AutoGPTQ's packer, writing -1 as a uint32, also sets every higher nibble of that qzeros word; to_gptq
+# writes nibble 15 alone.) GPTQModel's v2 format stores the zero itself (its v1 -> v2 conversion adds 0x11111111
+# to qzeros, gptqmodel/utils/model.py); vLLM reads v2 only when checkpoint_format == "gptq_v2". The course reads
+# v1. Act-order (g_idx / desc_act) is out of scope: groups are consecutive k, as in the course layout.
+
+GPTQ_SCALE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def gptq_zeros(stored: torch.Tensor) -> torch.Tensor:
+    """v1's stored nibbles (0..15) -> zero points: (stored + 1) & 0xF, AutoGPTQ's torch path (15 reads as 0)."""
+    return (stored + 1) & 0xF
+
+
+def gptq_group_size(group_size: int, K: int) -> int:
+    """A checkpoint's group_size -> G, the k per group: -1 (one group over all of K) is K."""
+    if group_size == -1:
+        return K
+    if not isinstance(group_size, int) or isinstance(group_size, bool) or group_size <= 0:
+        raise ValueError(
+            f"group_size must be -1 (one group per column) or a positive group size, got {group_size}"
+        )
+    if K % group_size:
+        raise ValueError(f"K = {K} (8 x qweight's {K // GPTQ_PACK} rows) is not a multiple of {group_size}")
+    return group_size
 
 
 def gptq_prepare(qweight, qzeros, scales, group_size):
-    """Validate a GPTQ-layout weight (4 bits, no act-order) with clear messages. Returns K, N."""
+    """Validate a GPTQ-layout weight (4 bits, no act-order) with clear messages. Returns K, N.
+
+    group_size -1 means one group over all of K (G = K); scales may be float16, bfloat16 or float32."""
     for name, t in (("qweight", qweight), ("qzeros", qzeros), ("scales", scales)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -141,21 +174,17 @@ def gptq_prepare(qweight, qzeros, scales, group_size):
         raise TypeError(
             f"qzeros must be a 2-D int32 tensor [K/G, N/8], got {qzeros.dtype} {list(qzeros.shape)}"
         )
-    if scales.dtype != torch.float16 or scales.dim() != 2:
+    if scales.dtype not in GPTQ_SCALE_DTYPES or scales.dim() != 2:
         raise TypeError(
-            f"scales must be a 2-D float16 tensor [K/G, N] (GPTQ stores fp16 scales), got {scales.dtype} "
-            f"{list(scales.shape)}"
+            f"scales must be a 2-D float16, bfloat16 or float32 tensor [K/G, N] (GPTQ stores the layer's dtype), "
+            f"got {scales.dtype} {list(scales.shape)}"
         )
-    if group_size not in GROUP_SIZES:
-        raise ValueError(f"group_size must be one of {GROUP_SIZES}, got {group_size}")
     K, N = GPTQ_PACK * qweight.shape[0], qweight.shape[1]
     if N % GPTQ_PACK:
         raise ValueError(
             f"N = {N} is not a multiple of 8: GPTQ packs 8 zero points per int32 along N (qzeros [K/G, N/8])"
         )
-    if K % group_size:
-        raise ValueError(f"K = {K} (8 x qweight's {qweight.shape[0]} rows) is not a multiple of {group_size}")
-    groups = K // group_size
+    groups = K // gptq_group_size(group_size, K)
     if tuple(scales.shape) != (groups, N):
         raise ValueError(f"scales must have shape [K/G, N] = [{groups}, {N}], got {list(scales.shape)}")
     if tuple(qzeros.shape) != (groups, N // GPTQ_PACK):
@@ -193,34 +222,48 @@ def pack_int32(codes: torch.Tensor, dim: int) -> torch.Tensor:
     return torch.where(word >= 2**31, word - 2**32, word).to(torch.int32)
 
 
-def to_gptq(packed, scales, zeros, group_size):
-    """The course layout -> GPTQ v1: (qweight int32 [K/8, N], qzeros int32 [K/G, N/8], scales fp16 [K/G, N]).
+def to_gptq(packed, scales, zeros, group_size, scale_dtype=torch.float16):
+    """The course layout -> GPTQ v1: (qweight int32 [K/8, N], qzeros int32 [K/G, N/8], scales [K/G, N]).
 
-    Zeros are stored minus one (v1), so they must lie in 1..16; scales must be exactly representable in fp16."""
+    Zero points 0..15 are stored as (zero - 1) & 0xF (a zero of 0 as nibble 15, read back by gptq_zeros); scales
+    must be exactly representable in scale_dtype (float16, as most checkpoints, bfloat16 or float32). group_size -1
+    is G = K."""
     N, half = packed.shape
     K = 2 * half
-    if N % GPTQ_PACK or K % group_size:
-        raise ValueError(f"N = {N} must be a multiple of 8 and K = {K} of the group size {group_size}")
+    G = gptq_group_size(group_size, K)
+    if N % GPTQ_PACK:
+        raise ValueError(f"N = {N} must be a multiple of 8")
     z = zeros.to(torch.int64)
-    if bool(((z < 1) | (z > 16)).any()):
-        raise ValueError(
-            "GPTQ v1 stores zero - 1 in a nibble: zero points must lie in 1..16 (a zero of 0 would be stored as "
-            "-1; that is the v1 format's known flaw, which GPTQModel's v2 format removes)"
-        )
-    s16 = scales.to(torch.float16)
-    if not torch.equal(s16.float(), scales.float()):
-        raise ValueError("scales must be exactly representable in float16 (GPTQ stores fp16 scales)")
+    if bool(((z < 0) | (z > QMAX)).any()):
+        raise ValueError(f"zero points must lie in 0..{QMAX}: v1 stores (zero - 1) & 0xF in a nibble")
+    if scale_dtype not in GPTQ_SCALE_DTYPES:
+        raise ValueError(f"scale_dtype must be one of {GPTQ_SCALE_DTYPES}, got {scale_dtype}")
+    s = scales.to(scale_dtype)
+    if not torch.equal(s.float(), scales.float()):
+        raise ValueError(f"scales must be exactly representable in {str(scale_dtype).removeprefix('torch.')}")
+    if tuple(zeros.shape) != (N, K // G):
+        raise ValueError(f"zeros must have shape [N, K/G] = [{N}, {K // G}], got {list(zeros.shape)}")
     qweight = pack_int32(unpack(packed).T, dim=0)  # [K, N] codes -> [K/8, N]
-    qzeros = pack_int32((z - 1).T, dim=1)  # [K/G, N] stored zeros -> [K/G, N/8]
-    return qweight.contiguous(), qzeros.contiguous(), s16.T.contiguous()
+    qzeros = pack_int32(((z - 1) & 0xF).T, dim=1)  # [K/G, N] stored zeros -> [K/G, N/8]
+    return qweight.contiguous(), qzeros.contiguous(), s.T.contiguous()
 
 
 def gptq_dequantize(qweight, qzeros, scales, group_size) -> torch.Tensor:
-    """GPTQ v1 dequantized, as AutoGPTQ's torch path computes it (shifts and masks, zeros + 1), in float32,
-    returned in nn.Linear's layout [N, K]: w[n, k] = (q[k, n] - (stored zero + 1)) * scale. The product of a
-    small integer and an fp16 scale is exact in float32."""
+    """GPTQ v1 dequantized as AutoGPTQ's torch path computes it (shifts and masks, zeros (nibble + 1) & 0xF), in
+    float32, returned in nn.Linear's layout [N, K]: w[n, k] = (q[k, n] - gptq_zeros(stored)) * scale. The product
+    of a small integer and a float16, bfloat16 or float32 scale is exact in float32."""
     K, N = gptq_prepare(qweight, qzeros, scales, group_size)
+    G = gptq_group_size(group_size, K)
     q = unpack_int32(qweight, dim=0)  # [K, N]
-    z = unpack_int32(qzeros, dim=1) + 1  # [K/G, N]
-    s = scales.float().repeat_interleave(group_size, dim=0)
-    return ((q - z.repeat_interleave(group_size, dim=0)).float() * s).T.contiguous()
+    z = gptq_zeros(unpack_int32(qzeros, dim=1))  # [K/G, N]
+    s = scales.float().repeat_interleave(G, dim=0)
+    return ((q - z.repeat_interleave(G, dim=0)).float() * s).T.contiguous()
+
+
+def regroup(scales, zeros, group_size: int, new_size: int):
+    """The same weight in smaller groups: each group's scale and zero repeated group_size // new_size times (exact).
+    A checkpoint with one group per column (G = K) runs through the course's kernels as groups of 128, say."""
+    if group_size % new_size:
+        raise ValueError(f"the new group size {new_size} must divide {group_size}")
+    r = group_size // new_size
+    return scales.repeat_interleave(r, dim=1).contiguous(), zeros.repeat_interleave(r, dim=1).contiguous()
