@@ -52,6 +52,18 @@ OPERATORS = [
     ("call", r"\.abs\(\)", ""),
 ]
 
+# Mistakes a chapter's text names that the operators above never make, as one-line mutants of its solution:
+# (kind, pattern, replacement), matched like OPERATORS in that chapter's solution lines only.
+CHAPTER_OPERATORS = {
+    "fp8": [
+        # exercise 5: the K block off by one; the weight-scale row of the tile, not of the scale block
+        ("index", r"\bk0 // SCALE\b", "k0 // SCALE + 1"),
+        ("index", r"\(offs_n // SCALE\)", "(offs_n // BLOCK_N)"),
+        # exercise 1: the scale computed in x's own 16-bit dtype
+        ("dtype", r"^(\s*)x = x\.float\(\)$", r"\1x = x"),
+    ],
+}
+
 
 def solution_cells(assignment: str) -> dict[str, str]:
     """grade_id -> source of each solution cell, markers included (mutants change the lines between them)."""
@@ -91,7 +103,7 @@ def mutants(assignment: str) -> list[dict]:
                     )
                 )
 
-            for kind, pattern, repl in OPERATORS:
+            for kind, pattern, repl in OPERATORS + CHAPTER_OPERATORS.get(assignment, []):
                 for m in re.finditer(pattern, code):
                     if kind == "constant":
                         n = int(m.group(1))

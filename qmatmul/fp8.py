@@ -7,8 +7,9 @@ qmatmul/scaffold/fp8.py     what the learner's code calls, in the learner's proc
                             __all__ is the chapter's GIVEN
 qmatmul/checks/fp8_casts.py the checks of exercises 1 and 2: the saturating cast, the quantizer (graded under
                             NonSaturatingCasts), the e4m3 -> fp16 decoder
-qmatmul/checks/fp8.py       the checks of exercises 3 to 5 (the GEMM, the decode kernel, the block-scaled
-                            GEMM): grading shapes and thresholds, test inputs, known mistakes, the timed problem
+qmatmul/checks/fp8.py       the checks of exercises 3 and 4 (the GEMM, the decode kernel): grading shapes and
+                            thresholds, test inputs, known mistakes, the timed problem
+qmatmul/checks/fp8_block.py the checks of exercise 5 (the block-scaled GEMM): its inputs, mistakes and probes
 qmatmul/teaching/fp8.py     the bits explorer, the bytes per weight, the granularity figure, the predictions,
                             the comparison of the paths
 """
@@ -26,9 +27,7 @@ from qmatmul.checks.fp8 import (
     PREFILL_THRESHOLD,
     accumulation_hint,
     accumulation_problem,
-    block_mistakes,
     check_accumulation,
-    check_block_matmul,
     check_decode,
     check_decode_bandwidth,
     check_matmul,
@@ -36,7 +35,6 @@ from qmatmul.checks.fp8 import (
     checked_paths,
     kernel_mistakes,
     name_overflowing,
-    random_block_problem,
     random_matrix,
     random_problem,
     recheck,
@@ -46,6 +44,12 @@ from qmatmul.checks.fp8 import (
     timing_inputs,
     timing_problem,
     timing_weights,
+)
+from qmatmul.checks.fp8_block import (
+    block_mistakes,
+    block_rounding_problems,
+    check_block_matmul,
+    random_block_problem,
 )
 from qmatmul.checks.fp8_casts import (
     NonSaturatingCasts,
@@ -115,11 +119,13 @@ __all__ = [
     "prepare", "prepare_block", "use_path",
     # qmatmul/checks/fp8_casts.py
     "NonSaturatingCasts", "check_decoder", "check_quantizer", "check_quantizers", "check_saturate", "pitfall_matrix",
+    # qmatmul/checks/fp8_block.py
+    "block_mistakes", "block_rounding_problems", "check_block_matmul", "random_block_problem",
     # qmatmul/checks/fp8.py
     "ACCUMULATION_MISTAKE", "BANDWIDTH_MS", "BANDWIDTH_SHAPE", "BANDWIDTH_THRESHOLD", "FOLDED", "PATH_NAMES",
-    "PREFILL_SHAPE", "PREFILL_THRESHOLD", "accumulation_hint", "accumulation_problem", "block_mistakes",
-    "check_accumulation", "check_block_matmul", "check_decode", "check_decode_bandwidth", "check_matmul",
-    "check_prefill_speed", "checked_paths", "kernel_mistakes", "name_overflowing", "random_block_problem",
+    "PREFILL_SHAPE", "PREFILL_THRESHOLD", "accumulation_hint", "accumulation_problem",
+    "check_accumulation", "check_decode", "check_decode_bandwidth", "check_matmul",
+    "check_prefill_speed", "checked_paths", "kernel_mistakes", "name_overflowing",
     "random_matrix", "random_problem", "recheck", "rounding_problems", "skipped_path_note", "timing_block_problem",
     "timing_inputs", "timing_problem", "timing_weights",
     # qmatmul/teaching/fp8.py

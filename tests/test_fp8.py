@@ -1,6 +1,7 @@
 """FP8: the reference against independent oracles, the platform facts it relies on, every check shown to fail."""
 
 import math
+import re
 
 import ml_dtypes
 import numpy as np
@@ -190,7 +191,7 @@ WRONG_QUANTIZERS = {
     "use a ceiling division": lambda x, b: (fp8.quantize(x, b)[0], fp8.quantize(x, b)[1][: x.shape[0] // b[0], : x.shape[1] // b[1]]),
     "scale grid is transposed": lambda x, b: (fp8.quantize(x, b)[0], fp8.quantize(x, b)[1].T.contiguous()),
     "must be float32": lambda x, b: (fp8.quantize(x, b)[0], fp8.quantize(x, b)[1].double()),
-    "compute max|x| / 448 in float32": lambda x, b: (fp8.quantize(x, b)[0], torch.where(fp8.block_amax(x, b) > 0, (fp8.block_amax(x, b).half() / 448).float(), 1.0)),
+    "compute the scale in float32": lambda x, b: (fp8.quantize(x, b)[0], torch.where(fp8.block_amax(x, b) > 0, (fp8.block_amax(x, b).half() / 448).float(), 1.0)),
     "all-zero block got scale": lambda x, b: (fp8.quantize(x, b)[0], fp8.block_amax(x, b) / 448),
 }  # fmt: skip
 
@@ -501,3 +502,162 @@ def test_visible_check_names_the_pitfalls_of_the_text(name):
     for seed in (0, 1):
         with pytest.raises(CheckFailed, match=name.replace("|", r"\|")):
             fp8.check_quantizer(WRONG_QUANTIZERS[name], seed=seed)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Issue 43: the pitfalls the text names show on every visible run, and are named
+
+
+def _quantizer_in_x_dtype(x, block, keep_dtype):
+    """The solution's quantizer without `x = x.float()`: max|x| / 448 and x / s in x's own dtype."""
+    R, C = x.shape
+    br, bc = block
+    nr, nc = -(-R // br), -(-C // bc)
+    padded = torch.nn.functional.pad(x.abs(), (0, nc * bc - C, 0, nr * br - R))
+    amax = padded.view(nr, br, nc, bc).amax(dim=(1, 3))
+    s = torch.where(amax > 0, amax / 448.0, torch.ones_like(amax))
+    s_full = s.repeat_interleave(br, dim=0).repeat_interleave(bc, dim=1)[:R, :C]
+    return fp8.saturate(x / s_full), (s if keep_dtype else s.float())
+
+
+def test_the_visible_16_bit_inputs_show_a_16_bit_scale():
+    """Deterministic: on each 16-bit visible input, max|x| / 448 rounded to 16 bits differs from the float32 one in
+    most blocks (for a bf16 max m·2^e, the two agree only where the 8-bit m is a multiple of 7)."""
+    from qmatmul.checks.fp8_casts import sixteen_bit_pitfalls
+
+    assert {x.dtype for x, _ in sixteen_bit_pitfalls()} == {torch.bfloat16, torch.float16}
+    for x, block in sixteen_bit_pitfalls():
+        nb = fp8.normalize_block(block, x.shape)
+        s = fp8.quantize(x, nb)[1]
+        s16 = _quantizer_in_x_dtype(x, nb, False)[1]
+        assert (s16 != s).float().mean() > 0.4
+
+
+@pytest.mark.parametrize("keep_dtype", [False, True], ids=["returned as float32", "returned in x's dtype"])
+def test_a_scale_computed_in_16_bits_fails_every_visible_run_and_is_named(keep_dtype):
+    def wrong(x, b):
+        return _quantizer_in_x_dtype(x, b, keep_dtype)
+
+    wrong(fp8.random_matrix(4, 256, checks.generator(0)), (1, 128))  # float32 x: right there
+    for seed in range(4):
+        for hidden in (False, True):
+            with pytest.raises(CheckFailed, match="compute the scale in float32") as exc:
+                fp8.check_quantizer(wrong, hidden=hidden, seed=seed)
+            if not keep_dtype:
+                assert "known mistake: scale computed in 16 bits" in str(exc.value)
+
+
+def test_the_16_bit_scale_mutant_of_the_solution_is_the_same_mistake():
+    from autograder import mutate
+
+    [m] = [m for m in mutate.mutants("fp8") if m["kind"] == "dtype" and m["cell"] == "ex1_quantizer"]
+    assert m["new"] == "x = x"
+
+
+def _block_variant(fp8_solution, old: str, new: str, name: str):
+    from qmatmul import course
+
+    src = course.solution_source("ex5_block_matmul")
+    assert old in src
+    return course.load_notebook_code("fp8", {"ex5_block_matmul": src.replace(old, new)}, name=name)
+
+
+_SOLUTION_STEP = """        if FP8_DOT:
+            part = tl.dot(x.to(tl.float8e4nv, bitcast=True), w.to(tl.float8e4nv, bitcast=True))
+        else:
+            part = tl.dot(e4m3_to_fp16(x), e4m3_to_fp16(w))
+        sx = tl.load(sx_ptr + offs_m * stride_sxm + kb * stride_sxk, mask=offs_m < M, other=0.0)
+        sw = tl.load(sw_ptr + (offs_n // SCALE) * stride_swn + kb * stride_swk, mask=offs_n < N, other=0.0)
+        acc += part * sx[:, None] * sw[None, :]
+"""
+_LOADS = """        sx = tl.load(sx_ptr + offs_m * stride_sxm + kb * stride_sxk, mask=offs_m < M, other=0.0)
+        sw = tl.load(sw_ptr + (offs_n // SCALE) * stride_swn + kb * stride_swk, mask=offs_n < N, other=0.0)
+"""
+FOLDED_STEPS = {  # a learner's scales multiplied into the 16-bit tiles before the dot, on both paths
+    "sw folded into the weights": _LOADS
+    + "        part = tl.dot(e4m3_to_fp16(x), (e4m3_to_fp16(w) * sw[None, :]).to(tl.float16))\n"
+    "        acc += part * sx[:, None]\n",
+    "sx folded into the activations": _LOADS
+    + "        part = tl.dot((e4m3_to_fp16(x) * sx[:, None]).to(tl.float16), e4m3_to_fp16(w))\n"
+    "        acc += part * sw[None, :]\n",
+}
+
+
+@pytest.mark.parametrize("name", FOLDED_STEPS)
+def test_block_scales_folded_into_a_tile_fail_every_visible_run_and_are_named(fp8_solution, name):
+    """Exercise 5's rounding probes: the random problems alone passed such a kernel on 4 runs of 13."""
+    module = _block_variant(fp8_solution, _SOLUTION_STEP, FOLDED_STEPS[name], name="folded")
+    for seed in range(3):
+        with pytest.raises(
+            CheckFailed, match=f"known mistake: {name}. .*start each K block's product from zero"
+        ):
+            fp8.check_block_matmul(module.fp8_block_matmul, seed=seed)
+
+
+def test_the_block_rounding_probes_are_exact_for_the_right_kernel_and_far_off_folded():
+    from qmatmul.checks import fp8_block
+
+    for ones, args in fp8.block_rounding_problems(16, 64, 256, "cpu"):
+        ref = fp8.block_reference(*args)
+        assert torch.allclose(ref, torch.full_like(ref, checks.common.PROBE_SCALE), rtol=1e-6)
+        folded = {
+            m.name: m.output for m in fp8.block_mistakes(*args, dtype=torch.float16) if "folded" in m.name
+        }
+        name = "sw folded into the weights" if ones == "x" else "sx folded into the activations"
+        err = float(((folded[name] - ref) / ref).abs().max())
+        assert err > 20 * checks.tolerance_for(torch.float16), (name, err)
+    assert fp8_block.INDEX_SHAPE[1] > fp8.SCALE_BLOCK  # two weight blocks: a wrong row index shows
+
+
+INDEX_NAMES = {
+    "kb = k0 // SCALE + 1": "K-block index off by one (k0 // SCALE + 1)",
+    "(offs_n // BLOCK_N)": "weight-scale row taken from the tile (offs_n // BLOCK_N)",
+}
+
+
+@pytest.mark.parametrize("new", INDEX_NAMES)
+def test_a_wrong_block_index_is_named_as_such_on_every_visible_run(new):
+    """The mutants of autograder/mutate.py: each reads past the end of the scales in the interpreter, which the memory
+    audit had answered with "mask every load and store"; the diagnosis names the index instead."""
+    from autograder import mutate
+    from qmatmul import course
+
+    [m] = [m for m in mutate.mutants("fp8") if m["kind"] == "index" and new in m["new"]]
+    module = course.load_notebook_code("fp8", {m["cell"]: m["source"]}, name="index")
+    for seed in range(3):
+        with pytest.raises(CheckFailed, match=re.escape(f"known mistake: {INDEX_NAMES[new]}")) as exc:
+            fp8.check_block_matmul(module.fp8_block_matmul, seed=seed)
+        assert "Mask every load" not in str(exc.value)
+    with pytest.raises(CheckFailed, match="K-block index|weight-scale row"):
+        fp8.check_block_matmul(module.fp8_block_matmul, hidden=True, seed=5)
+
+
+def test_every_index_mistake_is_told_apart_on_the_diagnosis_problem():
+    """Where each wrong index's reads stay inside sx and sw, its output differs from the right one's and from every
+    other wrong index's, so the diagnosis names one mistake (or none)."""
+    from qmatmul.checks import fp8_block
+
+    xq, sx, wq, sw = fp8_block.index_problem("cpu")
+    ref = fp8.block_reference(xq, sx, wq, sw)
+    outs = fp8_block.index_outputs(xq, sx, wq, sw, {16, 32, 64, 256})
+    assert {name for name, *_ in outs} == {name for name, *_ in fp8_block.INDEX_MISTAKES}
+    rtol = checks.tolerance_for(torch.float16)
+    for i, (name, _, y, known) in enumerate(outs):
+        assert known.float().mean() > 0.01, name
+        assert checks.mismatch(y[known], ref[known], rtol).any(), name
+        for other, _, z, known2 in outs[i + 1 :]:
+            both = known & known2
+            assert other == name or not both.any() or checks.mismatch(y[both], z[both], rtol).any(), (
+                name,
+                other,
+            )
+
+
+def test_the_forced_fp8_path_is_not_called_native_off_a_gpu():
+    """On a CPU the checks force FP8_DOT=True in the interpreter whatever setup said about fp8 tensor cores: the
+    failure names that path as emulated, not as the machine's native fp8 tl.dot."""
+    from qmatmul.checks.fp8 import path_name
+
+    assert "emulated by the interpreter" in path_name(True, "cpu") and "native" not in path_name(True, "cpu")
+    assert path_name(True, "cuda") == "native fp8 tl.dot"
+    assert path_name(False, "cpu") == path_name(False, "cuda") == "e4m3 decoded to fp16"

@@ -156,3 +156,26 @@ def check_decode_bandwidth(fn, *, what: str, module: str, shape, Ms, nbytes, thr
         fn, what=what, module=module, N=N, K=K, Ms=Ms, out_dtype=out_dtype or act_dtypes("cuda")[-1],
         nbytes=nbytes, threshold=threshold, hint=hint, seed=seed,
     )  # fmt: skip
+
+
+def named_16_bit(
+    report: str, fn, w: torch.Tensor, *args, what: str, returns: Sequence[str], reference
+) -> str:
+    """A quantizer's failed report on a 16-bit w, led by the mistake when fn gives the reference on the same values in
+    float32 (exact there): its arithmetic followed w's dtype. reference(w) is the reference's outputs, in order."""
+    if w.dtype not in (torch.float16, torch.bfloat16) or "known mistake" in report:
+        return report
+    try:
+        result = checks.call_learner(fn, w.float(), *args, what=what)
+    except CheckFailed:
+        return report
+    ref = reference(w)
+    if not (isinstance(result, (tuple, list)) and len(result) == len(returns) == len(ref)) or not all(
+        isinstance(a, torch.Tensor) and a.shape == b.shape and torch.equal(a.to(b.dtype), b)
+        for a, b in zip(result, ref, strict=True)
+    ):
+        return report
+    dtype = str(w.dtype).removeprefix("torch.")
+    return (f"This matches a known mistake: computed in {dtype}. The same values in float32 give the reference: "
+            f"compute in float32 (w.float() first). In {dtype} every division and rounding lands on 16-bit values.\n"
+            f"{report}")  # fmt: skip

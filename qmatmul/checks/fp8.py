@@ -1,8 +1,8 @@
 """Chapter FP8's trusted grading of the kernel exercises: the grading shapes and thresholds, the test inputs, the
-known mistakes and the checks of the GEMM with row scales (exercise 3), the decode kernel (exercise 4) and the
-block-scaled GEMM (exercise 5), on both paths, with the timed problem qmatmul/checks/harness.py draws (this module
-is its `module`: timing_weights, timing_inputs, reference). Exercises 1 and 2 (the casts, the quantizer, the
-decoder) are checked in qmatmul/checks/fp8_casts.py."""
+known mistakes and the checks of the GEMM with row scales (exercise 3) and the decode kernel (exercise 4), on both
+paths, with the timed problem qmatmul/checks/harness.py draws (this module is its `module`: timing_weights,
+timing_inputs, reference). Exercises 1 and 2 (the casts, the quantizer, the decoder) are checked in
+qmatmul/checks/fp8_casts.py, exercise 5 (the block-scaled GEMM) in qmatmul/checks/fp8_block.py."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from qmatmul.checks import CheckFailed, Mistake, common, harness
 from qmatmul.formats.fp8 import (
     E4M3,
     SCALE_BLOCK,
-    block_reference,
     bytes_moved,
     cdiv,
     quantize,
@@ -141,6 +140,14 @@ def checked_paths(device: str) -> list[bool]:
 PATH_NAMES = {True: "native fp8 tl.dot", False: "e4m3 decoded to fp16"}  # fp8_dot -> the path in the messages
 
 
+def path_name(fp8_dot: bool, device: str) -> str:
+    """The path as a message names it: off a GPU the "native" path is the interpreter's emulation of it (the check
+    forces FP8_DOT=True there whatever setup said about this machine's fp8 tensor cores)."""
+    if fp8_dot and device != "cuda":
+        return "the FP8_DOT=True path (tl.dot on e4m3, emulated by the interpreter)"
+    return PATH_NAMES[fp8_dot]
+
+
 def _run_path(fn, args, fp8_dot: bool, n_passed: int, what: str):
     try:
         with use_path(fp8_dot):
@@ -158,7 +165,7 @@ def _check_kernel(fn, what, shapes, device, g) -> int:
     n = 0
     dtype = out_dtype(device)
     for fp8_dot in checked_paths(device):
-        path = PATH_NAMES[fp8_dot]
+        path = path_name(fp8_dot, device)
         for i, (M, N, K) in enumerate(shapes):
             strided = i % 2 == 1
             per_tensor = i == 1 and len(shapes) > 2  # strided x with one scale for the whole tensor
@@ -209,10 +216,12 @@ ACCUMULATION_MISTAKE = (
 )
 
 
-def _check_fixed(fn, what: str, device: str, M: int, N: int, K: int, problems) -> int:
+def check_fixed(fn, what: str, device: str, M: int, N: int, K: int, problems, reference=reference,
+                mistakes_of=kernel_mistakes) -> int:  # fmt: skip
     """Fixed problems that show a mistake random inputs show only by chance, run after the ordinary cases on every
-    path: problems holds (args, note, mistakes, explanation); a failure names `mistakes` it matches, or is
-    `explanation` (a known mistake with no output of its own to match)."""
+    path: problems holds (args, note, mistakes, explanation); a failure names the mistakes_of(*args, dtype=...) it
+    matches when `mistakes`, or is `explanation` (a known mistake with no output of its own to match). `reference`
+    and `mistakes_of` are exercise 5's in qmatmul/checks/fp8_block.py."""
     n = 0
     dtype = out_dtype(device)
     for fp8_dot in checked_paths(device):
@@ -222,8 +231,8 @@ def _check_fixed(fn, what: str, device: str, M: int, N: int, K: int, problems) -
             y, _ = _run_path(fn, (*args, out), fp8_dot, 1, what)
             try:
                 checks.compare(y, reference(*args), what=what, rtol=checks.tolerance_for(dtype), poisoned=True,
-                               context=f" (M={M}, N={N}, K={K}, {PATH_NAMES[fp8_dot]}{note})",
-                               mistakes=kernel_mistakes(*args, dtype=dtype) if mistakes else ())  # fmt: skip
+                               context=f" (M={M}, N={N}, K={K}, {path_name(fp8_dot, device)}{note})",
+                               mistakes=mistakes_of(*args, dtype=dtype) if mistakes else ())  # fmt: skip
             except CheckFailed as exc:
                 if not explanation:
                     raise
@@ -239,7 +248,7 @@ def check_accumulation(fn, what: str, device: str) -> int:
     """A deterministic case that shows reduced-precision accumulation (run after the ordinary cases pass)."""
     M, N, K = (128, 128, 8192) if device == "cuda" else (32, 64, 1024)
     note = f": big products that cancel, small ones that sum to {(K - 512) / 2048:g}"
-    return _check_fixed(fn, what, device, M, N, K,
+    return check_fixed(fn, what, device, M, N, K,
                         [(accumulation_problem(M, N, K, device), note, False, ACCUMULATION_MISTAKE)])  # fmt: skip
 
 
@@ -265,7 +274,7 @@ def _check_rounding(fn, what: str, device: str) -> int:
         (args, f", the rounding probe: {ones} = 1", True, "")
         for ones, args in rounding_problems(M, N, K, device)
     ]
-    return _check_fixed(fn, what, device, M, N, K, problems)
+    return check_fixed(fn, what, device, M, N, K, problems)
 
 
 def accumulation_hint(report: str, imprecise: bool) -> str:
@@ -426,107 +435,3 @@ def check_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: 
         nbytes=lambda M: bytes_moved(M, N, K), threshold=threshold, seed=seed,
         hint="Read each weight byte once, in wide tiles (BLOCK_K 256+), with every program busy on a strip of N.",
     )  # fmt: skip
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Exercise 5: the block-scaled GEMM (DeepSeek-V3: activations 1 x 128, weights 128 x 128)
-
-
-def random_block_problem(M, N, K, device, g, strided=False):
-    """xq [M, K] (a strided view when asked) with 1 x 128 scales, wq [N, K] with 128 x 128 scales."""
-    pad = 9 if strided else 0
-    x = random_matrix(M, K + pad, g, outliers=True)
-    xq_full, _ = quantize(x, (1, SCALE_BLOCK))
-    xq = xq_full[:, :K]
-    _, sx = quantize(x[:, :K], (1, SCALE_BLOCK))
-    w = random_matrix(N, K, g) * 0.02
-    w *= torch.exp(torch.empty(1, K).uniform_(-2.0, 2.0, generator=g))  # K blocks of distinct magnitudes
-    wq, sw = quantize(w, (SCALE_BLOCK, SCALE_BLOCK))
-    return xq.to(device), sx.to(device), wq.to(device), sw.to(device)
-
-
-def block_mistakes(xq, sx, wq, sw) -> list[Mistake]:
-    M, K = xq.shape
-    N = wq.shape[0]
-    B = SCALE_BLOCK
-    xf, wf = xq.double().cpu(), wq.double().cpu()
-    sxd, swd = sx.double().cpu(), sw.double().cpu()
-    nkb = sxd.shape[1]
-    sw_rows = swd.repeat_interleave(B, 0)[:N]  # [N, nkb]
-
-    def with_scales(sx_kb, sw_kb):
-        y = torch.zeros(M, N, dtype=torch.float64)
-        for kb in range(nkb):
-            part = xf[:, kb * B : (kb + 1) * B] @ wf[:, kb * B : (kb + 1) * B].T
-            y += part * sx_kb(kb)[:, None] * sw_kb(kb)[None, :]
-        return y.float()
-
-    last = nkb - 1
-
-    def nxt(t, zero_last):
-        return lambda kb: (
-            t[:, kb + 1] if kb < last else (torch.zeros_like(t[:, 0]) if zero_last else t[:, last])
-        )
-
-    raw = (xf @ wf.T).float()
-    out = [
-        Mistake("block-scale index off by a block", "K step k0 uses the scales of K block k0 // BLOCK_K (here "
-                "the next block's were used): index sx[m, kb] and sw[n // 128, kb] with kb = k0 // BLOCK_K.",
-                with_scales(nxt(sxd, True), nxt(sw_rows, True))),
-        Mistake("block-scale index off by a block", "K step k0 uses the scales of K block k0 // BLOCK_K (here "
-                "the next block's were used): index sx[m, kb] and sw[n // 128, kb] with kb = k0 // BLOCK_K.",
-                with_scales(nxt(sxd, False), nxt(sw_rows, False))),
-        Mistake("scales of the last K block applied in the epilogue", "Block scales change along K: multiply "
-                "each K block's partial product by its own scales inside the loop, then add it to the fp32 "
-                "accumulator.", (raw.double() * sxd[:, last, None] * sw_rows[None, :, last]).float()),
-        Mistake("scales missing", "Multiply each K block's partial product by sx[m, kb] · sw[n // 128, kb].", raw),
-        Mistake("exponent bias not corrected", "e4m3 has bias 7, fp16 bias 15: the decoded tiles are 2^-8 too "
-                "small, so the product is 2^-16 too small (exercise 2).", block_reference(xq, sx, wq, sw) * 2.0**-16),
-    ]  # fmt: skip
-    ones_n, ones_m = torch.ones(N, dtype=torch.float64), torch.ones(M, dtype=torch.float64)
-    out.append(
-        Mistake(
-            "weight block scale missing",
-            "Each K block's product needs the weight block's scale sw[n // 128, kb] too.",
-            with_scales(lambda kb: sxd[:, kb], lambda kb: ones_n),
-        )
-    )
-    out.append(Mistake("activation block scale missing", "Each K block's product needs the token's scale "
-                       "sx[m, kb] too.", with_scales(lambda kb: ones_m, lambda kb: sw_rows[:, kb])))  # fmt: skip
-    return out
-
-
-def check_block_matmul(fn, *, hidden: bool = False, seed: int | None = None) -> None:
-    """Exercise 5: the block-scaled GEMM on both paths, ragged shapes, strided views, poisoned output, fused."""
-    seed, g, device = common.cell(seed)
-    what = "fp8_block_matmul"
-    dtype = out_dtype(device)
-    if not hidden:
-        shapes = [(40, 160, 300), (50, 200, 260)]  # N over two weight blocks, K over three
-    else:
-        big = device == "cuda"
-        shapes = [(int(torch.randint(17, 300 if big else 70, (1,), generator=g)),
-                   int(torch.randint(129, 700 if big else 260, (1,), generator=g)),
-                   int(torch.randint(129, 1500 if big else 420, (1,), generator=g))) for _ in range(2)]  # fmt: skip
-        shapes.append((1, 130, 77))
-    n = 0
-    for fp8_dot in checked_paths(device):
-        path = PATH_NAMES[fp8_dot]
-        for i, (M, N, K) in enumerate(shapes):
-            strided = i % 2 == 1
-            xq, sx, wq, sw = random_block_problem(M, N, K, device, g, strided=strided)
-            full, out = common.poisoned_out(M, N, dtype, device, strided)
-            ctx = f" (M={M}, N={N}, K={K}, {path}{', strided xq and out' if strided else ''})"
-            inputs = dict(xq=xq, sx=sx, wq=wq, sw=sw)
-            before = checks.snapshot(inputs)
-            y, ops = _run_path(fn, (xq, sx, wq, sw, out), fp8_dot, n, what)
-            mistakes = block_mistakes(xq, sx, wq, sw)
-            try:
-                checks.verify_kernel_result(y, ops, what=what, inputs=inputs, before=before, out=out, full=full,
-                                            weight_shape=(N, K), dtype=dtype,
-                                            expected=block_reference(xq, sx, wq, sw), mistakes=mistakes, ctx=ctx)  # fmt: skip
-            except CheckFailed as exc:
-                raise CheckFailed(name_overflowing(str(exc), y, mistakes, dtype)) from None
-            n += 1
-    checks.passed(f"{what}: {n} {'hidden' if hidden else 'visible'} cases match the reference (seed {seed})."
-                  + skipped_path_note(device))  # fmt: skip

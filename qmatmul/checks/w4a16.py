@@ -86,7 +86,12 @@ def _quantizer_inputs(g: torch.Generator, hidden: bool):
             w[1, :128].abs() + 0.01
         )  # an all-positive group: the range must still hold 0 (the text says so)
         w[2, 128:] = -w[2, 128:].abs()  # an all-negative group
-        return [(random_weight(4, 64, g), 32), (w, 128)]
+        # and a fixed bf16 weight, on which arithmetic in w's own dtype differs (tests/test_text_claims.py)
+        return [
+            (random_weight(4, 64, g), 32),
+            (w, 128),
+            (random_weight(8, 256, checks.generator(1), torch.bfloat16), 128),
+        ]
     cases = []
     for dtype, G in ((torch.float32, 32), (torch.float16, 64), (torch.bfloat16, 128), (torch.float32, 128)):
         N = int(torch.randint(5, 40, (1,), generator=g))
@@ -175,63 +180,68 @@ def check_quantizer(fn, *, hidden: bool = False, seed: int | None = None) -> Non
     An all-zero group may have any positive scale and any zero point, as long as its codes equal that zero."""
     seed, g, _ = common.cell(seed)
     what = "quantize_int4"
-    for w, G in _quantizer_inputs(g, hidden):
-        N, K = w.shape
-        ctx = f" (w: {str(w.dtype).replace('torch.', '')} [{N}, {K}], group_size={G})"
-        result = common.call_quantizer(
-            fn, w, G, what=what, returns=("packed", "scales", "zeros"), ctx=ctx, copy=True
-        )
-        packed, s, z = _check_types(result, what, N, K, G, ctx)
-        p_ref, s_ref, z_ref = quantize(w, G)
-        zero_groups = grouped(w, G).abs().amax(dim=2) == 0
-        if bool((s[zero_groups] <= 0).any()):
-            raise CheckFailed(
-                f"an all-zero group got scale {s[zero_groups].min().item()}: it must be positive{ctx}"
+    try:
+        for w, G in _quantizer_inputs(g, hidden):
+            N, K = w.shape
+            ctx = f" (w: {str(w.dtype).replace('torch.', '')} [{N}, {K}], group_size={G})"
+            result = common.call_quantizer(
+                fn, w, G, what=what, returns=("packed", "scales", "zeros"), ctx=ctx, copy=True
             )
-        q = unpack(packed)
-        q_ref = unpack(p_ref)
-        # All-zero groups: accept their own zero point if every code equals it (they dequantize to 0).
-        zmask = zero_groups.repeat_interleave(G, dim=1)
-        q_cmp = torch.where(zmask & (q == z.repeat_interleave(G, dim=1)), q_ref, q)
-        s_cmp = torch.where(zero_groups, s_ref, s)
-        z_cmp = torch.where(zero_groups, z_ref, z)
-        ok = torch.equal(q_cmp, q_ref) and torch.equal(s_cmp, s_ref) and torch.equal(z_cmp, z_ref)
-        if not ok:
-            named = None
-            for name, explanation, mp, ms, mz in quantizer_mistakes(w, G):
-                ms, mz = torch.where(zero_groups, s_ref, ms), torch.where(zero_groups, z_ref, mz)
-                same_all = torch.equal(packed, mp) and torch.equal(s_cmp, ms) and torch.equal(z_cmp, mz)
-                same_scales = torch.equal(s_cmp, ms) and not torch.equal(ms, s_ref)
-                if same_all or same_scales:
-                    named = f"This matches a known mistake: {name}. {explanation}"
-                    break
-            lines = [named] if named else []
-            if not torch.equal(s_cmp, s_ref):
-                bad = (s_cmp != s_ref).nonzero().tolist()
-                n, gi = bad[0]
-                lines.append(
-                    f"scales differ from the reference in {len(bad)} of {s.numel()} groups, first at [n={n}, "
-                    f"group={gi}] (k = {gi * G}..{gi * G + G - 1}): got {float(s_cmp[n, gi]):.8g}, expected "
-                    f"{float(s_ref[n, gi]):.8g}{ctx}"
+            packed, s, z = _check_types(result, what, N, K, G, ctx)
+            p_ref, s_ref, z_ref = quantize(w, G)
+            zero_groups = grouped(w, G).abs().amax(dim=2) == 0
+            if bool((s[zero_groups] <= 0).any()):
+                raise CheckFailed(
+                    f"an all-zero group got scale {s[zero_groups].min().item()}: it must be positive{ctx}"
                 )
-            elif not torch.equal(z_cmp, z_ref):
-                bad = (z_cmp != z_ref).nonzero().tolist()
-                n, gi = bad[0]
-                lines.append(
-                    f"zeros differ from the reference in {len(bad)} of {z.numel()} groups, first at [n={n}, "
-                    f"group={gi}]: got {int(z_cmp[n, gi])}, expected {int(z_ref[n, gi])}{ctx}"
-                )
-            else:
-                diff = q_cmp.int() - q_ref.int()
-                n_bad = int((diff != 0).sum())
-                lines.append(f"the codes differ from the reference in {n_bad} of {q.numel()} weights{ctx}")
-                if not named and int(diff.abs().max()) == 1:
-                    lines.append("Every difference is ±1: check the rounding (round half to even, torch.round) "
-                                 "and that w / scale is a division.")  # fmt: skip
-                lines.append(f"Differences lie {checks.where_2d(diff != 0, ('rows', 'k'))}.")
-            if not named:
-                lines[0] = lines[0][0].upper() + lines[0][1:]
-            raise CheckFailed("\n".join(lines))
+            q = unpack(packed)
+            q_ref = unpack(p_ref)
+            # All-zero groups: accept their own zero point if every code equals it (they dequantize to 0).
+            zmask = zero_groups.repeat_interleave(G, dim=1)
+            q_cmp = torch.where(zmask & (q == z.repeat_interleave(G, dim=1)), q_ref, q)
+            s_cmp = torch.where(zero_groups, s_ref, s)
+            z_cmp = torch.where(zero_groups, z_ref, z)
+            ok = torch.equal(q_cmp, q_ref) and torch.equal(s_cmp, s_ref) and torch.equal(z_cmp, z_ref)
+            if not ok:
+                named = None
+                for name, explanation, mp, ms, mz in quantizer_mistakes(w, G):
+                    ms, mz = torch.where(zero_groups, s_ref, ms), torch.where(zero_groups, z_ref, mz)
+                    same_all = torch.equal(packed, mp) and torch.equal(s_cmp, ms) and torch.equal(z_cmp, mz)
+                    same_scales = torch.equal(s_cmp, ms) and not torch.equal(ms, s_ref)
+                    if same_all or same_scales:
+                        named = f"This matches a known mistake: {name}. {explanation}"
+                        break
+                lines = [named] if named else []
+                if not torch.equal(s_cmp, s_ref):
+                    bad = (s_cmp != s_ref).nonzero().tolist()
+                    n, gi = bad[0]
+                    lines.append(
+                        f"scales differ from the reference in {len(bad)} of {s.numel()} groups, first at [n={n}, "
+                        f"group={gi}] (k = {gi * G}..{gi * G + G - 1}): got {float(s_cmp[n, gi]):.8g}, expected "
+                        f"{float(s_ref[n, gi]):.8g}{ctx}"
+                    )
+                elif not torch.equal(z_cmp, z_ref):
+                    bad = (z_cmp != z_ref).nonzero().tolist()
+                    n, gi = bad[0]
+                    lines.append(
+                        f"zeros differ from the reference in {len(bad)} of {z.numel()} groups, first at [n={n}, "
+                        f"group={gi}]: got {int(z_cmp[n, gi])}, expected {int(z_ref[n, gi])}{ctx}"
+                    )
+                else:
+                    diff = q_cmp.int() - q_ref.int()
+                    n_bad = int((diff != 0).sum())
+                    lines.append(
+                        f"the codes differ from the reference in {n_bad} of {q.numel()} weights{ctx}"
+                    )
+                    if not named and int(diff.abs().max()) == 1:
+                        lines.append("Every difference is ±1: check the rounding (round half to even, torch.round) "
+                                     "and that w / scale is a division.")  # fmt: skip
+                    lines.append(f"Differences lie {checks.where_2d(diff != 0, ('rows', 'k'))}.")
+                if not named:
+                    lines[0] = lines[0][0].upper() + lines[0][1:]
+                raise CheckFailed("\n".join(lines))
+    except CheckFailed as exc:
+        raise CheckFailed(common.named_16_bit(str(exc), fn, w, G, what=what, returns=("packed", "scales", "zeros"), reference=lambda w: quantize(w, G))) from None  # fmt: skip
     checks.passed(f"{what}: bit-exact on {'hidden' if hidden else 'visible'} inputs (seed {seed})")
 
 

@@ -51,7 +51,8 @@ def _quantizer_inputs(g: torch.Generator, hidden: bool):
         w = random_weight(16, 256, g)
         w[0] = 0  # an all-zero row: the text asks for s = 1 there
         w[2] = -w[2].abs()  # negative-dominated: max != max |w|
-        return [random_weight(8, 32, g), w]
+        # and a fixed bf16 weight, on which a scale computed in w's own dtype differs (tests/test_text_claims.py)
+        return [random_weight(8, 32, g), w, random_weight(16, 256, checks.generator(1), torch.bfloat16)]
     cases = []
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
         N = int(torch.randint(5, 40, (1,), generator=g))
@@ -100,61 +101,66 @@ def check_quantizer(fn, *, hidden: bool = False, seed: int | None = None) -> Non
     """Exercise 1: q and s must equal the reference bit for bit (zero rows: any positive finite scale)."""
     seed, g, _ = common.cell(seed)
     what = "quantize_int8_per_channel"
-    for w in _quantizer_inputs(g, hidden):
-        N, K = w.shape
-        ctx = f" (w: {str(w.dtype).replace('torch.', '')} [{N}, {K}])"
-        q, s = common.call_quantizer(fn, w, what=what, returns=("q", "s"), ctx=ctx, copy=True)
-        if q.dtype != torch.int8 or tuple(q.shape) != (N, K):
-            raise CheckFailed(f"q must be int8 of shape [{N}, {K}], got {q.dtype} {list(q.shape)}{ctx}")
-        if tuple(s.shape) == (K,) and K != N:
-            raise CheckFailed(
-                f"s has shape [K] = [{K}]: you reduced over the output channels (dim=0). "
-                f"One scale per output channel (row of W): reduce over K, dim=1, for shape [{N}].{ctx}"
-            )
-        if tuple(s.shape) in ((N, 1), (1, N)):
-            raise CheckFailed(
-                f"s has shape {list(s.shape)}: return a 1-D tensor of {N} scales (squeeze it).{ctx}"
-            )
-        if tuple(s.shape) != (N,):
-            raise CheckFailed(
-                f"s must have shape [{N}] (one scale per output channel), got {list(s.shape)}{ctx}"
-            )
-        if s.dtype != torch.float32:
-            raise CheckFailed(f"s must be float32, got {s.dtype}: compute in float32 (w.float()).{ctx}")
-        checks.check_finite(s, what=f"s{ctx}")
-        q_ref, s_ref = quantize(w)
-        zero_rows = w.float().abs().amax(dim=1) == 0
-        if bool((s[zero_rows] <= 0).any()):
-            raise CheckFailed(
-                f"an all-zero row got scale {s[zero_rows].min().item()}: it must be positive{ctx}"
-            )
-        s_cmp = torch.where(zero_rows, s_ref, s)
-        named = None
-        if not (torch.equal(s_cmp, s_ref) and torch.equal(q, q_ref)):
-            named = _named_quantizer_mistake(w, q, s, zero_rows)
-        if not torch.equal(s_cmp, s_ref):
-            bad = (s_cmp != s_ref).nonzero().flatten().tolist()
-            i = bad[0]
-            ratio = float(s_cmp[i] / s_ref[i])
-            hint = ""
-            if abs(ratio - 1) < 1e-2:
-                hint = " They differ in the last bits: compute max|w| / 127 in float32, from w.float()."
-            text = (
-                f"s differs from the reference in {len(bad)} of {N} channels, first at n = {i}: "
-                f"got {float(s_cmp[i]):.8g}, expected {float(s_ref[i]):.8g}.{hint}{ctx}"
-            )
-            raise CheckFailed(f"{named}\n{text}" if named else text)
-        if not torch.equal(q, q_ref):
-            diff = q.int() - q_ref.int()
-            n_bad = int((diff != 0).sum())
-            where = checks.where_2d(diff != 0, ("rows", "columns"))
-            lines = [f"q differs from the reference in {n_bad} of {q.numel()} elements{ctx}"]
-            if named:
-                lines.insert(0, named)
-            elif int(diff.abs().max()) == 1:
-                lines.append("Every difference is ±1: check the rounding (round half to even, torch.round).")
-            lines.append(f"Differences lie {where}.")
-            raise CheckFailed("\n".join(lines))
+    try:
+        for w in _quantizer_inputs(g, hidden):
+            N, K = w.shape
+            ctx = f" (w: {str(w.dtype).replace('torch.', '')} [{N}, {K}])"
+            q, s = common.call_quantizer(fn, w, what=what, returns=("q", "s"), ctx=ctx, copy=True)
+            if q.dtype != torch.int8 or tuple(q.shape) != (N, K):
+                raise CheckFailed(f"q must be int8 of shape [{N}, {K}], got {q.dtype} {list(q.shape)}{ctx}")
+            if tuple(s.shape) == (K,) and K != N:
+                raise CheckFailed(
+                    f"s has shape [K] = [{K}]: you reduced over the output channels (dim=0). "
+                    f"One scale per output channel (row of W): reduce over K, dim=1, for shape [{N}].{ctx}"
+                )
+            if tuple(s.shape) in ((N, 1), (1, N)):
+                raise CheckFailed(
+                    f"s has shape {list(s.shape)}: return a 1-D tensor of {N} scales (squeeze it).{ctx}"
+                )
+            if tuple(s.shape) != (N,):
+                raise CheckFailed(
+                    f"s must have shape [{N}] (one scale per output channel), got {list(s.shape)}{ctx}"
+                )
+            if s.dtype != torch.float32:
+                raise CheckFailed(f"s must be float32, got {s.dtype}: compute in float32 (w.float()).{ctx}")
+            checks.check_finite(s, what=f"s{ctx}")
+            q_ref, s_ref = quantize(w)
+            zero_rows = w.float().abs().amax(dim=1) == 0
+            if bool((s[zero_rows] <= 0).any()):
+                raise CheckFailed(
+                    f"an all-zero row got scale {s[zero_rows].min().item()}: it must be positive{ctx}"
+                )
+            s_cmp = torch.where(zero_rows, s_ref, s)
+            named = None
+            if not (torch.equal(s_cmp, s_ref) and torch.equal(q, q_ref)):
+                named = _named_quantizer_mistake(w, q, s, zero_rows)
+            if not torch.equal(s_cmp, s_ref):
+                bad = (s_cmp != s_ref).nonzero().flatten().tolist()
+                i = bad[0]
+                ratio = float(s_cmp[i] / s_ref[i])
+                hint = ""
+                if abs(ratio - 1) < 1e-2:
+                    hint = " They differ in the last bits: compute max|w| / 127 in float32, from w.float()."
+                text = (
+                    f"s differs from the reference in {len(bad)} of {N} channels, first at n = {i}: "
+                    f"got {float(s_cmp[i]):.8g}, expected {float(s_ref[i]):.8g}.{hint}{ctx}"
+                )
+                raise CheckFailed(f"{named}\n{text}" if named else text)
+            if not torch.equal(q, q_ref):
+                diff = q.int() - q_ref.int()
+                n_bad = int((diff != 0).sum())
+                where = checks.where_2d(diff != 0, ("rows", "columns"))
+                lines = [f"q differs from the reference in {n_bad} of {q.numel()} elements{ctx}"]
+                if named:
+                    lines.insert(0, named)
+                elif int(diff.abs().max()) == 1:
+                    lines.append(
+                        "Every difference is ±1: check the rounding (round half to even, torch.round)."
+                    )
+                lines.append(f"Differences lie {where}.")
+                raise CheckFailed("\n".join(lines))
+    except CheckFailed as exc:
+        raise CheckFailed(common.named_16_bit(str(exc), fn, w, what=what, returns=("q", "s"), reference=quantize)) from None  # fmt: skip
     checks.passed(f"{what}: bit-exact on {'hidden' if hidden else 'visible'} inputs (seed {seed})")
 
 

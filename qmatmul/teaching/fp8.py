@@ -21,6 +21,7 @@ from qmatmul.formats.fp8 import (
     decode_bits,
     dequantize,
     naive,
+    quantize,
     scaled_mm,
 )
 from qmatmul.teaching import compare, recorded, roofline_model, widgets
@@ -109,32 +110,59 @@ def explain_format(K: int = 8192) -> None:
     print(f"Bytes per weight (rows of K = {K}):")
     for name, b in rows:
         print(f"  {name:<42} {b:.5f} B")
-    print(
-        "At decode FP8 moves the bytes of W8A16; at prefill the fp8 tensor cores run at twice the bf16 rate."
-    )
+    h200 = roofline_model.H200
+    print(f"At decode FP8 moves the bytes of W8A16; at prefill the fp8 tensor cores have twice the bf16 peak rate "
+          f"(cuBLAS reached {h200['fp8_flops'] / h200['bf16_flops']:.2f}× its bf16 rate on the course's H200).")  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------------------
 # Exercise 1's figure: the error against the scaling granularity
 
 
+E4M3_MIN_NORMAL = 2.0**-6  # below it a code is subnormal (or zero)
+QUIET_TOKEN, QUIET_FACTOR = 7, 1e-3  # one token a thousand times quieter than the rest
+OUTLIER_CHANNEL, OUTLIER_FACTOR = 5, 40.0  # one channel 40 times larger again than the other outlier channels
+GRANULARITIES = [("per tensor", (256, 1024)), ("per row (token)", (1, 1024)), ("1 x 128 blocks", (1, 128)),
+                 ("128 x 128 blocks", (128, 128))]  # fmt: skip
+
+
+def granularity_activations(seed: int = 0) -> torch.Tensor:
+    """The figure's activations [256, 1024]: rows of distinct magnitudes, outlier channels, one very large outlier
+    channel and one quiet token."""
+    x = random_matrix(256, 1024, checks.generator(seed), outliers=True)
+    x[:, OUTLIER_CHANNEL] *= OUTLIER_FACTOR
+    x[QUIET_TOKEN, :] *= QUIET_FACTOR
+    return x
+
+
+def granularity_stats(quantize_fn=quantize, seed: int = 0) -> dict:
+    """What the figure shows and the text says of it, per granularity (GRANULARITIES' order): the relative error of
+    the whole tensor and of each row, the fraction of codes subnormal or zero (|q| < 2^-6), of the whole tensor and
+    of the quiet token, and the fraction of the quiet token's codes that are zero."""
+    x = granularity_activations(seed)
+    st = {"names": [], "error": [], "row_error": [], "tiny": [], "quiet_tiny": [], "quiet_zero": []}
+    for name, block in GRANULARITIES:
+        q, s = quantize_fn(x, block)
+        d, qa = dequantize(q, s, block), q.float().abs()
+        st["names"].append(name)
+        st["error"].append(float((d - x).norm() / x.norm()))
+        st["row_error"].append(((d - x).norm(dim=1) / x.norm(dim=1)).numpy())
+        st["tiny"].append(float((qa < E4M3_MIN_NORMAL).float().mean()))
+        st["quiet_tiny"].append(float((qa[QUIET_TOKEN] < E4M3_MIN_NORMAL).float().mean()))
+        st["quiet_zero"].append(float((qa[QUIET_TOKEN] == 0).float().mean()))
+    a = x.abs()
+    st["amax_over_median"] = float(a.max() / a.median())
+    int8 = torch.round(x / (a.max() / 127))  # int8's even grid, one scale per tensor
+    st["int8_zero"] = float((int8 == 0).float().mean())
+    return st
+
+
 def granularity_figure(quantize_fn, seed: int = 0):
     """Relative error of x ≈ q·s on activations with outlier channels, per tensor / per row / per block."""
     import matplotlib.pyplot as plt
 
-    g = checks.generator(seed)
-    x = random_matrix(256, 1024, g, outliers=True)
-    x[:, 5] *= 40  # one very large outlier channel
-    x[7, :] *= 1e-3  # one quiet token
-    cases = [("per tensor", (256, 1024)), ("per row (token)", (1, 1024)), ("1 x 128 blocks", (1, 128)),
-             ("128 x 128 blocks", (128, 128))]  # fmt: skip
-    names, errs, per_row = [], [], []
-    for name, block in cases:
-        q, s = quantize_fn(x, block)
-        d = dequantize(q, s, block)
-        names.append(name)
-        errs.append(float((d - x).norm() / x.norm()))
-        per_row.append(((d - x).norm(dim=1) / x.norm(dim=1)).numpy())
+    st = granularity_stats(quantize_fn, seed)
+    names, errs = st["names"], st["error"]
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.4))
     a.bar(names, errs, color=["tab:red", "tab:orange", "tab:green", "tab:blue"])
     a.set_ylabel("‖q·s − x‖ / ‖x‖")
@@ -143,15 +171,43 @@ def granularity_figure(quantize_fn, seed: int = 0):
     for i, e in enumerate(errs):
         a.text(i, e, f"{e:.2%}", ha="center", va="bottom", fontsize=8)
     a.tick_params(axis="x", labelsize=8)
-    for name, r in zip(names, per_row, strict=True):
+    for name, r in zip(names, st["row_error"], strict=True):
         b.semilogy(r, label=name, lw=1)
     b.set_xlabel("row (token)")
     b.set_ylabel("relative error of the row")
-    b.set_title("per row: the quiet token 7 is lost with one scale")
+    b.set_title(quiet_title(st), fontsize=9)
     b.legend(fontsize=8)
     fig.suptitle("e4m3 error against scaling granularity, on activations with outlier channels")
     fig.tight_layout()
     return fig
+
+
+def quiet_title(st: dict) -> str:
+    """The per-row panel's title: what one scale per tensor does to the quiet token, from the figure's data."""
+    return (f"per row: token {QUIET_TOKEN} has {st['quiet_tiny'][0]:.0%} of its codes subnormal or zero per tensor, "
+            f"{st['quiet_tiny'][2]:.0%} in 1 x 128 blocks")  # fmt: skip
+
+
+def claims() -> dict[str, float]:
+    """The numbers the chapter's text quotes (`<!-- claim: fp8 | key -->`, tests/test_text_claims.py), computed
+    from the figure's data with the reference quantizer and from the H200's record, in the unit the text uses."""
+    st = granularity_stats()
+    keys = ["per tensor", "per row", "1x128", "128x128"]
+    out = {f"error {k}": 100 * e for k, e in zip(keys, st["error"], strict=True)}
+    out |= {
+        f"quiet error {k}": 100 * float(r[QUIET_TOKEN]) for k, r in zip(keys, st["row_error"], strict=True)
+    }
+    out |= {f"quiet tiny {k}": 100 * v for k, v in zip(keys, st["quiet_tiny"], strict=True)}
+    out |= {f"quiet zero {k}": 100 * v for k, v in zip(keys, st["quiet_zero"], strict=True)}
+    out |= {f"tiny {k}": 100 * v for k, v in zip(keys, st["tiny"], strict=True)}
+    h200 = roofline_model.H200
+    return out | {
+        "amax over median": st["amax_over_median"],
+        "int8 zero per tensor": 100 * st["int8_zero"],
+        "quiet factor": 1 / QUIET_FACTOR,
+        "e4m3 normal range": E4M3_MAX / E4M3_MIN_NORMAL,
+        "fp8 over bf16": h200["fp8_flops"] / h200["bf16_flops"],
+    }
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -177,8 +233,10 @@ def predictions(env) -> None:
     if not env.has_gpu:
         fp8_rate = roofline_model.H200["fp8_flops"]
         t = flops(4096, N, K) / fp8_rate
-        print(f"With the H200's fp8 tensor cores ({fp8_rate / 1e12:.0f} TFLOP/s recorded), the M=4096 floor drops "
-              f"to {t * 1e6:.0f} µs: prefill is compute-bound, and fp8 doubles the rate.")  # fmt: skip
+        bf16_rate = roofline_model.H200["bf16_flops"]
+        print(f"With the H200's fp8 tensor cores ({fp8_rate / 1e12:.0f} TFLOP/s recorded, against {bf16_rate / 1e12:.0f} "
+              f"in bf16: {fp8_rate / bf16_rate:.2f}×, where the peak is 2×), the M=4096 floor drops to {t * 1e6:.0f} "
+              "µs: prefill is compute-bound.")  # fmt: skip
 
 
 def compare_paths(env, matmul_fn, decode_fn, M: int = 1):

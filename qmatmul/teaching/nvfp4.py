@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from qmatmul import checks
-from qmatmul.checks.nvfp4 import BANDWIDTH_SHAPE
+from qmatmul.checks.nvfp4 import BANDWIDTH_SHAPE, tie_weight
 from qmatmul.formats import fp4
 from qmatmul.formats import mxfp4 as mxfp4_format
 from qmatmul.formats.nvfp4 import BLOCK, bytes_per_weight, dequantize, quantize, quantize_codes
@@ -83,11 +83,13 @@ def block_explorer():
     return W.VBox([W.HBox([seed, bs, ta]), out])
 
 
-def compare_figure(seed: int = 0):
-    """NVFP4 against MXFP4 and int4 g=16 on the same weights."""
-    kinds = ["gaussian", "heavy-tailed"]
+FIGURE_KINDS = ("gaussian", "heavy-tailed")
+
+
+def compare_tables(seed: int = 0) -> dict:
+    """The figure's data: for each kind of weight, (format, bits per weight, relative error) rows."""
     tables = {}
-    for k in kinds:
+    for k in FIGURE_KINDS:
         w = mxfp4_teaching.realistic_weights(k, seed=seed)
 
         def rel(deq, w=w):
@@ -102,7 +104,33 @@ def compare_figure(seed: int = 0):
             ("MXFP4 (E8M0 per 32)", 4.25, rel(mxfp4_format.dequantize(mp, ms))),
             ("int4 g=16, bf16 scale", 5.0, rel(mxfp4_teaching.int4_groupwise(w, 16))),
         ]
-    return plots.error_bars(tables, "512 × 2048 weights: relative error by format")
+    return tables
+
+
+def compare_figure(seed: int = 0):
+    """NVFP4 against MXFP4 and int4 g=16 on the same weights."""
+    return plots.error_bars(compare_tables(seed), "512 × 2048 weights: relative error by format")
+
+
+def _disagreements(w: torch.Tensor) -> int:
+    """How many codes the two rules (w · ((1 / g) / s) and w / (g · s)) give differently."""
+    return int((quantize_codes(w)[0] != quantize_codes(w, reciprocal=False)[0]).sum())
+
+
+def claims() -> dict[str, float]:
+    """The numbers the chapter's text quotes (`<!-- claim: nvfp4 | key -->`, tests/test_text_claims.py), computed
+    from the figure's weights and the visible test's tie weights, in the unit the text uses (% or a count)."""
+    out = {}
+    for k, rows in compare_tables().items():
+        out |= {f"error {k}": 100 * rows[0][2], f"error without g {k}": 100 * rows[1][2]}
+        w = mxfp4_teaching.realistic_weights(k, seed=0)
+        _, s1, _ = quantize_codes(w, two_level=False)
+        out[f"clamped without g {k}"] = 100 * float((fp4.e4m3_decode(s1) == 2.0**-6).float().mean())
+        wb = w.bfloat16().float()  # as a checkpoint stores it
+        out[f"disagreements bf16 {k}"] = _disagreements(wb)
+        out[f"codes per disagreement bf16 {k}"] = wb.numel() / max(1, out[f"disagreements bf16 {k}"])
+    ties = tie_weight()
+    return out | {"tie disagreement": 100 * _disagreements(ties) / ties.numel()}
 
 
 def blackwell_status() -> str:
