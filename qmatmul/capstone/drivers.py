@@ -1,4 +1,4 @@
-"""What the grader runs in the worker, beside the learner's code: the drive_* functions of exercises 2 to 4.
+"""What the grader runs in the worker, beside the learner's code: the drive_* functions of exercises 2 to 5.
 
 Under the trusted grader, QuantLinear and quantize_model live in the worker process, and only data crosses. A
 check names a driver (drive_*), which runs in the worker beside the learner's code: it builds and exercises
@@ -18,6 +18,8 @@ module's outputs only name that mistake. A visible check rebuilds in the same wo
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch import nn
 
@@ -28,7 +30,7 @@ from qmatmul.capstone.formats import FORMATS
 from qmatmul.capstone.grading_kernels import DEQUANTIZED_CACHE, GradingKernels, OpAudit, preload_caches
 from qmatmul.capstone.model import MODEL_CACHE, MiniLM, course_model, embed, linear_names
 from qmatmul.capstone.rebuild import BUILT, born_since, load_state, state_of, weight_copies, weight_sized
-from qmatmul.capstone.registry import reference_kernels, using
+from qmatmul.capstone.registry import KernelSet, reference_kernels, using
 from qmatmul.capstone.runtime import default_device
 
 
@@ -142,6 +144,150 @@ def drive_quant_linear_rebuilt(cls, cases: list) -> dict:
                                      "returned": type(y).__name__, "x_changed": not torch.equal(x, x0)})  # fmt: skip
             if isinstance(y, torch.Tensor):
                 tensors[f"{c}:y{j}"] = y
+    BUILT.clear()
+    return pack(meta, tensors)
+
+
+def _group_for(case: dict, device) -> list:
+    """The nn.Linear layers of one fused case (q, k, v: one weight and bias each), on the device."""
+    return [
+        _linear_for({"weight": w, "bias": b}, device)
+        for w, b in zip(case["weights"], case["biases"], strict=True)
+    ]
+
+
+def _with_widths(grading: GradingKernels) -> dict:
+    """The grading kernel sets, each call's log entry (fmt, kind, M, K) completed with the N it returned."""
+
+    def logged(fn):
+        def run(x, *stored, **kw):
+            y = fn(x, *stored, **kw)
+            grading.calls[-1] = (*grading.calls[-1], int(y.shape[-1]))
+            return y
+
+        return run
+
+    return {f: KernelSet(f, ks.quantize, logged(ks.prefill), logged(ks.decode), ks.source)
+            for f, ks in grading.sets().items()}  # fmt: skip
+
+
+def _fused_forward(mod, x, sets, grading, info: dict, tensors: dict, key: str, audit: bool) -> bool:
+    """One forward of a FusedQuantLinear: its kernel calls, its ops (audit), what it returned (tensors key.i).
+    False when it raised (the error in info)."""
+    x0 = x.clone()
+    grading.calls.clear()
+    grading.audit = OpAudit() if audit else None
+    try:
+        with using(sets), grading.audit if audit else contextlib.nullcontext(), torch.no_grad():
+            y = mod(x)
+    except BaseException as exc:  # noqa: BLE001
+        info["error"] = {**describe_exception(exc, "FusedQuantLinear.forward"), "at": len(info["forwards"])}
+        return False
+    finally:
+        ops, grading.audit = (grading.audit.ops if audit else []), None
+    parts = list(y) if isinstance(y, (tuple, list)) else None
+    info["forwards"].append({"calls": [list(k) for k in grading.calls], "ops": ops_data(ops),
+                             "returned": type(y).__name__, "x_changed": not torch.equal(x, x0),
+                             "parts": None if parts is None else [type(p).__name__ for p in parts]})  # fmt: skip
+    if isinstance(y, torch.Tensor):
+        tensors[f"{key}.all"] = y
+    for i, p in enumerate(parts or []):
+        if isinstance(p, torch.Tensor):
+            tensors[f"{key}.{i}"] = p
+    return True
+
+
+def drive_fused(cls, cases: list) -> dict:
+    """Where the learner's code runs: for each case {fmt, weights, biases, xs}, FusedQuantLinear(linears, fmt) on
+    nn.Linear layers of those weights and biases (the same in_features). Returns data, never a verdict:
+    meta["cases"][i] and tensors "i:...": the module's buffers, its state to rebuild it from, the weight-sized float
+    tensors it keeps, and (to name a mistake only) the kernel calls and outputs of a forward of each x. The graded
+    forwards run on the rebuilt module (drive_fused_rebuilt)."""
+    device = default_device()
+    meta, tensors = {"cases": []}, {}
+    grading = GradingKernels()
+    sets = _with_widths(grading)
+    DEQUANTIZED_CACHE.clear()
+    groups = [_group_for(case, device) for case in cases]
+    shapes = {tuple(w.shape) for c in cases for w in c["weights"]}
+    shapes |= {(sum(w.shape[0] for w in c["weights"]), c["weights"][0].shape[1]) for c in cases}
+    alive = weight_sized(shapes)
+    mods = []
+    for c, (case, lins) in enumerate(zip(cases, groups, strict=True)):
+        info = {"error": None}
+        meta["cases"].append(info)
+        try:
+            with using(sets):
+                mod = cls(list(lins), case["fmt"])
+        except BaseException as exc:  # noqa: BLE001 - the learner's error, reported as data
+            info["error"] = describe_exception(exc, "FusedQuantLinear(linears, fmt)")
+            mod = None
+        mods.append(mod)
+        if mod is not None:
+            info["module"] = isinstance(mod, nn.Module)
+            info["type"], info["defined_in"] = type(mod).__name__, type(mod).__module__
+            for i, lin in enumerate(lins):
+                tensors[f"{c}:weight_after{i}"] = lin.weight.detach()
+    mine = [t for c in cases for t in [*c["weights"], *c["biases"]] if t is not None] + list(tensors.values())
+    born = born_since(alive, shapes, exclude=mine)
+    for c, (case, mod) in enumerate(zip(cases, mods, strict=True)):
+        info = meta["cases"][c]
+        if mod is None or not info["module"]:
+            continue
+        K = case["weights"][0].shape[1]
+        Ns = [w.shape[0] for w in case["weights"]]
+        mine = {tuple(sorted((n, K))) for n in [*Ns, sum(Ns)]}
+        info["weight_copies"] = weight_copies(mod, min(Ns), K) or [
+            ["a tensor kept outside the module", *b] for b in born if tuple(sorted(b[1][-2:])) in mine
+        ]
+        info["buffers"] = []
+        for i, (name, b) in enumerate(mod.named_buffers()):
+            info["buffers"].append(name)
+            tensors[f"{c}:buffer{i}"] = b
+        for name, t in state_of(mod).items():
+            tensors[f"{c}:state|{name}"] = t
+        info["forwards"] = []
+        for j, x in enumerate(case["xs"]):  # what this module does (only to name a mistake)
+            if not _fused_forward(
+                mod, x.to(device, copy=True), sets, grading, info, tensors, f"{c}:y{j}", False
+            ):
+                info["error"] = None  # the rebuilt module's forward says what is wrong
+                break
+    BUILT[:] = [m for m in mods if m is not None]
+    return pack(meta, tensors)
+
+
+def drive_fused_rebuilt(cls, cases: list) -> dict:
+    """Where the learner's code runs (under the trusted grader for a hidden check, a fresh worker): for each case
+    {fmt, weights, biases, state, xs}, FusedQuantLinear(linears, fmt) on decoy Linears of those weights and biases,
+    `state` (the buffers and parameters of the module built on the real weights) loaded into it, then a forward of
+    each x under the grading kernels, the learner's own torch ops recorded. Returns data: meta["cases"][i] and
+    tensors "i:y{j}.{part}"."""
+    device = default_device()
+    meta, tensors = {"cases": []}, {}
+    grading = GradingKernels(fresh=True)
+    sets = _with_widths(grading)
+    DEQUANTIZED_CACHE.clear()
+    for c, case in enumerate(cases):
+        info = {"error": None, "forwards": []}
+        meta["cases"].append(info)
+        lins = _group_for(case, device)
+        try:
+            with using(sets):
+                mod = cls(list(lins), case["fmt"])
+        except BaseException as exc:  # noqa: BLE001
+            info["error"] = describe_exception(exc, "FusedQuantLinear(linears, fmt)")
+            continue
+        del lins
+        if not isinstance(mod, nn.Module):
+            info["load"] = f"FusedQuantLinear(linears, fmt) made a {type(mod).__name__}, not an nn.Module"
+            continue
+        info["load"] = load_state(mod, case["state"])
+        if info["load"]:
+            continue
+        for j, x in enumerate(case["xs"]):
+            if not _fused_forward(mod, x.to(device), sets, grading, info, tensors, f"{c}:y{j}", True):
+                break
     BUILT.clear()
     return pack(meta, tensors)
 
@@ -274,8 +420,9 @@ def drive_stack(cls, op: str, seed: int, M: int = 1, reps: int = 1, probe: int =
     QuantLinear(linear, "w8a16"), returning their buffers and parameters ("i|name") and their outputs for one row
     of inputs from `probe`; "rebuild" (under the trusted grader, in a fresh worker): the same on decoy weights (from
     `seed`), `state` loaded into each, the probe's outputs, and that stack kept for the timed runs; "run": reps
-    forwards of the rebuilt stack at M rows (inputs from `seed`), through the W8A16 kernels ("yours") or the
-    reference path ("naive"), the device synchronized; "nothing": the round trip alone."""
+    forwards of the rebuilt stack at M rows (inputs from `seed`), through the W8A16 kernels ("yours"), the same
+    captured once as a CUDA graph and replayed ("graph", on a GPU) or the reference path ("naive"), the device
+    synchronized; "nothing": the round trip alone."""
     meta, tensors = {"error": None}, {}
     device = stack.stack_device() or "cpu"
     if op == "nothing":
@@ -311,18 +458,62 @@ def drive_stack(cls, op: str, seed: int, M: int = 1, reps: int = 1, probe: int =
         _stack_probe(layers, full, probe, device, meta, tensors)
         return pack(meta, tensors)
     mode = op.split(":")[1]
-    sets = _STACK["full"] if mode == "yours" else {f: reference_kernels(f) for f in FORMATS}
+    sets = _STACK["full"] if mode in ("yours", "graph") else {f: reference_kernels(f) for f in FORMATS}
     xs = stack.stack_inputs(seed, M, device)
     try:
         with using(sets), torch.no_grad():
-            for _ in range(reps):
-                ys = [m(xs[m.in_features]) for m in _STACK["layers"]]
+            if mode == "graph" and device == "cuda":
+                ys = _replay(M, xs, reps)
+            else:  # eagerly (a CPU, in the tests, runs "graph" so)
+                for _ in range(reps):
+                    ys = [m(xs[m.in_features]) for m in _STACK["layers"]]
             _sync(device)
     except BaseException as exc:  # noqa: BLE001
-        meta["error"] = describe_exception(exc, "the stack through your QuantLinear")
+        what = "the stack through your QuantLinear"
+        meta["error"] = describe_exception(
+            exc, f"{what}, captured as a CUDA graph" if mode == "graph" else what
+        )
         return pack(meta, tensors)
     tensors["x"], tensors["y0"] = xs[stack.LLAMA_BLOCK[0][1]], ys[0]
     return pack(meta, tensors)
+
+
+CAPTURE_HINT = (
+    "A CUDA graph records the GPU work of one forward and replays it without Python: a forward that waits for the GPU "
+    "(torch.cuda.synchronize, .item(), .cpu(), printing a tensor's values) or copies between host and GPU cannot be "
+    "captured"
+)
+
+
+def _replay(M: int, xs: dict, reps: int) -> list:
+    """The rebuilt stack captured once at M rows as one CUDA graph (inputs copied into the graph's own buffers) and
+    replayed `reps` times: what a serving engine runs. Its outputs, the graph's buffers."""
+    graphs = _STACK.setdefault("graphs", {})
+    if M not in graphs:
+        static = {K: x.clone() for K, x in xs.items()}
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warmed up on a side stream, as torch.cuda.graphs asks
+            for m in _STACK["layers"]:
+                m(static[m.in_features])
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                outs = [m(static[m.in_features]) for m in _STACK["layers"]]
+        except BaseException as exc:  # noqa: BLE001 - the first error is the forward's; capture's end adds its own
+            first = exc
+            while first.__context__ is not None:
+                first = first.__context__
+            said = str(first).splitlines()[0] if str(first) else ""
+            raise RuntimeError(f"{type(first).__name__}: {said}. {CAPTURE_HINT}") from None
+        graphs[M] = (graph, static, outs)
+    graph, static, outs = graphs[M]
+    for K, x in xs.items():
+        static[K].copy_(x)
+    for _ in range(reps):
+        graph.replay()
+    return outs
 
 
 def _sync(device: str) -> None:

@@ -3,6 +3,7 @@ machine without one, what the course's H200 measured (docs/capstone-h200.json)."
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import torch
@@ -63,60 +64,96 @@ def time_model(quantize_model_fn, formats=FORMATS, batches=(1, 24)) -> dict:
     return out
 
 
-def time_llama_stack(cls, formats=FORMATS, ms=STACK_MS) -> dict:
-    """One Llama-3-8B block's seven Linears (218 M weights) through `cls` (your QuantLinear) per format, beside
-    16-bit nn.Linear and the naive path (GPU only; recorded H200 figures elsewhere)."""
+def time_llama_stack(cls, formats=FORMATS, ms=STACK_MS, blocks: int = 2) -> dict:
+    """A decode step through `blocks` Llama-3-8B blocks' seven Linears (218 M weights a block, each block its own)
+    as a deployment runs it: captured once as a CUDA graph and replayed, and called from Python (eager), for 16-bit
+    nn.Linear, every format through `cls` (your QuantLinear, with the kernels registered: yours where
+    load_kernels found them) and its naive path. µs per block, the speed-up over 16-bit (graph) and the byte floor
+    at the copy bandwidth (GPU only; recorded H200 figures elsewhere). Returns {(path, M): (graph µs, eager µs)}."""
     if autograding():
         return {}
     if not torch.cuda.is_available():
         _show_recorded("stack")
         return {}
+    from qmatmul import timing
+
     g = checks.generator(0, "cuda")
     dtype = act_dtype("cuda")
-    out = {}
-    dense = [nn.Linear(K, N, bias=False, device="cuda", dtype=dtype) for N, K in stack.LLAMA_BLOCK]
+    copy_bw = timing.copy_bandwidth()
+    out, floors = {}, {}
+    Ks = sorted({k for _, k in stack.LLAMA_BLOCK})
+
+    def run(layers, M, sets=None):
+        xs = {K: torch.randn(M, K, device="cuda", dtype=dtype) for K in Ks}
+
+        def step():
+            with torch.no_grad(), using(sets) if sets else contextlib.nullcontext():
+                for m in layers:
+                    m(xs[m.in_features])
+
+        graph_us, eager_us = timing.step_us(step)
+        return graph_us / blocks, eager_us / blocks
+
+    dense = [
+        nn.Linear(K, N, bias=False, device="cuda", dtype=dtype)
+        for _ in range(blocks)
+        for N, K in stack.LLAMA_BLOCK
+    ]
     for M in ms:
-        xs = {K: torch.randn(M, K, device="cuda", dtype=dtype) for K in {k for _, k in stack.LLAMA_BLOCK}}
-        out[("16-bit", M)] = _time_us(lambda xs=xs, dense=dense: [lin(xs[lin.in_features]) for lin in dense])
+        out[("16-bit", M)] = run(dense, M)
+    floors["16-bit"] = 2 * sum(N * K for N, K in stack.LLAMA_BLOCK)
     del dense
     for fmt in formats:
-        layers = stack.llama_stack(cls, fmt, "cuda", g)
+        layers = [m for _ in range(blocks) for m in stack.llama_stack(cls, fmt, "cuda", g)]
+        floors[fmt] = sum(t.numel() * t.element_size() for m in layers for t in m.buffers()) // blocks
         for M in ms:
-            xs = {K: torch.randn(M, K, device="cuda", dtype=dtype) for K in {k for _, k in stack.LLAMA_BLOCK}}
-            with torch.no_grad():
-                out[(fmt, M)] = _time_us(lambda xs=xs, layers=layers: [m(xs[m.in_features]) for m in layers])
-                with using({f: reference_kernels(f) for f in FORMATS}):
-                    out[(fmt + " naive", M)] = _time_us(
-                        lambda xs=xs, layers=layers: [m(xs[m.in_features]) for m in layers]
-                    )
+            out[(fmt, M)] = run(layers, M)
+            out[(fmt + " naive", M)] = run(layers, M, {f: reference_kernels(f) for f in FORMATS})
         del layers
         torch.cuda.empty_cache()
-    print("One Llama-3-8B block's seven Linears (218 M weights), median µs, L2 flushed:")
-    print(f"{'path':<30}" + "".join(f"{f'M = {M}':>12}" for M in ms))
+    print(f"A decode step through {blocks} Llama-3-8B blocks' seven Linears (218 M weights a block), µs per block: "
+          "graph = the step captured once as a CUDA graph and replayed (what a serving engine runs), eager = called "
+          "from Python; x 16-bit = the 16-bit graph's time over this path's; floor = the weight bytes at the copy "
+          f"bandwidth ({copy_bw / 1e12:.2f} TB/s, measured now).")  # fmt: skip
+    print(
+        f"{'path':<34}{'floor':>7}" + "".join(f"{f'M={M} graph':>13}{'eager':>8}{'x 16-bit':>10}" for M in ms)
+    )
     for key in ["16-bit"] + [k for f in formats for k in (f, f + " naive")]:
-        label = (
-            LABELS.get(key, LABELS.get(key.split()[0], key) + " naive path")
-            if key.endswith("naive")
-            else LABELS[key]
-        )
-        word = "" if key == "16-bit" or key.endswith("naive") else f" ({kernel_word(kernels(key))})"
-        print(f"{(label + word)[:30]:<30}" + "".join(f"{out[(key, M)]:>12.0f}" for M in ms))
+        fmt = key.split()[0]
+        if key == "16-bit":
+            label = LABELS["16-bit"]
+        elif key.endswith("naive"):
+            label = LABELS.get(fmt, fmt) + " naive path"
+        else:
+            label = f"{LABELS[fmt]} ({kernel_word(kernels(fmt))})"
+        cells = "".join(f"{out[(key, M)][0]:>13.0f}{out[(key, M)][1]:>8.0f}"
+                        f"{out[('16-bit', M)][0] / out[(key, M)][0]:>9.2f}x" for M in ms)  # fmt: skip
+        print(f"{label[:34]:<34}{floors[fmt] / copy_bw * 1e6:>7.0f}{cells}")
     return out
 
 
 def _show_recorded(what: str) -> None:
-    """On a machine without a GPU: what the course's H200 measured (docs/capstone-h200.md), as a table."""
+    """On a machine without a GPU: what the course's H200 measured (docs/capstone-h200.md), as a table. The stack's
+    rows are (graph µs, eager µs) per block where the record has them (`step_us`), else eager µs (`stack_us`)."""
     rec = _recorded()
-    data = rec.get({"stack": "stack_us", "model": "model_us"}[what])
+    key = {"stack": "step_us" if "step_us" in rec else "stack_us", "model": "model_us"}[what]
+    data = rec.get(key)
     if not data:
         print("No CUDA GPU here: nothing is timed (the course's H200 figures are in docs/capstone-h200.md).")
         return
     where = "; ".join(rec.get("env", "").splitlines()[:2]) or "the course's H200"
     cols = ("M=1", "M=16") if what == "stack" else ("batch 1", "batch 24")
-    print(f"No CUDA GPU here; recorded on the course's H200 ({where}), median µs:")
+    how = "µs per block, graph / eager" if key == "step_us" else "median µs"
+    print(f"No CUDA GPU here; recorded on the course's H200 ({where}), {how}:")
     rows = dict.fromkeys(k.rsplit(" ", 2 if what == "model" else 1)[0] for k in data)
-    print(f"  {'path':<24}" + "".join(f"{c:>10}" for c in cols))
+    print(f"  {'path':<24}" + "".join(f"{c:>14}" for c in cols))
     for row in rows:
         cells = [data.get(f"{row} {c}") for c in cols]
         label = LABELS.get(row, LABELS.get(row.split()[0], row) + (" naive" if row.endswith("naive") else ""))
-        print(f"  {label:<24}" + "".join(f"{v:>10.0f}" if v is not None else f"{'':>10}" for v in cells))
+        print(f"  {label:<24}" + "".join(f"{_cell(v):>14}" for v in cells))
+
+
+def _cell(v) -> str:
+    if v is None:
+        return ""
+    return f"{v[0]:.0f} / {v[1]:.0f}" if isinstance(v, (list, tuple)) else f"{v:.0f}"

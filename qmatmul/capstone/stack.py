@@ -1,4 +1,5 @@
-"""Exercise 4 (GPU only): a Llama-sized layer stack through the learner's QuantLinear beats the naive path."""
+"""The stack-speed cell (GPU only): a Llama-sized layer stack through the learner's QuantLinear, captured as a CUDA
+graph as a serving engine runs it, beats the same block in 16-bit nn.Linear."""
 
 from __future__ import annotations
 
@@ -28,10 +29,12 @@ LLAMA_BLOCK = [
     (4096, 14336),
 ]
 STACK_MS = (1, 16)  # the rows timed: one token, and the most the decode kernel takes
-# The learner's QuantLinear stack (W8A16) must be this many times faster than the naive path. Measured on the H200
-# (docs/capstone-h200.json) with the course's kernels, eager: 2.5x at M = 1, 2.9x at M = 16 (440-520 µs per block,
-# of which the weights need 52 µs at the copy bandwidth: Python and launch overhead are the rest).
-STACK_SPEEDUP = 1.5
+# The learner's QuantLinear stack (W8A16), captured as a CUDA graph as a serving engine runs it, must be this many
+# times faster than the same block in 16-bit nn.Linear (cuBLAS), captured alike in the grader's own process. The
+# H200 measured the course's kernels at 1.22x (M = 1) and 1.20x (M = 16) this way, 2026-12-05 (docs/decode-step-h200.md,
+# where the fused block reaches 1.46x); the weights' bytes would allow about 2.6x.
+STACK_SPEEDUP = 1.05
+STACK_REPS = 200  # replays timed: about 20 ms of GPU time, so that the wall clock's round trip is noise
 
 
 def stack_kernels() -> tuple[KernelSet | None, str]:
@@ -75,14 +78,15 @@ def llama_stack(cls, fmt, device, g, kernel_sets=None):
 def check_stack_speed(cls, *, seed: int | None = None) -> None:
     """GPU only: the Llama-sized stack in W8A16 through the learner's QuantLinear, with the W8A16 kernels that
     load_kernels() finds (the course's solution kernels where a course checkout has them and the learner's
-    are missing), must beat the naive path by STACK_SPEEDUP at M = 1 and 16. The clock is the grader's. What is
-    timed is the stack rebuilt from its buffers on decoy weights, in a fresh worker (see drive_stack)."""
+    are missing), captured once as a CUDA graph and replayed, must beat 16-bit nn.Linear (captured alike, timed in
+    the grader's own process) by STACK_SPEEDUP at M = 1 and 16. The clock is the grader's. What is timed is the stack
+    rebuilt from its buffers on decoy weights, in a fresh worker (see drive_stack)."""
     device = stack_device()
     if device is None:
         checks.not_measured(
             "Performance not measured: no CUDA GPU here. On a GPU this cell times a Llama-3-8B block's seven "
-            f"Linears through your QuantLinear (W8A16) at M = 1 and 16; it must be {STACK_SPEEDUP:g}x faster "
-            "than the naive path (dequantize, then matmul)."
+            f"Linears through your QuantLinear (W8A16), captured as a CUDA graph, at M = 1 and 16; it must be "
+            f"{STACK_SPEEDUP:g}x faster than the same block in 16-bit nn.Linear."
         )
         return
     seed = checks.fresh_seed() if seed is None else seed
@@ -91,7 +95,7 @@ def check_stack_speed(cls, *, seed: int | None = None) -> None:
     meta, built = drive(cls, "stack", "build", seed, probe=probe, what=what)
     if meta.get("no_kernels"):
         raise CheckFailed("no W8A16 decode kernel of yours was found (finish ../w8a16/w8a16.ipynb): the reference "
-                          "path is the naive path, so there is nothing to beat it with")  # fmt: skip
+                          "path is the naive path, which reads every weight several times: it cannot beat 16 bits")  # fmt: skip
     if meta.get("error"):
         raise_learner(meta["error"])
     # Timed and checked: the stack rebuilt from these buffers on decoy weights (their own seed), in a fresh worker.
@@ -137,28 +141,76 @@ def check_stack_speed(cls, *, seed: int | None = None) -> None:
             raise_learner(m["error"])
         return elapsed, t
 
+    ratios = []
     for M in STACK_MS:
         trip = min(clock("nothing", M, 1)[0] for _ in range(5))
-        clock("run:yours", M, 3)  # warm: compiles, allocates
-        clock("run:naive", M, 3)
-        reps = 50
+        clock("run:graph", M, 3)  # warm: compiles, allocates, captures the graph
         inputs = checks.fresh_seed()
-        (t_mine, out), (t_naive, _) = clock("run:yours", M, reps, inputs), clock("run:naive", M, reps, inputs)
-        mine, naive = (t_mine - trip) * 1e6 / reps, (t_naive - trip) * 1e6 / reps
+        with _timing_window():
+            t_mine, out = clock("run:graph", M, STACK_REPS, inputs)
+            dense = dense_stack_us(M, STACK_REPS, device)
+        mine = (t_mine - trip) * 1e6 / STACK_REPS
         want = reference_matmul("w8a16", out["x"].cpu(), stored0).to(out["y0"].dtype)
         checks.compare(
             out["y0"].float(),
             want.float(),
-            what="the stack's first layer",
+            what="the stack's first layer (captured as a CUDA graph)",
             rtol=4 * checks.tolerance_for(want.dtype),
         )
-        print(f"M = {M}: your QuantLinear stack {mine:.0f} µs, the naive path {naive:.0f} µs ({naive / mine:.1f}x), "
-              f"with {meta.get('where')}")  # fmt: skip
-        if naive / mine < STACK_SPEEDUP:
+        print(f"M = {M}: your QuantLinear stack {mine:.0f} µs as a CUDA graph, 16-bit nn.Linear {dense:.0f} µs "
+              f"({dense / mine:.2f}x), with {meta.get('where')}")  # fmt: skip
+        ratios.append(f"{dense / mine:.2f}x at M = {M} ({mine:.0f} µs against {dense:.0f})")
+        if dense / mine < STACK_SPEEDUP:
             raise CheckFailed(
-                f"at M = {M} the stack through your QuantLinear takes {mine:.0f} µs, the naive path {naive:.0f} µs: "
-                f"it must be {STACK_SPEEDUP:g}x faster. Does forward copy or dequantize the weight, or synchronize?"
+                f"at M = {M} the stack through your QuantLinear, captured as a CUDA graph, takes {mine:.0f} µs and "
+                f"16-bit nn.Linear {dense:.0f} µs: it must be {STACK_SPEEDUP:g}x faster. Does forward copy, convert "
+                "or dequantize the weight, or run the naive path?"
             )
     checks.passed(
-        f"the Llama-sized stack through your QuantLinear beats the naive path by at least {STACK_SPEEDUP:g}x"
+        f"the Llama-sized stack through your QuantLinear, as a CUDA graph, beats 16-bit nn.Linear by "
+        f"{' and '.join(ratios)}; at least {STACK_SPEEDUP:g}x was needed"
     )
+
+
+def dense_stack_us(M: int, reps: int, device: str) -> float:
+    """µs of one pass through the block's seven Linears in 16-bit nn.Linear (cuBLAS), timed here, in the grader's
+    own process, as the learner's stack is: captured once as a CUDA graph (on a GPU), replayed `reps` times, the
+    device synchronized, by the wall clock."""
+    dtype = act_dtype(device)
+    with torch.no_grad():
+        layers = [nn.Linear(K, N, bias=False, device=device, dtype=dtype) for N, K in LLAMA_BLOCK]
+        xs = stack_inputs(0, M, device)
+
+        def step():
+            return [m(xs[m.in_features]) for m in layers]
+
+        run = step
+        if device == "cuda":
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                step()
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                step()
+            run = graph.replay
+        run()
+        _sync(device)
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            run()
+        _sync(device)
+        return (time.perf_counter() - t0) * 1e6 / reps
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _timing_window():
+    """The GPU alone for the timed runs, under the grader (qmatmul.timing.gpulock; nothing elsewhere)."""
+    from qmatmul.timing import gpulock
+
+    return gpulock.exclusive()
