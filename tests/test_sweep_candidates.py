@@ -98,3 +98,39 @@ def test_the_prefill_sweep_counts_wrong_outputs_at_a_shape_no_tile_divides():
 
     assert sweep_prefill.ragged_mismatches(fn, x, w, ref) == 0
     assert sweep_prefill.ragged_mismatches(lambda x, w, o: fn(x, (w[0], w[1].flip(0)), o), x, w, ref) > 0
+
+
+@pytest.mark.parametrize("chapter", ["w8a16", "w4a16", "fp8", "mxfp4", "nvfp4"])
+def test_layer_sweep_launches_reach_the_solution(chapter):
+    """tools/sweep_layers.py replaces a chapter's config functions inside `launched_with`: the solution's decode
+    then launches the candidate (its tiles reach the kernel, a candidate too large fails), and the chapter's own
+    functions are back after the block. Its first and last candidates compute the product in the interpreter."""
+    import importlib
+
+    from qmatmul import checks, course
+    from tools import decode_step, sweep_layers
+
+    sol = {chapter: course.load_notebook_code(chapter, name=f"sweep_test_{chapter}")}
+    path = next(
+        p
+        for p in decode_step.paths(sol, torch.float16, "cpu")
+        if p.label.startswith(f"solution {chapter}_decode")
+    )
+    facade = importlib.import_module(f"qmatmul.{chapter}")
+    before = facade.decode_config
+    g = checks.generator(0)
+    state = path.make(64, 512, g)
+    x = torch.randn(1, 512, generator=g).half()
+    want = path.reference(x, state).float()
+    cands = sweep_layers.candidates(chapter)
+    for cand in (cands[0], cands[-1]):
+        cand = dict(cand, BLOCK_K=min(cand["BLOCK_K"], 256), num_stages=1)
+        with sweep_layers.launched_with(chapter, cand):
+            assert facade.decode_config(1, 64, 512, "cpu")["BLOCK_N"] == cand["BLOCK_N"]
+            checks.compare(
+                path.call(x, state).float(),
+                want,
+                what=str(cand),
+                rtol=4 * checks.tolerance_for(torch.float16),
+            )
+    assert facade.decode_config is before

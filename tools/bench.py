@@ -34,6 +34,11 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--sweep-prefill", action="store_true", help="also sweep the W8A16 tiled kernel's tiles"
     )
+    parser.add_argument(
+        "--llama",
+        action="store_true",
+        help="also time a Llama-3-8B decode step through every path (tools/decode_step.py; on by default in a full run)",
+    )
     parser.add_argument("--out", default="build/bench")
     parser.add_argument("chapters", nargs="*", help="default: every chapter in tools/benchmarks.py")
     args = parser.parse_args(argv)
@@ -141,6 +146,12 @@ def main(argv=None) -> int:
         sweep += prefill_sweep(
             course.load_notebook_code("w8a16", name="sweep_w8a16p"), w8a16, timing, dtype, cublas, g
         )
+    if args.llama or not (args.chapters or args.quick):
+        from tools import decode_step
+
+        print(f"\n{decode_step.LLAMA_KIND} ({decode_step.STEP_TIMING})")
+        chosen = decode_step.paths(decode_step.load_solutions(), dtype)
+        rows += decode_step.step_rows(chosen, (1, 16), 4, dtype, copy_bw)
     save(out_dir, meta, rows, sweep)
     print(f"\nwrote {out_dir}/bench.json and bench.md")
     return 0
@@ -245,7 +256,9 @@ def markdown(meta, rows) -> str:
         f"{meta.get('gemlite', '')}",
         "",
     ]
-    return "\n".join(lines + table(rows)) + "\n"
+    from tools.decode_step import step_table
+
+    return "\n".join(lines + table(rows) + [""] + step_table(rows)) + "\n"
 
 
 def table(rows) -> list[str]:
@@ -260,6 +273,8 @@ def table(rows) -> list[str]:
         return "—" if key not in r else format(r[key] * scale, fmt)
 
     for r in rows:
+        if "N" not in r:  # the decode step's rows: their own table (tools/decode_step.step_table)
+            continue
         if "error" in r:
             lines.append(
                 f"| {r['kind']} | {r['label']} | {r['M']} | {r['N']} | {r['K']} | {r['error']} ||||||"

@@ -225,7 +225,20 @@ def full_table() -> list[str]:
     return bench.table(recorded.data()["rows"])
 
 
-TABLES = {"decode": decode_table, "prefill": prefill_table, "full": full_table}
+def llama_step_table() -> list[str]:
+    from tools import decode_step
+
+    return decode_step.step_table(recorded.data()["rows"])
+
+
+def llama_layer_table() -> list[str]:
+    from tools import decode_step
+
+    return decode_step.layer_table(recorded.data()["rows"])
+
+
+TABLES = {"decode": decode_table, "prefill": prefill_table, "full": full_table, "llama-step": llama_step_table,
+          "llama-layers": llama_layer_table}  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------------------

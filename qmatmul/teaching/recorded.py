@@ -49,7 +49,7 @@ def meta() -> dict:
 def row(kind: str, label: str, M: int, N: int, K: int) -> dict:
     """The row of one path at one shape, e.g. row("w8a16 decode", "dense (cuBLAS)", 1, 28672, 8192)."""
     for r in data()["rows"]:
-        if (r["kind"], r["label"], r["M"], r["N"], r["K"]) == (kind, label, M, N, K):
+        if (r["kind"], r["label"], r["M"], r.get("N"), r.get("K")) == (kind, label, M, N, K):
             return r
     labels = sorted({r["label"] for r in data()["rows"] if r["kind"] == kind})
     raise MissingFigure(

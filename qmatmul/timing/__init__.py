@@ -15,7 +15,7 @@ from qmatmul.timing import gpulock
 
 __all__ = [
     "median_ms", "copy_bandwidth", "matmul_flops", "time_paths", "Timing", "time_it", "l2_bytes",
-    "copies_needed", "graph_ms", "TwoWay", "time_two_ways",
+    "copies_needed", "graph_ms", "TwoWay", "time_two_ways", "step_us",
 ]  # fmt: skip
 
 
@@ -189,3 +189,37 @@ def time_two_ways(fns, *, eager_rep_ms: int = 40) -> TwoWay:
         result.graph_error = _reason(exc)
         torch.cuda.synchronize()
     return result
+
+
+@gpulock.exclusively
+def step_us(step, *, replays: int = 20) -> tuple[float, float]:
+    """(graph µs, eager µs) of one call of `step`, a whole decode step (many kernels, each reading its own weights):
+    captured once as a CUDA graph and replayed, the median of `replays` replays (what a serving engine runs: the
+    kernels and the GPU's own launch gaps); and called from Python, the median of as many calls, each synchronized
+    (the wrappers' host time included). The step must be capturable (no host synchronization, no .item(), no new
+    compilation: it is run once first)."""
+    step()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def timed(fn) -> float:
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1e3
+
+    eager = sorted(timed(step) for _ in range(replays))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up on a side stream, as torch.cuda.graphs recommends
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    graph.replay()
+    torch.cuda.synchronize()
+    graphed = sorted(timed(graph.replay) for _ in range(replays))
+    del graph
+    return graphed[replays // 2], eager[replays // 2]
