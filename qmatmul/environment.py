@@ -162,6 +162,9 @@ def start(chapter: str | None = None, *, force_cpu: bool | None = None, quiet: b
     if os.environ.get("QMATMUL_WORKER_DIR"):
         return env  # the grader's worker: the smoke kernel ran in the notebook, and this start must be quick
     seconds = smoke_test(env)
+    from qmatmul import checks
+
+    checks.show_failures_briefly()
     if not quiet:
         print(env.describe())
         chapter_text = f" for {chapter}" if chapter else ""

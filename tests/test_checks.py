@@ -208,3 +208,27 @@ def test_an_infinite_output_is_named_not_measured_as_the_largest_error():
     got[1, 3], got[2, 5] = 1.5, 1.0  # a finite error keeps its size
     with pytest.raises(CheckFailed, match=r"Largest error 0\.5 at \[1, 3\]"):
         checks.compare(got, want, what="out", rtol=1e-3)
+
+
+def test_a_failed_check_shows_its_message_not_the_graders_traceback():
+    """In a Jupyter kernel after the setup cell's hook: a failing check's cell ends in an error (status and output,
+    ename CheckFailed) whose traceback is the message alone; the learner's own errors keep their tracebacks."""
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("import torch\nfrom qmatmul import checks\nchecks.show_failures_briefly()"),
+        nbformat.v4.new_code_cell("checks.compare(torch.ones(2, 2), torch.zeros(2, 2), what='y', rtol=1e-3)"),
+        nbformat.v4.new_code_cell("def mine():\n    return 1 / 0\nmine()"),
+    ]
+    client = NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True)
+    client.execute()
+    failed, mine = nb.cells[1].outputs, nb.cells[2].outputs
+    assert [o.output_type for o in failed] == ["error"] and failed[0].ename == "CheckFailed"
+    assert len(failed[0].traceback) == 1 and "y: 4 of 4 elements" in failed[0].traceback[0]
+    assert mine[-1].ename == "ZeroDivisionError" and len(mine[-1].traceback) > 1
+    nb.cells = nb.cells[:2]
+    with pytest.raises(CellExecutionError):  # the cell's status is an error: Run All stops there
+        NotebookClient(nb, timeout=120, kernel_name="python3").execute()
