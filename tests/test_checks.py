@@ -232,3 +232,24 @@ def test_a_failed_check_shows_its_message_not_the_graders_traceback():
     nb.cells = nb.cells[:2]
     with pytest.raises(CellExecutionError):  # the cell's status is an error: Run All stops there
         NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+
+
+def test_a_store_below_the_last_row_is_named_where_no_audit_holds_it_back():
+    """On a GPU no interpreter audit holds an unmasked row store back: the rows of NaN kept below every checked
+    output (common.GUARD_ROWS) take it, and the check names the rows and the mask it needs."""
+    from qmatmul.checks import common
+
+    M, N, K = 3, 8, 16
+    full, out = common.poisoned_out(M, N, torch.float16, "cpu", strided=False)
+    assert out.shape == (M, N) and out.is_contiguous() and full.shape[0] == M + common.GUARD_ROWS
+    expected = torch.ones(M, N)
+    out.copy_(expected)
+    full[M : M + 13] = 0.5  # what a 16-row tile's unmasked store leaves
+    with pytest.raises(
+        CheckFailed, match=r"stored past the last row of the output: rows m = 3\.\.15 .*offs_m < M"
+    ):
+        checks.verify_kernel_result(out, [], what="k", inputs={}, before={}, out=out, full=full,
+                                    weight_shape=(N, K), dtype=torch.float16, expected=expected)  # fmt: skip
+    full[M:] = float("nan")
+    checks.verify_kernel_result(out, [], what="k", inputs={}, before={}, out=out, full=full,
+                                weight_shape=(N, K), dtype=torch.float16, expected=expected)  # fmt: skip

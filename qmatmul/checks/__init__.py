@@ -457,7 +457,8 @@ def verify_kernel_result(
 
     Fused (no torch matmul, no weight-sized copy), wrote into and returned `out`, in x's dtype, equal to
     `expected` (the output was NaN-filled: unwritten elements are located; known mistakes are named), nothing
-    written past column N of `full` (the wider buffer `out` is a view of), and the inputs left untouched.
+    written below row M or past column N of `full` (the larger buffer `out` is a view of), and the inputs left
+    untouched.
     """
     floats = [t.shape for t in inputs.values() if isinstance(t, torch.Tensor) and t.is_floating_point()]
     assert_fused(ops, what=what, weight_shape=weight_shape, allowed_shapes=[*floats, out.shape])
@@ -468,8 +469,15 @@ def verify_kernel_result(
     if y.dtype != dtype:
         raise CheckFailed(f"{what} returned {y.dtype}; the output must be {dtype}{ctx}")
     compare(y, expected, what=what, rtol=tolerance_for(dtype), poisoned=True, context=ctx, mistakes=mistakes)
-    n = weight_shape[0]
-    if not torch.isnan(full[:, n:].float()).all():
+    n, m = weight_shape[0], out.shape[0]
+    below = ~torch.isnan(full[m:].float())
+    if below.any():
+        rows = below.any(dim=1).nonzero().flatten()
+        raise CheckFailed(
+            f"{what} stored past the last row of the output: rows m = {m + int(rows[0])}..{m + int(rows[-1])} of "
+            f"an output with M = {m} rows (into the memory after it). Mask the output store with offs_m < M{ctx}"
+        )
+    if not torch.isnan(full[:m, n:].float()).all():
         raise CheckFailed(f"{what} wrote past column N of the output (into its neighbour's memory){ctx}")
     for name, t in inputs.items():
         if isinstance(t, torch.Tensor) and not torch.equal(comparable_bits(t), before[name]):

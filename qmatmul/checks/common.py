@@ -72,11 +72,18 @@ def rounding_probe_x(M: int, K: int, dtype, device: str, strided: bool) -> torch
     return torch.ones(M, K + (7 if strided else 0), dtype=dtype, device=device)[:, :K]
 
 
+# Rows of NaN kept below a checked output: a store without its row mask lands there (a tile is at most 256 rows), on
+# a GPU as on a CPU, where the check sees and names it instead of the write reaching other memory (on a GPU, maybe
+# a fault that ends the notebook's CUDA context). Under the interpreter the memory audit holds such stores back first.
+GUARD_ROWS = 256
+
+
 def poisoned_out(M: int, N: int, dtype, device: str, strided: bool):
-    """A NaN-filled output (a view of a wider buffer when strided, so stray writes can be seen): (full, out)."""
+    """A NaN-filled output, a view of a larger buffer (GUARD_ROWS more rows below it; 5 more columns when strided), so
+    that stray writes can be seen: (full, out)."""
     pad = 5 if strided else 0
-    full = torch.full((M, N + pad), float("nan"), dtype=dtype, device=device)
-    return full, full[:, :N]
+    full = torch.full((M + GUARD_ROWS, N + pad), float("nan"), dtype=dtype, device=device)
+    return full, full[:M, :N]
 
 
 def cell(seed: int | None) -> tuple[int, torch.Generator, str]:
