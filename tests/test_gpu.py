@@ -72,3 +72,27 @@ def test_split_k_decode_on_ragged_shapes_and_in_a_graph(M, N, K):
         out.zero_()
         graph.replay()
     assert not checks.mismatch(out.float().cpu(), w8a16.reference(x, q, s).float().cpu(), tol).any()
+
+
+STORE_MASK = "mask=(offs_m[:, None] < M) & (offs_n[None, :] < N),\n    )\n    ### END SOLUTION"
+
+
+@pytest.mark.parametrize("chapter", ["w8a16", "mxfp4"])
+def test_an_unmasked_row_store_is_named_on_the_gpu(chapter):
+    """No interpreter audit holds an unmasked store back on a GPU: the rows of NaN below every checked output
+    (checks.common.GUARD_ROWS) take the decode's stray rows, the visible check names them, and CUDA still works.
+    Not yet run on a GPU (written 2026-12-05, the session's device time spent)."""
+    import importlib
+
+    from autograder import grade_direct
+    from qmatmul import course
+
+    src = {c.grade_id: c.source for c in grade_direct.solution_cells(chapter) if c.grade_id}["ex3_decode"]
+    assert STORE_MASK in src
+    mod = course.load_notebook_code(chapter, overrides={"ex3_decode": src.replace(STORE_MASK, STORE_MASK.replace(
+        "(offs_m[:, None] < M) & (offs_n[None, :] < N)", "offs_n[None, :] < N"))}, name=f"unmasked_{chapter}")  # fmt: skip
+    with pytest.raises(CheckFailed, match=r"stored past the last row of the output: rows m = .*offs_m < M"):
+        importlib.import_module(f"qmatmul.{chapter}").check_decode(getattr(mod, f"{chapter}_decode"))
+    y = torch.ones(4, device="cuda") * 2
+    torch.cuda.synchronize()
+    assert float(y.sum()) == 8.0
