@@ -10,6 +10,7 @@ Run from the repository root, each as a module (`make` runs them so):
     python -m autograder.grade_direct [ASSIGNMENT ...]   the trusted grader without nbgrader (make gpu-check)
     python -m autograder.mutate [ASSIGNMENT ...]   mutation testing of the grader (make mutate)
     python -m autograder.pgscratch DIR             a throwaway PostgreSQL server
+    python -m autograder.release [ASSIGNMENT ...]  the student notebooks from solutions/ (make release)
 
 The modules:
 
@@ -26,6 +27,7 @@ The modules:
     demo           the demo class's and the adversarial corpus's files: the one reader, what each submits
     parallel       grading N submissions at once, on this host or on Dask
     pgscratch      a throwaway PostgreSQL server (tests, the demo's parallel gradebook)
+    release        nbgrader generate_assignment for each chapter, quiet about the overwrite it expects
     mutate         mutation testing of the grader
     sandbox        the bubblewrap sandbox as nbgrader configuration (with sandbox_exec.sh)
 

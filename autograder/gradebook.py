@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -93,10 +94,18 @@ def gradebook(assignment: str, dirs: CourseDirs) -> list[dict]:
             try:
                 sub = gb.find_submission(assignment, student)
             except MissingEntry:
-                missing.append(student)
-                continue
+                # A file refused before nbgrader ran (classroom.py's intake: invalid JSON, a link) has no gradebook
+                # submission, but its folder is there: a row with its reason, as the export gives it. (lexists:
+                # the folder is the student's, never followed.)
+                if not os.path.lexists(ROOT / dirs.submitted / student / assignment):
+                    missing.append(student)
+                    continue
+                sub = None
             row = {"student": student, "scores": {}, "messages": {}, "max": 0.0, "total": 0.0, "graded": {}}
             for nb_name, cell, max_score in cells:
+                if sub is None:
+                    row["graded"][cell], row["scores"][cell] = None, (0.0, max_score)
+                    continue
                 grade = gb.find_grade(cell, nb_name, assignment, student)
                 row["graded"][cell] = rule.score_of(grade)
                 row["scores"][cell] = (grade.score if grade.score is not None else 0.0, max_score)
@@ -105,7 +114,7 @@ def gradebook(assignment: str, dirs: CourseDirs) -> list[dict]:
                 row["messages"].update(
                     cell_messages(ROOT / dirs.autograded / student / assignment / f"{nb_name}.ipynb")
                 )
-            row["total"] = sub.score if sub.score is not None else row["total"]
+            row["total"] = sub.score if sub is not None and sub.score is not None else row["total"]
             rows.append(row)
     unmeasured = rule.unmeasurable(r["messages"] for r in rows)
     for row in rows:

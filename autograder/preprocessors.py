@@ -187,7 +187,8 @@ def summary(nb, resources) -> str:
         lines.append(f"Late submission: {late:g} points deducted.")
     if count.not_measured:
         names = ", ".join(g.removeprefix("test_") for g in meta if g in unmeasured)
-        lines.append(f"**{count.not_measured:g} more points could not be measured on the grading machine** ({names}): "
+        word = "point" if count.not_measured == 1 else "points"
+        lines.append(f"**{count.not_measured:g} more {word} could not be measured on the grading machine** ({names}): "
                      "neither earned nor lost, and left out of the maximum. They are performance cells, graded only "
                      "where they can be timed (a CUDA GPU; the cell's message says which).")  # fmt: skip
     restored = rule.restored_cells_in(nb)

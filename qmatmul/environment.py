@@ -162,14 +162,35 @@ def start(chapter: str | None = None, *, force_cpu: bool | None = None, quiet: b
     if os.environ.get("QMATMUL_WORKER_DIR"):
         return env  # the grader's worker: the smoke kernel ran in the notebook, and this start must be quick
     seconds = smoke_test(env)
-    from qmatmul import checks
-
-    checks.show_failures_briefly()
+    show_failures_briefly()
     if not quiet:
         print(env.describe())
         chapter_text = f" for {chapter}" if chapter else ""
         print(f"smoke kernel{chapter_text}: ok ({seconds:.2f} s, includes the first compile)")
     return env
+
+
+def show_failures_briefly() -> None:
+    """In a notebook, a failed check shows as its message alone, not as a traceback through the course's check code
+    (10-15 lines of it): the message is the verdict and names the mistake. The cell still ends in an error output
+    (ename CheckFailed) and an error status, as any failed cell does: Run All stops there and nbgrader sees it. The
+    learner's own exceptions keep their tracebacks. Called by start(), the setup cell's."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is None or not hasattr(shell, "_showtraceback"):
+        return
+
+    def brief(shell, etype, value, tb, tb_offset=None):
+        shell._showtraceback(
+            etype, value, [f"{etype.__name__}: {value}"]
+        )  # published as the cell's error output
+
+    from qmatmul.checks import CheckFailed
+
+    shell.set_custom_exc((CheckFailed,), brief)
 
 
 def smoke_test(env: Env) -> float:

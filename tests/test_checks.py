@@ -219,7 +219,9 @@ def test_a_failed_check_shows_its_message_not_the_graders_traceback():
 
     nb = nbformat.v4.new_notebook()
     nb.cells = [
-        nbformat.v4.new_code_cell("import torch\nfrom qmatmul import checks\nchecks.show_failures_briefly()"),
+        nbformat.v4.new_code_cell(
+            "import torch\nfrom qmatmul import checks, environment\nenvironment.show_failures_briefly()"
+        ),
         nbformat.v4.new_code_cell("checks.compare(torch.ones(2, 2), torch.zeros(2, 2), what='y', rtol=1e-3)"),
         nbformat.v4.new_code_cell("def mine():\n    return 1 / 0\nmine()"),
     ]

@@ -705,3 +705,41 @@ def test_show_solution_takes_the_chapter_or_the_running_notebooks(monkeypatch, c
     assert "w8a16_matmul_kernel" in course.solution_source("ex2_prefill")
     monkeypatch.setenv("JPY_SESSION_NAME", str(ROOT / "notebooks" / "mxfp4" / "mxfp4.ipynb"))
     assert "w8a16_matmul_kernel" not in course.solution_source("ex2_prefill")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# make release (issue 45, item 5): quiet about the overwrite it expects, nothing else hidden
+
+
+def test_make_release_hides_only_the_expected_overwrite_warning(tmp_path):
+    """Before: a fresh clone's `make release` printed "Removing existing assignment" for each of the seven committed
+    chapters. The real nbgrader runs twice into one release folder (the second run overwrites, as on a clone);
+    a flag nbgrader does not know shows that its other warnings still come through."""
+    import io
+
+    from autograder import release
+
+    chapter = "roofline"
+    flags = (f"--CourseDirectory.root={tmp_path}", "--CourseDirectory.release_directory=release",
+             f"--CourseDirectory.db_url=sqlite:///{tmp_path / 'gradebook.db'}")  # fmt: skip
+    (tmp_path / "solutions").symlink_to(ROOT / "solutions")
+    raw = _nbgrader("generate_assignment", chapter, "--force", flags=flags)
+    assert "Removing existing assignment" not in raw.stderr  # the first time, nothing to remove
+    raw = _nbgrader("generate_assignment", chapter, "--force", flags=flags)
+    said = [ln for ln in raw.stderr.splitlines() if "Removing existing assignment" in ln]
+    assert said == [
+        f"[GenerateAssignmentApp | WARNING] Removing existing assignment: {tmp_path / 'release' / chapter}"
+    ]
+    assert release.expected(said[0] + "\n", chapter) and not release.expected(said[0], "w8a16")
+    err = io.StringIO()
+    assert release.release([chapter], (*flags, "--CourseDirectory.no_such_option=1"), err=err) == 0
+    out = err.getvalue()
+    assert "Removing existing assignment" not in out and "Converting notebook" in out
+    assert re.search(r"WARNING.*no_such_option", out), out
+    assert (tmp_path / "release" / chapter / f"{chapter}.ipynb").is_file()
+    dry = subprocess.run(
+        ["make", "-n", "release"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    assert "-m autograder.release" in dry and "generate_assignment" not in dry
+    err = io.StringIO()
+    assert release.release(["no_such_chapter"], flags, err=err) != 0 and "ERROR" in err.getvalue()

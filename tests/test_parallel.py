@@ -542,3 +542,58 @@ def test_an_interrupted_demo_resumes_with_the_notebooks_it_had_not_finished(tmp_
     with pytest.raises(SystemExit, match="one notebook at a time"):
         classroom.run_demo([CHAPTER], jobs=2, resume=True)
     assert classroom.run_demo([CHAPTER]) == 0 and asked[-1] == names  # without --resume: afresh
+
+
+@pytest.mark.slow
+def test_the_postgresql_recipe_of_course_md_grades_a_class_into_a_new_database(tmp_path):
+    """course.md's recipe without sudo, line by line in a clone of the course, then `make autograde JOBS=2` into its
+    database. What differs from a terminal: the port (a free one for 5433) and PASSWORD, typed into initdb's prompt
+    and given to createdb's as PGPASSWORD; `make -o .venv/.installed` (the clone links this environment); under
+    root, initdb, pg_ctl and createdb run as `nobody`, the grading account the recipe asks for (the server refuses
+    root), and the cluster lives in its home."""
+    import shutil
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from nbgrader.api import Gradebook
+    from test_browser import course_clone
+
+    from autograder import demo
+
+    if not list(Path("/usr/lib/postgresql").glob("*/bin/initdb")):  # the recipe's PATH line: Debian's package
+        skip_unless_required("Debian's postgresql is not installed (`make system-deps` installs it)", REQUIRE)
+    text = (ROOT / "course.md").read_text().split("**The gradebook on PostgreSQL.**", 1)[1]
+    recipe = text.split("```bash\n", 1)[1].split("```", 1)[0]
+    port, password = str(pgscratch._free_port()), "s3cret-" + os.urandom(4).hex()
+    assert "5433" in recipe and "PASSWORD@" in recipe and "make autograde JOBS=2" in recipe
+    recipe = recipe.replace("5433", port).replace("PASSWORD@", f"{password}@")
+    clone = course_clone(tmp_path / "course", chapters=(CHAPTER,))
+    (clone / "roster.csv").write_text("id,first_name,last_name,email\ncorrect,Cy,Correct,\nblank,Bea,Blank,\n")  # fmt: skip
+    for st in [
+        st for st in demo.students(CHAPTER) if st.name in POOL
+    ]:  # collected, from the committed release
+        classroom.build_submission(st, ROOT / "notebooks", clone / "autograder" / "submitted" / st.name / CHAPTER)  # fmt: skip
+    home = Path(tempfile.mkdtemp(prefix="qmatmul-recipe-"))  # the grading account's home: ~/qmatmul-pg
+    root = os.geteuid() == 0
+    prelude = 'set -euo pipefail\nmake() { command make --no-print-directory -o .venv/.installed "$@"; }\n'
+    if root:
+        shutil.chown(home, pgscratch.USER)
+        prelude += "".join(f'{cmd}() {{ runuser -u {pgscratch.USER} -- env HOME="$HOME" PATH="$PATH" '
+                           f'PGPASSWORD="$PGPASSWORD" {cmd} "$@"; }}\n' for cmd in ("initdb", "pg_ctl", "createdb"))  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS", "QMATMUL_DB", "PG"))}
+    env.update(HOME=str(home), PGPASSWORD=password)
+    try:
+        res = subprocess.run(["bash", "-c", prelude + recipe], cwd=clone, env=env, input=f"{password}\n" * 2,
+                             capture_output=True, text=True, timeout=540, start_new_session=True)  # fmt: skip
+        out = res.stdout + res.stderr
+        assert res.returncode == 0, out[-5000:]
+        assert "graded 2/2" in out and f"Gradebook · {CHAPTER}" in out, out[-5000:]
+        with Gradebook(f"postgresql+psycopg://grader:{password}@localhost:{port}/qmatmul") as gb:
+            assert {s.id: s.first_name for s in gb.students} == {"correct": "Cy", "blank": "Bea"}
+            scores = {s.student.id: s.score for s in gb.find_assignment(CHAPTER).submissions}
+        assert scores == {"correct": 7, "blank": 0}, out[-5000:]
+    finally:
+        stop = [str(pgscratch.binaries() / "pg_ctl"), "-D", str(home / "qmatmul-pg"), "-m", "immediate", "stop"]  # fmt: skip
+        subprocess.run(["runuser", "-u", pgscratch.USER, "--", *stop] if root else stop, capture_output=True)
+        shutil.rmtree(home, ignore_errors=True)

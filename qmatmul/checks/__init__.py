@@ -339,27 +339,6 @@ def _raise_outside(what: str, outside) -> None:
         )
 
 
-def show_failures_briefly() -> None:
-    """In a notebook, a failed check shows as its message alone, not as a traceback through the course's check code
-    (10-15 lines of it): the message is the verdict and names the mistake. The cell still ends in an error output
-    (ename CheckFailed) and an error status, as any failed cell does: Run All stops there and nbgrader sees it. The
-    learner's own exceptions keep their tracebacks. Called by the setup cell (qmatmul.environment.start)."""
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return
-    shell = get_ipython()
-    if shell is None or not hasattr(shell, "_showtraceback"):
-        return
-
-    def brief(shell, etype, value, tb, tb_offset=None):
-        shell._showtraceback(
-            etype, value, [f"{etype.__name__}: {value}"]
-        )  # published as the cell's error output
-
-    shell.set_custom_exc((CheckFailed,), brief)
-
-
 def _notebook_source() -> static.Source | None:
     """The running notebook's executed cells (IPython's In), parsed; None outside a notebook."""
     try:
