@@ -28,6 +28,7 @@ from qmatmul.capstone.rebuild import (
     differs,
     fresh_process,
     how_rebuilt,
+    not_rebuilt,
     state_arg,
 )
 from qmatmul.capstone.registry import DECODE_MAX_M, using
@@ -198,10 +199,10 @@ def check_quant_linear(cls, *, hidden: bool = False, seed: int | None = None) ->
         if meta.get("error") and "at" not in meta["error"]:
             raise_learner(meta["error"], f"{ctx[:-1]}; QuantLinear {REBUILT_ON})")
         if meta.get("load"):
-            raise CheckFailed(
-                f"your QuantLinear's buffers do not rebuild it: {meta['load']}{ctx}. The layer graded is "
-                f"QuantLinear {how_rebuilt(cls, fresh)}: register the same buffers (names, dtypes, shapes) for every "
-                "layer of a shape, whatever its weights"
+            raise not_rebuilt(
+                "QuantLinear",
+                f"{meta['load']}{ctx}",
+                f"The layer graded is QuantLinear {how_rebuilt(cls, fresh)}",
             )
         stored_ref = reference_quantize(fmt, weight)
         w_deq = dequantized(fmt, stored_ref)

@@ -100,6 +100,23 @@ def drive_quant_linear(cls, cases: list) -> dict:
     return pack(meta, tensors)
 
 
+def _rebuild(make, what: str, state: dict, sets: dict, info: dict):
+    """The learner's module made by make() under the grading kernels (on a decoy Linear, dropped once made) with the
+    state of the module built on the real weights loaded into it; None, the reason in info, when make raises,
+    makes no nn.Module or the module does not take the state."""
+    try:
+        with using(sets):
+            mod = make()
+    except BaseException as exc:  # noqa: BLE001 - the learner's error, reported as data
+        info["error"] = describe_exception(exc, what)
+        return None
+    if not isinstance(mod, nn.Module):
+        info["load"] = f"{what} made a {type(mod).__name__}, not an nn.Module"
+        return None
+    info["load"] = load_state(mod, state)
+    return None if info["load"] else mod
+
+
 def drive_quant_linear_rebuilt(cls, cases: list) -> dict:
     """Where the learner's code runs (under the trusted grader, a fresh worker): for each case {fmt, weight, bias,
     state, xs}, QuantLinear(linear, fmt) on a decoy Linear of that weight and bias, `state` (the buffers and
@@ -113,19 +130,9 @@ def drive_quant_linear_rebuilt(cls, cases: list) -> dict:
     for c, case in enumerate(cases):
         info = {"error": None, "forwards": []}
         meta["cases"].append(info)
-        lin = _linear_for(case, device)
-        try:
-            with using(sets):
-                mod = cls(lin, case["fmt"])
-        except BaseException as exc:  # noqa: BLE001
-            info["error"] = describe_exception(exc, "QuantLinear(linear, fmt)")
-            continue
-        del lin
-        if not isinstance(mod, nn.Module):
-            info["load"] = f"QuantLinear(linear, fmt) made a {type(mod).__name__}, not an nn.Module"
-            continue
-        info["load"] = load_state(mod, case["state"])
-        if info["load"]:
+        mod = _rebuild(lambda case=case: cls(_linear_for(case, device), case["fmt"]), "QuantLinear(linear, fmt)",
+                       case["state"], sets, info)  # fmt: skip
+        if mod is None:
             continue
         for j, x in enumerate(case["xs"]):
             x = x.to(device)
@@ -271,19 +278,9 @@ def drive_fused_rebuilt(cls, cases: list) -> dict:
     for c, case in enumerate(cases):
         info = {"error": None, "forwards": []}
         meta["cases"].append(info)
-        lins = _group_for(case, device)
-        try:
-            with using(sets):
-                mod = cls(list(lins), case["fmt"])
-        except BaseException as exc:  # noqa: BLE001
-            info["error"] = describe_exception(exc, "FusedQuantLinear(linears, fmt)")
-            continue
-        del lins
-        if not isinstance(mod, nn.Module):
-            info["load"] = f"FusedQuantLinear(linears, fmt) made a {type(mod).__name__}, not an nn.Module"
-            continue
-        info["load"] = load_state(mod, case["state"])
-        if info["load"]:
+        mod = _rebuild(lambda case=case: cls(_group_for(case, device), case["fmt"]), "FusedQuantLinear(linears, fmt)",
+                       case["state"], sets, info)  # fmt: skip
+        if mod is None:
             continue
         for j, x in enumerate(case["xs"]):
             if not _fused_forward(mod, x.to(device), sets, grading, info, tensors, f"{c}:y{j}", True):

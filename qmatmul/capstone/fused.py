@@ -33,6 +33,7 @@ from qmatmul.capstone.rebuild import (
     differs,
     fresh_process,
     how_rebuilt,
+    not_rebuilt,
     state_arg,
 )
 from qmatmul.capstone.registry import DECODE_MAX_M
@@ -229,9 +230,8 @@ def check_fused_quant_linear(cls, *, hidden: bool = False, seed: int | None = No
         if meta.get("error") and "at" not in meta["error"]:
             raise_learner(meta["error"], f"{ctx[:-1]}; FusedQuantLinear {REBUILT_ON})")
         if meta.get("load"):
-            raise CheckFailed(f"your FusedQuantLinear's buffers do not rebuild it: {meta['load']}{ctx}. The layer "
-                              f"graded is FusedQuantLinear {rebuilt}: register the same buffers (names, dtypes, "
-                              "shapes) for every group of layers of these shapes, whatever their weights")  # fmt: skip
+            raise not_rebuilt("FusedQuantLinear", f"{meta['load']}{ctx}", f"The layer graded is FusedQuantLinear {rebuilt}",
+                              "every group of layers of these shapes, whatever their weights")  # fmt: skip
         stored_ref = reference_quantize(fmt, torch.cat(weights))
         w_deq = dequantized(fmt, stored_ref)
         bias = torch.cat(

@@ -17,6 +17,17 @@ OTHER_THAN_BUFFERS = ("Keep the quantized weight (and the bias) in register_buff
                       "the nn.Linear it was built from, or a copy of its weight kept anywhere else (a closure, a "
                       "global, a plain attribute), is not part of the layer that state_dict() saves and "
                       "model.to(device) moves")  # fmt: skip
+
+
+def not_rebuilt(
+    name: str, why: str, subject: str, each: str = "every layer of a shape, whatever its weights"
+):
+    """The failure of a check whose learner's class does not take the state of the module built on the real weights
+    (`why`: load_state's reason): what is graded (`subject`), and what to register."""
+    return checks.CheckFailed(f"your {name}'s buffers do not rebuild it: {why}. {subject}: register the same buffers "
+                              f"(names, dtypes, shapes) for {each}")  # fmt: skip
+
+
 BUILT: list = []  # the modules built on the real weights, alive until a rebuild in the same process is done
 
 

@@ -13,7 +13,14 @@ from qmatmul import checks
 from qmatmul.capstone.crossing import drive, learner_message, raise_learner
 from qmatmul.capstone.formats import reference_matmul, reference_quantize
 from qmatmul.capstone.loader import load_kernels
-from qmatmul.capstone.rebuild import OTHER_THAN_BUFFERS, REBUILT_ON, differs, fresh_process, how_rebuilt
+from qmatmul.capstone.rebuild import (
+    OTHER_THAN_BUFFERS,
+    REBUILT_ON,
+    differs,
+    fresh_process,
+    how_rebuilt,
+    not_rebuilt,
+)
 from qmatmul.capstone.registry import KernelSet, using
 from qmatmul.capstone.runtime import act_dtype
 from qmatmul.checks import CheckFailed
@@ -109,10 +116,8 @@ def check_stack_speed(cls, *, seed: int | None = None) -> None:
     if meta.get("error"):
         raise_learner(meta["error"], f" (QuantLinear {REBUILT_ON})")
     if meta.get("load"):
-        raise CheckFailed(
-            f"your QuantLinear's buffers do not rebuild it: {meta['load']}. The layers timed are QuantLinear "
-            f"{how_rebuilt(cls, True)}: register the same buffers (names, dtypes, shapes) for every layer of a shape, "
-            "whatever its weights"
+        raise not_rebuilt(
+            "QuantLinear", meta["load"], f"The layers timed are QuantLinear {how_rebuilt(cls, True)}"
         )
     rtol = 4 * checks.tolerance_for(act_dtype(device))
     for i, (N, K) in enumerate(LLAMA_BLOCK):
