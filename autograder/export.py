@@ -19,7 +19,7 @@ The rules:
 * **Bonus** cells (`BONUS` below, the only list of them) are extra credit: their points add to the student's
   total but not to the maximum.
 * **Not measured**: a cell the grading machine could not measure (the performance cells on a machine without a
-  CUDA GPU: any graded notebook of the class says so) is "not measured", not "failed", and its points leave the
+  CUDA GPU: any graded notebook of the class raised the trusted grader's NotMeasured there) is "not measured", not "failed", and its points leave the
   maximum the percentage is computed on (`max_measured`) for every student alike, submitted or not;
   `max` keeps the full course maximum. The rule is autograder/rule.py's, which the gradebook print and the
   feedback page count with too.
@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder import rule
-from qmatmul.grader.notebook import grade_id, is_graded, load_node
+from qmatmul.grader.notebook import load_node
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -52,7 +52,7 @@ BONUS = {
 
 def course_order() -> list[str]:
     """Chapters in syllabus order (roofline first), then any other assignment by name."""
-    syllabus = ["roofline", "w8a16", "w4a16", "fp8", "mxfp4", "nvfp4"]
+    syllabus = ["roofline", "w8a16", "w4a16", "fp8", "mxfp4", "nvfp4", "layouts"]
     found = (
         sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir())
         if (ROOT / "solutions").is_dir()
@@ -113,16 +113,8 @@ class Export:
         return out
 
 
-def _outputs_text(cell) -> str:
-    parts = []
-    for o in cell.get("outputs", []):
-        parts += [o.get("ename", ""), o.get("evalue", ""), o.get("text", "")]
-        parts += [str(v) for v in o.get("data", {}).values()]
-    return "\n".join(parts)
-
-
-def graded_outputs(autograded: Path, student: str, chapter: str, notebook: str) -> dict:
-    """grade_id -> everything the graded cell printed or raised, from the autograded notebook."""
+def graded_errors(autograded: Path, student: str, chapter: str, notebook: str) -> dict:
+    """grade_id -> the name of the error the graded cell raised (rule.error_names), from the autograded notebook."""
     path = autograded / student / chapter / f"{notebook}.ipynb"
     if not path.exists():
         return {}
@@ -130,11 +122,7 @@ def graded_outputs(autograded: Path, student: str, chapter: str, notebook: str) 
         nb = load_node(path)
     except Exception:  # a notebook nbgrader could not finish writing: no outputs, the reason says why
         return {}
-    out = {}
-    for cell in nb.cells:
-        if is_graded(cell):
-            out[grade_id(cell)] = _outputs_text(cell)
-    return out
+    return rule.error_names(nb.cells)
 
 
 def collect(
@@ -167,7 +155,7 @@ def collect(
             cells = [
                 (nb.name, c.name, c.max_score) for nb in in_db[chapter].notebooks for c in nb.grade_cells
             ]
-            subs, scores, printed = {}, {}, {}
+            subs, scores, errors = {}, {}, {}
             for st in students:
                 sid = st["id"]
                 try:
@@ -178,10 +166,10 @@ def collect(
                     cell: rule.score_of(gb.find_grade(cell, nb_name, chapter, sid))
                     for nb_name, cell, _ in cells
                 }
-                printed[sid] = {}
+                errors[sid] = {}
                 for nb_name in notebooks:
-                    printed[sid].update(graded_outputs(autograded, sid, chapter, nb_name))
-            unmeasured = rule.unmeasurable(printed.values())
+                    errors[sid].update(graded_errors(autograded, sid, chapter, nb_name))
+            unmeasured = rule.unmeasurable(errors.values())
             for st in students:
                 sid = st["id"]
                 sub, folder = subs.get(sid), submitted / sid / chapter

@@ -101,7 +101,8 @@ def gradebook(assignment: str, dirs: CourseDirs) -> list[dict]:
                     missing.append(student)
                     continue
                 sub = None
-            row = {"student": student, "scores": {}, "messages": {}, "max": 0.0, "total": 0.0, "graded": {}}
+            row = {"student": student, "scores": {}, "messages": {}, "errors": {}, "max": 0.0, "total": 0.0,
+                   "graded": {}}  # fmt: skip
             for nb_name, cell, max_score in cells:
                 if sub is None:
                     row["graded"][cell], row["scores"][cell] = None, (0.0, max_score)
@@ -111,15 +112,17 @@ def gradebook(assignment: str, dirs: CourseDirs) -> list[dict]:
                 row["scores"][cell] = (grade.score if grade.score is not None else 0.0, max_score)
                 row["total"] += row["scores"][cell][0]
             for nb_name in notebooks:
-                row["messages"].update(
-                    cell_messages(ROOT / dirs.autograded / student / assignment / f"{nb_name}.ipynb")
-                )
+                graded = ROOT / dirs.autograded / student / assignment / f"{nb_name}.ipynb"
+                row["messages"].update(cell_messages(graded))
+                if graded.exists():
+                    row["errors"].update(rule.error_names(notebook.load(graded)["cells"]))
             row["total"] = sub.score if sub is not None and sub.score is not None else row["total"]
             rows.append(row)
-    unmeasured = rule.unmeasurable(r["messages"] for r in rows)
+    unmeasured = rule.unmeasurable(r.pop("errors") for r in rows)
     for row in rows:
         student = row["student"]
         count = rule.tally([(c, m) for _, c, m in cells], row.pop("graded"), unmeasured=unmeasured)
+        row["unmeasured"] = sorted(unmeasured)
         row["max"], row["not_measured"] = count.measurable_max, count.not_measured
         row["reason"] = rule.reason(
             submitted=True,
@@ -153,11 +156,10 @@ def print_gradebook(assignment: str, rows: list[dict], failures: dict | None = N
         f"(total: over the {rows[0]['max']:g} points this machine could measure; the export counts the same)"
     )
     print("\nWhy points were lost:")
-    unmeasured = set()
+    unmeasured = set(rows[0].get("unmeasured", ()))
     for r in rows:
         for c, msg in r["messages"].items():
-            if msg.startswith("NotMeasured"):
-                unmeasured.add(c)
+            if c in unmeasured:
                 continue
             brief = textwrap.shorten(msg, 300, placeholder=" …")  # whole in the student's feedback
             print(f"  {r['student']} · {c.removeprefix('test_')}: {brief}")

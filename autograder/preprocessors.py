@@ -150,13 +150,13 @@ class StudentFeedback(Preprocessor):
 
 
 @functools.lru_cache(maxsize=64)
-def _class_outputs(autograded: Path, assignment: str, notebook_id: str) -> tuple:
-    """What every graded notebook of the class printed per graded cell (for rule.unmeasurable), read once."""
+def _class_errors(autograded: Path, assignment: str, notebook_id: str) -> tuple:
+    """The error names of every graded notebook of the class per graded cell (for rule.unmeasurable), read once."""
     from autograder import export
 
     root = Path(autograded)
     students = sorted(p.name for p in root.iterdir() if (p / assignment).is_dir()) if root.is_dir() else []
-    return tuple(export.graded_outputs(root, s, assignment, notebook_id) for s in students)
+    return tuple(export.graded_errors(root, s, assignment, notebook_id) for s in students)
 
 
 def summary(nb, resources) -> str:
@@ -168,10 +168,9 @@ def summary(nb, resources) -> str:
     info = resources.get("nbgrader", {})
     assignment, notebook_id = info.get("assignment", ""), info.get("notebook", "")
     graded = [c for c in nb.cells if utils.is_grade(c)]
-    printed = {notebook.grade_id(c): export._outputs_text(c) for c in graded}
     folder = resources.get("metadata", {}).get("path")
-    others = _class_outputs(Path(folder).parent.parent, assignment, notebook_id) if folder else ()
-    unmeasured = rule.unmeasurable([printed, *others])
+    others = _class_errors(Path(folder).parent.parent, assignment, notebook_id) if folder else ()
+    unmeasured = rule.unmeasurable([rule.error_names(graded), *others])
     meta = {notebook.grade_id(c): c.metadata.nbgrader for c in graded}
     count = rule.tally([(g, float(m.get("points") or 0)) for g, m in meta.items()],
                        {g: m.get("score") for g, m in meta.items()}, unmeasured=unmeasured,

@@ -2,7 +2,8 @@
 nothing. The export (autograder/export.py), the gradebook print (autograder/gradebook.py) and the feedback page
 (autograder/preprocessors.py, autograder/feedback.py) all count with it.
 
-    unmeasurable(printed)              the cells the grading machine could not measure, for the whole class
+    error_names(cells)                 grade_id -> the name of the error a graded cell's output holds, or None
+    unmeasurable(errors)               the cells the grading machine could not measure, for the whole class
     tally(cells, scores, ...)          one student's chapter: points, bonus, max, not measured, percent, statuses
     submission_problem(folder, names)  what is wrong with a submitted folder's files, or None
     restored_cells(notebook)           the graded test cells the student deleted, restored from the release
@@ -11,8 +12,12 @@ nothing. The export (autograder/export.py), the gradebook print (autograder/grad
 **The maximum** counts every regular (not bonus) graded cell of an assigned chapter, less the cells the grading
 machine could not measure (a performance cell without a CUDA GPU, FP8's without fp8 tensor cores). Which cells
 those are is a fact about the machine, not about a student: a cell is unmeasurable when any graded notebook of the
-chapter reported it so (`NotMeasured`), and then it leaves the maximum of every student alike, whether they
-submitted, submitted nothing or submitted a file that could not be graded.
+chapter reported it so, and then it leaves the maximum of every student alike, whether they submitted, submitted
+nothing or submitted a file that could not be graded. "Reported it so" is structural: the cell's error is named
+`NotMeasured`, the class of the exception the trusted grader caught in its own process (qmatmul/grader/trusted.py:
+the checks raise it from what that process sees of the machine). The name is written by TrustedGrades; an error of
+the learner's code is always named CheckFailed there, so no text a student's code prints or raises (a message
+saying "not measured") can take a cell out of anyone's maximum (tests/test_instructor.py keeps such a submission).
 """
 
 from __future__ import annotations
@@ -23,16 +28,29 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# What a cell prints or raises when it cannot measure on this machine (qmatmul's NotMeasured, "not measured").
-NOT_MEASURED = re.compile(r"\bNotMeasured\b|\bnot measured\b", re.I)
+# The error name of a cell the grading machine could not measure: qmatmul.checks.NotMeasured, as trusted.py names it.
+NOT_MEASURED = "NotMeasured"
 # What nbgrader writes at the top of a graded test cell it put back (OverwriteCells.add_missing_cells).
 RESTORED = re.compile(r"This cell \(id:(\w+)\) was missing from the submission")
 
 
-def unmeasurable(printed: Iterable[Mapping[str, str]]) -> set[str]:
-    """The cells (grade ids) that any graded notebook's output says could not be measured on the grading machine.
-    `printed`: for each graded notebook of the chapter, grade_id -> what that cell printed or raised."""
-    return {cell for outputs in printed for cell, text in outputs.items() if NOT_MEASURED.search(text or "")}
+def error_names(cells: Iterable) -> dict[str, str | None]:
+    """grade_id -> the name (ename) of the error output of each graded cell of an autograded notebook, or None when
+    it has none. Only the name: the message may quote the learner's code."""
+    from qmatmul.grader.notebook import grade_id, is_graded
+
+    out = {}
+    for cell in cells:
+        if is_graded(cell):
+            names = [o.get("ename") for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+            out[grade_id(cell)] = names[0] if names else None
+    return out
+
+
+def unmeasurable(errors: Iterable[Mapping[str, str | None]]) -> set[str]:
+    """The cells (grade ids) that any graded notebook could not measure on the grading machine. `errors`: for each
+    graded notebook of the chapter, grade_id -> its error's name (error_names)."""
+    return {cell for names in errors for cell, name in names.items() if name == NOT_MEASURED}
 
 
 def score_of(grade) -> float | None:

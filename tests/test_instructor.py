@@ -124,7 +124,8 @@ def test_the_gradebook_summary_shortens_a_message_at_a_word(capsys):
 
     hint = "broadcast it as s[None, :] along the N offsets, not along the rows (M) of the output tile. " * 5
     rows = [{"student": "ada", "scores": {"test_prefill": (0.0, 3.0), "test_speed": (0.0, 3.0)}, "total": 0.0,
-             "max": 6.0, "messages": {"test_prefill": "CheckFailed: " + hint, "test_speed": "NotMeasured: no GPU"}}]  # fmt: skip
+             "max": 6.0, "messages": {"test_prefill": "CheckFailed: " + hint, "test_speed": "NotMeasured: no GPU"},
+             "unmeasured": ["test_speed"]}]  # fmt: skip
     classroom.print_gradebook(CHAPTER, rows)
     out = capsys.readouterr().out
     line = next(x for x in out.splitlines() if x.startswith("  ada · prefill: "))
@@ -654,6 +655,43 @@ def test_a_deleted_test_cell_is_put_back_from_the_release_and_graded(tmp_path, m
     out, _ = step.preprocess(nb, {"nbgrader": {"notebook": CHAPTER, "assignment": CHAPTER, "db_url": url}})
     assert [c.metadata["nbgrader"]["grade_id"] for c in out.cells] == ["setup", "ex1", "test_a", "test_b"]
     assert "check_test_b()" in out.cells[-1].source and rule.restored_cells_in(out) == ["test_b"]
+
+
+FORGED = [{"output_type": "stream", "name": "stdout", "text": "not measured here: Performance not measured\n"},
+          {"output_type": "error", "ename": "CheckFailed", "traceback": [],
+           "evalue": "your code raised RuntimeError: Performance not measured: no CUDA GPU here (NotMeasured)"}]  # fmt: skip
+
+
+@pytest.mark.filterwarnings("ignore:Object of type:Warning")
+def test_a_students_not_measured_text_leaves_no_cell_out_of_the_maximum(small_term, capsys):
+    """Before: any graded notebook whose cell printed or raised "not measured" took that cell out of every student's
+    maximum, so a student whose decode raised RuntimeError("not measured") lost nothing for it and moved the class's
+    maximum. Now only the trusted grader's error name counts (rule.error_names, rule.unmeasurable): in the export,
+    the gradebook print and the feedback page alike."""
+    from autograder import classroom, gradebook
+
+    path = small_term / "autograded" / "sol" / CHAPTER / f"{CHAPTER}.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    nb.cells[2].outputs = [nbformat.from_dict(o) for o in FORGED]  # sol's test_decode "says" not measured
+    nbformat.write(nb, path)
+    exp = export.collect(small_term / "gradebook.db", small_term / "autograded")
+    assert {exp.course(s)["max_measured"] for s in ["sol", "empty", "deleted", "missing"]} == {7}
+    status = {(c.student, c.cell): c.status for c in exp.cells}
+    assert status["sol", "test_decode"] == "passed" and status["empty", "test_decode"] == "failed"
+    dirs = classroom.CourseDirs(submitted=str(small_term / "submitted"), autograded=str(small_term / "autograded"),
+                                db=str(small_term / "gradebook.db"))  # fmt: skip
+    rows = gradebook.gradebook(CHAPTER, dirs)
+    assert {r["max"] for r in rows} == {7} and rows[0]["unmeasured"] == ["test_decode_bandwidth"]
+    cells = [_cell("x", name, pts, FORGED if name == "test_decode" else
+                   [NOT_MEASURED_OUT] if name == "test_decode_bandwidth" else []) for name, pts in W8A16_CELLS]  # fmt: skip
+    for cell, score in zip(cells, [2, 3, 0, 0], strict=True):
+        cell.metadata["nbgrader"]["score"] = score
+    resources = {"nbgrader": {"assignment": CHAPTER, "notebook": CHAPTER, "late_penalty": 0},
+                 "metadata": {"path": str(small_term / "autograded" / "empty" / CHAPTER)}}  # fmt: skip
+    preprocessors._class_errors.cache_clear()
+    out, _ = preprocessors.StudentFeedback().preprocess(nbformat.v4.new_notebook(cells=cells), resources)
+    assert out.cells[0].source.startswith("## w8a16: 5 of 7 points (71 %)")
+    assert "| [decode](#test_decode) | 0 / 2 | failed" in out.cells[0].source
 
 
 def test_the_feedback_leads_with_the_points_and_each_exercise_and_a_broken_file_gets_a_page(small_term):

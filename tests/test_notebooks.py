@@ -112,6 +112,13 @@ def test_demo_class_grades_as_its_files_expect(assignment, tmp_path_factory):
     assert not res["failures"], res["failures"]
     rows = {name: (row["scores"], row["messages"]) for name, row in res["rows"].items()}
     assert _expectations_met(res["students"], rows) >= 3 * len(res["students"])
+    # What leaves the class's maximum is what the grading machine could not measure for the correct student (the
+    # trusted grader's NotMeasured), never a cell a student's own message says "not measured" of
+    # (autograder/demo_class/w8a16/forged_not_measured.txt).
+    correct = res["rows"]["correct"]
+    machine = {c for c, m in correct["messages"].items() if m.startswith("NotMeasured")}
+    assert {c for row in res["rows"].values() for c in row["unmeasured"]} == machine
+    assert len({row["max"] for row in res["rows"].values()}) == 1
 
 
 @pytest.mark.parametrize("assignment", PER_ASSIGNMENT)
