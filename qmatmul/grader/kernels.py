@@ -3,11 +3,13 @@
 Under Triton's interpreter a `@triton.jit` body runs as plain Python: it can call numpy or torch, or a function
 named `jit` can pose as a kernel, and a reading of the source can be walked around. So a graded call's kernels are
 observed where they are launched (every launch goes through `JITFunction.run`, or `InterpretedFunction.run` under
-the interpreter, whatever helper or decorator form started it), and each launched kernel is then compiled by
-Triton's front end for a GPU target, with the launch's own argument types and constexprs, in a process of its own
-(`compile_kernel`, served by a worker started without the interpreter: compiling evaluates the learner's globals,
-so it never happens in the trusted process). Python that Triton cannot compile is refused by the compiler, not by
-a list of constructs; a kernel whose IR stores nothing computed nothing.
+the interpreter, whatever helper or decorator form started it; a Gluon kernel's `GluonJITFunction` is a JITFunction
+that keeps its `run`), and each launched kernel is then compiled by Triton's front end for a GPU target, with the
+launch's own argument types and constexprs, in a process of its own (`compile_kernel`, served by a worker started
+without the interpreter: compiling evaluates the learner's globals, so it never happens in the trusted process). A
+Gluon kernel goes through Gluon's front end (its own AST source, which sets the layouts' context). Python that Triton
+cannot compile is refused by the compiler, not by a list of constructs; a kernel whose IR writes nothing to global
+memory (GLOBAL_WRITES) computed nothing.
 
     observe_launches()   worker side: a context recording each launch's kernel, argument types and constexprs
     compile_kernel(...)  compile side: one recorded launch through the front end (and on to the GPU's code)
@@ -16,30 +18,89 @@ a list of constructs; a kernel whose IR stores nothing computed nothing.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import re
 
 __all__ = [
-    "COMPILE_ENV", "MAX_LAUNCHES", "TARGET_ARCH", "install", "observe_launches", "compile_kernel",
-    "front_end",
+    "COMPILE_ENV", "MAX_LAUNCHES", "TARGET_ARCH", "GLOBAL_WRITES", "install", "observe_launches", "compile_kernel",
+    "front_end", "ast_source", "stores",
 ]  # fmt: skip
 
 COMPILE_ENV = "QMATMUL_COMPILE_ONLY"  # the compile worker: define the kernels, never pick the interpreter
 MAX_LAUNCHES = 32  # distinct launches one call may report (kernel, argument types, constexprs)
 TARGET_ARCH = 90  # compiled for sm_90 (Hopper): every feature the chapters' kernels use compiles there
+# The ops that write global memory, in Triton's IR and in Gluon's (Triton's ops, plus the NVIDIA dialect's TMA
+# stores): `tl.store`/`gl.store`, the atomics, the tensor descriptors' stores, TMA copies out of shared memory. A store
+# to shared or tensor memory (ttg.local_store, ttng.tmem_store) leaves nothing behind when the kernel ends.
+GLOBAL_WRITES = frozenset({
+    "tt.store", "tt.atomic_rmw", "tt.atomic_cas", "tt.atomic_store", "tt.descriptor_store", "tt.descriptor_reduce",
+    "tt.descriptor_scatter", "ttng.async_tma_copy_local_to_global", "ttng.async_tma_reduce", "ttng.async_tma_scatter",
+})  # fmt: skip
+# An op's name where a line of MLIR's text states it (`%3 = tt.load ...`, `tt.store %1, ...`, `"tt.reduce"(...)`):
+# never inside a location's or an attribute's string, where a kernel's file, names and messages go.
+_OP_NAME = re.compile(r'^\s*(?:%[^=\n]*=\s*)?"?([A-Za-z_]\w*\.[\w.]+)', re.MULTILINE)
+
+
+def _triton_object(value, depth: int = 0):
+    """A constexpr made of Triton's own frozen dataclasses (a Gluon layout: gl.BlockedLayout, gl.SliceLayout of one,
+    gl.NVMMASharedLayout, ...) as plain data: its class, and its fields as numbers, strings, lists and such objects.
+    None when the value is anything else."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, list | tuple) and depth < 8:
+        items = [_triton_object(v, depth + 1) for v in value]
+        return None if any(i is None and v is not None for i, v in zip(items, value, strict=True)) else items
+    cls = type(value)
+    if not dataclasses.is_dataclass(value) or not cls.__module__.startswith("triton.") or depth >= 8:
+        return None
+    fields = {}
+    for f in dataclasses.fields(value):
+        if f.init:
+            item = getattr(value, f.name)
+            fields[f.name] = _triton_object(item, depth + 1)
+            if fields[f.name] is None and item is not None:
+                return None
+    return {"triton_object": {"module": cls.__module__, "class": cls.__qualname__, "fields": fields}}
+
+
+def _rebuilt(data):
+    """_triton_object's data as the object again (in the compile worker): its class looked up in its module, which
+    must be one of triton's."""
+    import importlib
+
+    if isinstance(data, list):
+        return [_rebuilt(v) for v in data]
+    if not isinstance(data, dict):
+        return data
+    obj = data["triton_object"]
+    if not str(obj["module"]).startswith("triton."):
+        raise ValueError(f"a constexpr of {obj['module']} is none of triton's")
+    cls = importlib.import_module(obj["module"])
+    for part in str(obj["class"]).split("."):
+        cls = getattr(cls, part)
+    if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+        raise ValueError(f"{obj['module']}.{obj['class']} is not one of triton's constexpr classes")
+    return cls(**{k: _rebuilt(v) for k, v in obj["fields"].items()})
 
 
 def _spec(value):
-    """A launch argument as plain data: a tensor's dtype, a scalar's value, a dtype's name."""
+    """A launch argument as plain data: a tensor's dtype, a scalar's value, a dtype's name, a Gluon layout's fields."""
     import torch
 
+    if type(value).__name__ == "constexpr" and type(value).__module__.startswith("triton"):
+        value = value.value  # tl.constexpr(...), gl.constexpr(...)
     if isinstance(value, torch.Tensor):
         return {"tensor": str(value.dtype).removeprefix("torch.")}
     if value is None or isinstance(value, bool | int | float | str):
         return {"value": value}
     if hasattr(value, "value") and isinstance(value.value, bool | int | float | str | type(None)):
-        return {"value": value.value}  # tl.constexpr(...)
+        return {"value": value.value}
     name = type(value).__name__
     if name == "dtype" and type(value).__module__.startswith("triton"):
         return {"tl_dtype": str(value)}
+    obj = _triton_object(value)
+    if isinstance(obj, dict):
+        return obj  # a Gluon layout, handed to the kernel as a constexpr
     return {"other": name}
 
 
@@ -151,15 +212,35 @@ def _constexpr(spec: dict):
         import triton.language as tl
 
         return getattr(tl, spec["tl_dtype"], spec["tl_dtype"])
+    if "triton_object" in spec:
+        return _rebuilt(spec)
     return spec.get("value")
 
 
-def compile_kernel(namespace: dict, launch: dict) -> dict:
-    """Compile one recorded launch for sm_90 through the front end. {"status": "ok", "stores": bool} when it
-    accepted the kernel,
-    {"status": "rejected", "message": ...} when Triton's compiler refused the kernel's code, {"status":
-    "missing"} when no JIT function of that name was defined at the notebook's top level."""
+def ast_source(fn):
+    """The front end's source class for a JIT function: Gluon's (GluonASTSource: the layouts' context, Gluon's
+    code generator) for a `@gluon.jit` kernel, Triton's ASTSource for the rest. Asked of the function itself, as
+    Triton's own launch asks it (JITFunction.is_gluon; GluonJITFunction.create_binder picks GluonASTSource)."""
     from triton.compiler import ASTSource
+
+    is_gluon = getattr(fn, "is_gluon", None)
+    if callable(is_gluon) and is_gluon():
+        from triton.experimental.gluon._runtime import GluonASTSource
+
+        return GluonASTSource
+    return ASTSource
+
+
+def stores(ir_text: str) -> bool:
+    """Does the IR write global memory: one of GLOBAL_WRITES among the ops its text states (_OP_NAME)?"""
+    return any(m.group(1) in GLOBAL_WRITES for m in _OP_NAME.finditer(ir_text))
+
+
+def compile_kernel(namespace: dict, launch: dict) -> dict:
+    """Compile one recorded launch for sm_90 through the front end (Gluon's for a `@gluon.jit` kernel). {"status":
+    "ok", "stores": bool} when it accepted the kernel, {"status": "rejected", "message": ...} when Triton's compiler
+    refused the kernel's code, {"status": "missing"} when no JIT function of that name was defined at the notebook's
+    top level."""
     from triton.compiler.errors import CompilationError
 
     fn = _find(namespace, launch["name"])
@@ -167,33 +248,66 @@ def compile_kernel(namespace: dict, launch: dict) -> dict:
         return {"status": "missing"}
     args = launch["args"]
     signature, constants = {}, {}
-    for name, param in zip(fn.arg_names, fn.params, strict=True):
-        spec = args.get(name)
-        if param.is_constexpr:
-            signature[name] = "constexpr"
-            constants[name] = _constexpr(spec) if spec is not None else param.default
-        elif spec is None:
-            signature[name], constants[name] = "constexpr", param.default  # left at its default
-        else:
-            kind = _signature_type(spec)
-            signature[name] = kind
-            if kind == "constexpr":
-                constants[name] = _constexpr(spec)
     options = {k: v for k, v in launch.get("options", {}).items() if k in ("num_warps", "num_stages")}
+    said: list[str] = []
     try:
-        ttir = front_end(ASTSource(fn, signature, constants), options)
+        for name, param in zip(fn.arg_names, fn.params, strict=True):
+            spec = args.get(name)
+            if param.is_constexpr:
+                signature[name] = "constexpr"
+                constants[name] = _constexpr(spec) if spec is not None else param.default
+            elif spec is None:
+                signature[name], constants[name] = "constexpr", param.default  # left at its default
+            else:
+                kind = _signature_type(spec)
+                signature[name] = kind
+                if kind == "constexpr":
+                    constants[name] = _constexpr(spec)
+        with _diagnostics() as said:
+            ir_text = front_end(ast_source(fn)(fn, signature, constants), options)
     except (CompilationError, RuntimeError, TypeError, ValueError, AssertionError, NameError) as exc:
-        return {"status": "rejected", "message": f"{type(exc).__name__}: {_first_lines(str(exc))}"}
-    return {
-        "status": "ok",
-        "stores": any(op in ttir for op in ("tt.store", "tt.atomic", "tt.descriptor_store")),
-    }
+        # MLIR's verifier says why on stderr, its exception only that it failed ("error encountered during parsing")
+        why = _first_lines("\n".join(said) if said and isinstance(exc, RuntimeError) else str(exc))
+        return {"status": "rejected", "message": f"{type(exc).__name__}: {why}"}
+    return {"status": "ok", "stores": stores(ir_text)}
+
+
+@contextlib.contextmanager
+def _diagnostics():
+    """MLIR's errors while the block runs (a Gluon layout the verifier refuses: "Layout has 8 warps per CTA, but the
+    context requires 4"), which the compiler writes to the process's stderr and its exception leaves out ("error
+    encountered during parsing"): yields the list the lines from each `error:` on are added to when the block ends.
+    They still reach stderr (the compile worker's log)."""
+    import os
+    import sys
+    import tempfile
+
+    said: list[str] = []
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as f:
+        saved = os.dup(2)
+        os.dup2(f.fileno(), 2)
+        try:
+            yield said
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            f.seek(0)
+            text = f.read().decode(errors="replace")
+            sys.stderr.write(text)
+            for line in text.splitlines():
+                if "error: " in line:
+                    said.append(line[line.index("error: ") :])
+                elif said and line.strip() and not line[0].isspace():
+                    said.append(line)  # the error's explanation, below it
 
 
 def front_end(src, options: dict) -> str:
     """Triton's front end alone, for sm_90: the kernel's dependencies resolved (a global that is neither a JIT
-    function nor a constant is refused here) and its AST turned into TTIR (the code generator refuses what is
-    not Triton). Returns the TTIR as text. No optimization pass, no ptxas: a CPU machine runs it in seconds."""
+    function nor a constant is refused here) and its AST turned into TTIR, or a Gluon kernel's into its IR with
+    layouts (the code generator refuses what is not Triton, or not Gluon). Returns the IR as text. No optimization
+    pass, no ptxas: a CPU machine runs it in seconds."""
     import inspect
 
     from triton._C.libtriton import ir

@@ -430,7 +430,7 @@ class Worker:
         name = launch.get("name", "?")
         status = reply.get("status")
         if status == "ok" and reply.get("stores") is False:
-            return (f"your kernel `{name}` stores nothing (Triton compiled it for a GPU and found no tl.store): "
+            return (f"your kernel `{name}` stores nothing (Triton compiled it for a GPU and found no tl.store or gl.store): "
                     "a kernel's results reach memory only through its stores")  # fmt: skip
         if status == "ok":
             return None
@@ -440,7 +440,7 @@ class Worker:
                     "seem to work; compiled for a GPU (as the grader checks it) only Triton code is allowed")  # fmt: skip
         if status == "missing":
             return (f"your kernel `{name}` is not defined at the top level of an exercise cell, where the grader "
-                    "can compile it: define kernels with @triton.jit (or triton.jit(fn)) at a cell's top level")  # fmt: skip
+                    "can compile it: define kernels with @triton.jit or @gluon.jit (or triton.jit(fn)) at a cell's top level")  # fmt: skip
         return f"your kernel `{name}` could not be compiled ({reply.get('type', status)}: {reply.get('message', '')[:200]})"
 
     def bench(self, name: str, *, module: str, N: int, K: int, M: int, calls: int, copies: int, seed: int,

@@ -1,5 +1,6 @@
-"""Own kernel: does a graded wrapper launch a `@triton.jit` kernel defined in the notebook, and does the host code it
-reaches stay clear of PyTorch/numpy arithmetic (matmuls, `@`, `.tolist()`, `.item()`, numpy)?"""
+"""Own kernel: does a graded wrapper launch a kernel defined in the notebook (`@triton.jit`, or Gluon's `@gluon.jit`),
+and does the host code it reaches stay clear of PyTorch/numpy arithmetic (matmuls, `@`, `.tolist()`, `.item()`,
+numpy)?"""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from qmatmul.grader.static.syntax import (
     source_line,
 )
 
-__all__ = ["HOST_ARITHMETIC_ATTRS", "COURSE_PATHS", "READS_VALUES", "own_kernel_problems"]
+__all__ = ["HOST_ARITHMETIC_ATTRS", "COURSE_PATHS", "READS_VALUES", "NO_KERNEL", "own_kernel_problems"]
 
 
 # Host code reached from a kernel wrapper must leave the arithmetic to the kernel.
@@ -34,6 +35,9 @@ COURSE_PATHS = {
     "dequantize": "a full dequantization of the weights", "scaled_mm": "torch._scaled_mm",
 }  # fmt: skip
 READS_VALUES = {"tolist", "item", "numpy", "from_numpy", "frombuffer"}
+# Why a wrapper fails when it launches no kernel of the notebook's: Triton's and Gluon's kernels both count. (The
+# first words are those the graded corpus expects, autograder/adversarial/w8a16/given_path_everywhere.py.)
+NO_KERNEL = "launches no @triton.jit kernel defined in the notebook (nor a @gluon.jit one)"
 
 
 def _function(src: Source, name: str) -> ast.AST | None:
@@ -98,11 +102,12 @@ def _added_notes(src: Source, nodes) -> list[str]:
 
 
 def own_kernel_problems(src: Source, name: str) -> list[str]:
-    """Why `name` does not compute in a Triton kernel of the notebook's own ([] when it does).
+    """Why `name` does not compute in a Triton (or Gluon) kernel of the notebook's own ([] when it does).
 
     A wrapper may validate (an input check's `.item()` is no reading of values: find_input_checks), compute sizes with numpy
     or math (`np.ceil(N / BLOCK)`: Sizes) and launch its kernel itself or through a helper it hands the kernel
-    to (`_launch(kernel, grid, ...)`); a kernel may be `@triton.jit` or `kernel = triton.jit(body)`."""
+    to (`_launch(kernel, grid, ...)`); a kernel may be `@triton.jit`, `@gluon.jit` or `kernel = triton.jit(body)`
+    (`gluon.jit(body)`): Source.jit, a decorator read through the cells' imports to triton."""
     if name in src.jit:
         return []
     if name not in src.defs:
@@ -142,6 +147,6 @@ def own_kernel_problems(src: Source, name: str) -> list[str]:
                 if not sizes.numpy_call(sub, scopes, parents):
                     problems.append(f"it computes with numpy: {line}")
     if not launches:
-        problems.insert(0, f"{name} launches no @triton.jit kernel defined in the notebook")
+        problems.insert(0, f"{name} {NO_KERNEL}")
         problems[1:1] = _added_notes(src, host)
     return sorted(set(problems), key=problems.index)

@@ -1,5 +1,6 @@
-"""The learner's source, parsed (Source): what each cell binds at the top level, which names are Triton kernels,
-the imports, the escapes; and what a function reaches through the names the notebook binds."""
+"""The learner's source, parsed (Source): what each cell binds at the top level, which names are Triton kernels
+(`@triton.jit`, or Gluon's `@gluon.jit`), the imports, the escapes; and what a function reaches through the names the
+notebook binds."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import ast
 from dataclasses import dataclass, field
 
 from qmatmul.grader.static.escapes import find_escapes
-from qmatmul.grader.static.syntax import as_python, bound_names, global_loads, root_name
+from qmatmul.grader.static.syntax import as_python, bound_names, global_loads
 
 __all__ = ["Source", "parse", "reached_statements", "added_cell_note"]
 
@@ -18,8 +19,9 @@ class Source:
 
     cells: list[tuple[str, str, ast.Module | None]]  # (label, source, tree)
     defs: dict = field(default_factory=dict)  # name -> list of (label, node)
-    jit: set = field(default_factory=set)  # names bound to @triton.jit functions (or to triton.jit(f))
-    # kernel -> the functions `kernel = triton.jit(f)` wraps
+    # names bound to @triton.jit or @gluon.jit functions (or to triton.jit(f), gluon.jit(f))
+    jit: set = field(default_factory=set)
+    # kernel -> the functions `kernel = triton.jit(f)` (or `gluon.jit(f)`) wraps
     kernel_bodies: dict = field(default_factory=dict)
     modules: dict = field(default_factory=dict)  # alias -> module name, from the cells' imports
     escapes: list = field(default_factory=list)  # Findings in the learner's own cells
@@ -32,34 +34,59 @@ class Source:
     added: dict = field(default_factory=dict)
 
 
-def _is_jit(node: ast.AST) -> bool:
+# The decorators that make a kernel, as the last part of the dotted path they are read from: `triton.jit`,
+# `triton.autotune`, `triton.heuristics`, Gluon's `jit` (triton.experimental.gluon.jit). A decorator counts only when
+# that path, resolved through the cells' imports, lies under `triton` (_triton_decorator): a `jit` of the notebook's
+# own, or `gluon.constexpr_function`, makes no kernel.
+JIT_DECORATORS = {"jit", "autotune", "heuristics"}
+
+
+def _import_path(node: ast.AST, modules: dict, defs: dict | None = None) -> str | None:
+    """The dotted path an expression names through the cells' imports (`gl.jit` -> "triton.experimental.gluon.jit"
+    after `from triton.experimental import gluon as gl`), or None when it does not start from an imported name, or
+    from one a cell's top level also defines or assigns (defs: `class gluon: ...`, `def jit(f)`, `triton = ...`). A
+    binding inside a compound statement does not count: `try: from triton.experimental import gluon` with
+    `except ImportError: gluon = None` is how a notebook imports Gluon where it may be missing."""
+    attrs = []
+    while isinstance(node, ast.Attribute):
+        attrs.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name) or node.id not in modules:
+        return None
+    own = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign, ast.AugAssign)
+    if any(isinstance(bound, own) for _, bound in (defs or {}).get(node.id, [])):
+        return None
+    return ".".join([modules[node.id], *reversed(attrs)])
+
+
+def _triton_decorator(node: ast.AST, modules: dict, defs: dict | None = None) -> bool:
+    """`triton.jit`, `triton.autotune`, `triton.heuristics`, `gluon.jit` (or the name imported from triton or Gluon,
+    under any alias): the path the name resolves to lies under `triton` and ends in one of JIT_DECORATORS."""
+    path = _import_path(node, modules, defs)
+    return path is not None and path.split(".")[0] == "triton" and path.split(".")[-1] in JIT_DECORATORS
+
+
+def _is_jit(node: ast.AST, modules: dict, defs: dict | None = None) -> bool:
+    """A definition decorated by triton (`@triton.jit`, `@triton.autotune(...)`, `@gluon.jit`, ...)."""
     for dec in getattr(node, "decorator_list", []):
-        target = dec.func if isinstance(dec, ast.Call) else dec
-        name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
-        if name in {"jit", "autotune", "heuristics"}:
+        if _triton_decorator(dec.func if isinstance(dec, ast.Call) else dec, modules, defs):
             return True
     return False
 
 
-def _triton_decorator(node: ast.AST, modules: dict) -> bool:
-    """`triton.jit`, `triton.autotune`, `triton.heuristics` (or the name imported from triton)."""
-    name = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
-    root = root_name(node) if isinstance(node, (ast.Attribute, ast.Name)) else None
-    return name in {"jit", "autotune", "heuristics"} and modules.get(root or "", "").split(".")[0] == "triton"
-
-
-def _jit_wrapped(value: ast.AST | None, modules: dict) -> str | None:
-    """The function a `triton.jit(f)`, `triton.jit(...)(f)` or `triton.autotune(...)(triton.jit(f))` call wraps."""
+def _jit_wrapped(value: ast.AST | None, modules: dict, defs: dict | None = None) -> str | None:
+    """The function a `triton.jit(f)`, `gluon.jit(f)`, `triton.jit(...)(f)` or `triton.autotune(...)(triton.jit(f))` call
+    wraps."""
     if not isinstance(value, ast.Call) or len(value.args) != 1:
         return None
     f = value.func
-    direct = _triton_decorator(f, modules)
+    direct = _triton_decorator(f, modules, defs)
     if not direct and not (
-        isinstance(f, ast.Call) and not value.keywords and _triton_decorator(f.func, modules)
+        isinstance(f, ast.Call) and not value.keywords and _triton_decorator(f.func, modules, defs)
     ):
         return None
     inner = value.args[0]
-    return inner.id if isinstance(inner, ast.Name) else _jit_wrapped(inner, modules)
+    return inner.id if isinstance(inner, ast.Name) else _jit_wrapped(inner, modules, defs)
 
 
 def parse(cells: list[tuple[str, str, bool]]) -> Source:
@@ -91,10 +118,11 @@ def parse(cells: list[tuple[str, str, bool]]) -> Source:
             elif isinstance(node, ast.Global):
                 out.globals.update(node.names)
         for node in tree.body:
-            names, wrapped = [], None
+            names, wrapped, kernel = [], None, False
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 names = [node.name]
-                if _is_jit(node):
+                kernel = _is_jit(node, out.modules, out.defs)  # read before the definition binds its name
+                if kernel:
                     out.jit.add(node.name)
             elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
@@ -104,7 +132,7 @@ def parse(cells: list[tuple[str, str, bool]]) -> Source:
                     and len(targets) == 1
                     and isinstance(targets[0], ast.Name)
                 ):
-                    wrapped = _jit_wrapped(node.value, out.modules)  # `kernel = triton.jit(body)`
+                    wrapped = _jit_wrapped(node.value, out.modules, out.defs)  # `kernel = triton.jit(body)`
             elif not isinstance(node, (ast.Import, ast.ImportFrom)):
                 names = sorted(
                     bound_names([node])
@@ -113,7 +141,7 @@ def parse(cells: list[tuple[str, str, bool]]) -> Source:
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                     out.defs[n] = [(label, node)]  # a later def replaces an earlier one, as when it runs
                     out.kernel_bodies.pop(n, None)
-                    if not _is_jit(node):
+                    if not kernel:
                         out.jit.discard(n)
                 else:
                     out.defs.setdefault(n, []).append((label, node))
