@@ -11,7 +11,7 @@ from torch import nn
 
 from qmatmul import checks
 from qmatmul.capstone.crossing import drive, learner_message, raise_learner
-from qmatmul.capstone.formats import reference_matmul, reference_quantize
+from qmatmul.capstone.formats import dequantized, reference_quantize
 from qmatmul.capstone.loader import load_kernels
 from qmatmul.capstone.rebuild import (
     OTHER_THAN_BUFFERS,
@@ -41,7 +41,9 @@ STACK_MS = (1, 16)  # the rows timed: one token, and the most the decode kernel 
 # H200 measured the course's kernels at 1.22x (M = 1) and 1.20x (M = 16) this way, 2026-12-05 (docs/decode-step-h200.md,
 # where the fused block reaches 1.46x); the weights' bytes would allow about 2.6x.
 STACK_SPEEDUP = 1.05
-STACK_REPS = 200  # replays timed: about 20 ms of GPU time, so that the wall clock's round trip is noise
+# Steps timed: about 20 ms of GPU time, so that the wall clock's round trip is noise. Each step has inputs of its own
+# and every step's outputs are checked: a replay that skipped work (a rebound CUDAGraph.replay) shows.
+STACK_REPS = 200
 
 
 def stack_kernels() -> tuple[KernelSet | None, str]:
@@ -63,10 +65,19 @@ def stack_device() -> str | None:
     return "cuda" if torch.cuda.is_available() else None
 
 
-def stack_inputs(seed: int, M: int, device: str) -> dict:
+def stack_inputs(seed: int, M: int, device: str, steps: int | None = None) -> dict:
+    """The activations of the block's Linears, by K: [M, K], or [steps, M, K] (one row block a step, all distinct)."""
     g = checks.generator(seed, device)
-    return {K: torch.randn(M, K, device=device, generator=g).to(act_dtype(device))
+    shape = (M,) if steps is None else (steps, M)
+    return {K: torch.randn(*shape, K, device=device, generator=g).to(act_dtype(device))
             for K in sorted({k for _, k in LLAMA_BLOCK})}  # fmt: skip
+
+
+def steps_checksum(ys: list) -> int:
+    """What a timed run answers with: the sum of its outputs' bits (known only to whoever computed them)."""
+    from qmatmul.checks.harness import outputs_checksum
+
+    return sum(outputs_checksum(y) for y in ys)
 
 
 def llama_stack(cls, fmt, device, g, kernel_sets=None):
@@ -131,12 +142,9 @@ def check_stack_speed(cls, *, seed: int | None = None) -> None:
             f"QuantLinear computes with something other than its registered buffers (the stack's layer [{N}, {K}], "
             f"one row): {how_rebuilt(cls, True)}, {how}. {OTHER_THAN_BUFFERS}"
         )
-    g = checks.generator(seed, device)
-    N0, K0 = LLAMA_BLOCK[0]
-    w0 = (
-        torch.empty(N0, K0, device=device).normal_(0, 0.02, generator=g).cpu()
-    )  # the first layer, as built there
-    stored0 = reference_quantize("w8a16", w0)
+    weights = _stack_weights(
+        seed, device
+    )  # the build's weights (what the rebuilt stack's buffers hold), dequantized
 
     def clock(op, M, reps, inputs=0):
         t0 = time.perf_counter()
@@ -144,25 +152,19 @@ def check_stack_speed(cls, *, seed: int | None = None) -> None:
         elapsed = time.perf_counter() - t0
         if m.get("error"):
             raise_learner(m["error"])
-        return elapsed, t
+        return elapsed, m
 
     ratios = []
     for M in STACK_MS:
         trip = min(clock("nothing", M, 1)[0] for _ in range(5))
-        clock("run:graph", M, 3)  # warm: compiles, allocates, captures the graph
+        clock("run:graph", M, STACK_REPS)  # warm: compiles, allocates, captures the graph
         inputs = checks.fresh_seed()
         with _timing_window():
-            t_mine, out = clock("run:graph", M, STACK_REPS, inputs)
+            t_mine, said = clock("run:graph", M, STACK_REPS, inputs)
             dense = dense_stack_us(M, STACK_REPS, device)
         mine = (t_mine - trip) * 1e6 / STACK_REPS
-        want = reference_matmul("w8a16", out["x"].cpu(), stored0).to(out["y0"].dtype)
-        checks.compare(
-            out["y0"].float(),
-            want.float(),
-            what="the stack's first layer (captured as a CUDA graph)",
-            rtol=4 * checks.tolerance_for(want.dtype),
-        )
-        print(f"M = {M}: your QuantLinear stack {mine:.0f} µs as a CUDA graph, 16-bit nn.Linear {dense:.0f} µs "
+        check_steps(cls, said, inputs, M, weights, device, what)
+        print(f"M = {M}: your QuantLinear stack {mine:.0f} µs a step as a CUDA graph, 16-bit nn.Linear {dense:.0f} µs "
               f"({dense / mine:.2f}x), with {meta.get('where')}")  # fmt: skip
         ratios.append(f"{dense / mine:.2f}x at M = {M} ({mine:.0f} µs against {dense:.0f})")
         if dense / mine < STACK_SPEEDUP:
@@ -177,34 +179,94 @@ def check_stack_speed(cls, *, seed: int | None = None) -> None:
     )
 
 
+def _stack_weights(seed: int, device: str) -> list:
+    """The block's weights as the build made them from `seed` (llama_stack: normal_(0, 0.02) from one generator, layer
+    after layer), through the reference W8A16 quantizer and back: what the rebuilt stack's buffers hold, float32."""
+    g = checks.generator(seed, device)
+    out = []
+    for N, K in LLAMA_BLOCK:
+        w = torch.empty(N, K, device=device).normal_(0, 0.02, generator=g)
+        out.append(dequantized("w8a16", reference_quantize("w8a16", w)).to(device))
+        del w
+    return out
+
+
+def check_steps(cls, said: dict, seed: int, M: int, weights: list, device: str, what: str) -> None:
+    """Every output of every timed step, fetched after the clock stopped: it must sum to what the timed run answered
+    (so it was computed then) and match the reference on that step's own inputs, regenerated here from `seed`."""
+    meta, got = drive(cls, "stack", "run:fetch", 0, M, STACK_REPS, what=what)
+    if meta.get("error"):
+        raise_learner(meta["error"])
+    ys = [got.get(f"y{i}") for i in range(len(LLAMA_BLOCK))]
+    shapes = [(STACK_REPS, M, N) for N, _ in LLAMA_BLOCK]
+    if any(y is None or tuple(y.shape) != shape for y, shape in zip(ys, shapes, strict=True)):
+        raise CheckFailed(f"{what}: the timed steps' outputs did not come back whole (each layer's [{STACK_REPS}, M, "
+                          "N]): flagged for your instructor")  # fmt: skip
+    if steps_checksum(ys) != said.get("checksum"):
+        raise CheckFailed(
+            f"{what}: the outputs fetched after the timed run are not those it answered with: every step's outputs "
+            "are computed inside the timed run (a replay that skipped work, or outputs made later, shows here)"
+        )
+    xs = stack_inputs(seed, M, device, STACK_REPS)
+    for i, ((N, K), w) in enumerate(zip(LLAMA_BLOCK, weights, strict=True)):
+        want = (xs[K].reshape(-1, K).float() @ w.T).reshape(STACK_REPS, M, N)
+        checks.compare(ys[i].to(device).float(), want, what=f"the stack's layer [{N}, {K}] at each timed step "
+                       "(captured as a CUDA graph)", rtol=4 * checks.tolerance_for(act_dtype(device)))  # fmt: skip
+
+
+def captured_steps(step, xs: dict, steps: int):
+    """`steps` calls of step(inputs) captured as one CUDA graph, each on its own slice of xs ({K: [steps, M, K]},
+    copied into the graph's buffers): (run, outputs). run() copies new inputs in (None: keep them) and replays once;
+    outputs is a list of the steps' outputs, each step's list of tensors. Warmed on a side stream first, as
+    torch.cuda.graphs asks. What the grader times of the learner's stack and of 16-bit nn.Linear alike."""
+    static = {K: x.clone() for K, x in xs.items()}
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step({K: x[0] for K, x in static.items()})
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = [step({K: x[i] for K, x in static.items()}) for i in range(steps)]
+
+    def run(new=None):
+        for K, x in (new or {}).items():
+            static[K].copy_(x)
+        graph.replay()
+
+    return run, outs
+
+
+def by_layer(outs: list) -> list:
+    """The steps' outputs [[layer outputs] a step] -> one tensor a layer, [steps, M, N]."""
+    return [torch.stack([step[i] for step in outs]) for i in range(len(outs[0]))]
+
+
 def dense_stack_us(M: int, reps: int, device: str) -> float:
-    """µs of one pass through the block's seven Linears in 16-bit nn.Linear (cuBLAS), timed here, in the grader's
-    own process, as the learner's stack is: captured once as a CUDA graph (on a GPU), replayed `reps` times, the
-    device synchronized, by the wall clock."""
+    """µs of one step through the block's seven Linears in 16-bit nn.Linear (cuBLAS), timed here, in the grader's
+    own process, as the learner's stack is: `reps` steps on inputs of their own captured as one CUDA graph (on a GPU)
+    and replayed once, the outputs gathered a layer each and summed, the device synchronized, by the wall clock."""
     dtype = act_dtype(device)
     with torch.no_grad():
         layers = [nn.Linear(K, N, bias=False, device=device, dtype=dtype) for N, K in LLAMA_BLOCK]
-        xs = stack_inputs(0, M, device)
+        xs = stack_inputs(0, M, device, reps)
 
-        def step():
-            return [m(xs[m.in_features]) for m in layers]
+        def step(x):
+            return [m(x[m.in_features]) for m in layers]
 
-        run = step
         if device == "cuda":
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                step()
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                step()
-            run = graph.replay
+            run, outs = captured_steps(step, xs, reps)
+        else:
+            outs = []
+
+            def run():
+                outs[:] = [step({K: x[i] for K, x in xs.items()}) for i in range(reps)]
+
         run()
         _sync(device)
         t0 = time.perf_counter()
-        for _ in range(reps):
-            run()
+        run()
+        steps_checksum(by_layer(outs))
         _sync(device)
         return (time.perf_counter() - t0) * 1e6 / reps
 
