@@ -79,6 +79,34 @@ def show_solution(cell_id: str, chapter: str | None = None) -> None:
     print(notebook.strip_markers(solution_source(cell_id, chapter)).rstrip("\n"))
 
 
+KERNELS_ENV = "QMATMUL_KERNEL_NOTEBOOKS"  # where a learner's finished chapter notebooks are looked for
+
+
+def notebooks_folder(folder=None) -> Path:
+    """Where a learner's own chapter notebooks are: `folder`, else $QMATMUL_KERNEL_NOTEBOOKS, else the folder above the
+    running notebook's (notebooks/, when it runs in notebooks/capstone/ or notebooks/layouts/)."""
+    import os
+
+    return Path(folder or os.environ.get(KERNELS_ENV) or Path.cwd().parent)
+
+
+def chapter_notebook(chapter: str, folder=None) -> Path:
+    """A learner's own notebook of `chapter` (notebooks_folder)."""
+    return notebooks_folder(folder) / chapter / f"{chapter}.ipynb"
+
+
+def defined_code(path: Path) -> str:
+    """The code a learner's chapter notebook defines: its 'imports' cell and its solution cells (nbgrader metadata),
+    after a quiet start, magics and shell escapes left out."""
+    parts = ["from qmatmul import environment\nenv = environment.start(quiet=True)"]
+    for cell in notebook.read(path):
+        if cell.kind == "code" and (cell.grade_id == "imports" or cell.role == "solution"):
+            parts.append(
+                "\n".join(ln for ln in cell.source.splitlines() if not ln.lstrip().startswith(("%", "!")))
+            )
+    return "\n\n".join(parts) + "\n"
+
+
 def notebook_code(assignment: str, overrides: dict | None = None, root: Path | None = None) -> str:
     """The code a learner's notebook defines (what the grader's worker runs), as one module's source.
 

@@ -61,7 +61,6 @@ from qmatmul.capstone.layers import (  # noqa: F401 - the facade's names
 )
 from qmatmul.capstone.loader import (  # noqa: F401 - the facade's names
     CHAPTER_FUNCTIONS,
-    KERNELS_ENV,
     kernel_table,
     load_kernels,
     notebook_code,
@@ -103,6 +102,7 @@ from qmatmul.capstone.stack import (  # noqa: F401 - the facade's names
 from qmatmul.capstone.stats import cosine, ranks, spearman_reference  # noqa: F401 - the facade's names
 from qmatmul.capstone.text import PAIRS, SENTENCES, features, token_ids, tokenizer  # noqa: F401 - the facade's names
 from qmatmul.capstone.weights import MODEL_ENV, MODEL_PACKAGE, read_state_dict  # noqa: F401 - the facade's names
+from qmatmul.course import KERNELS_ENV  # noqa: F401 - the facade's names
 
 # The names of the course package the learner's graded code may use (grader/static/course_use.py, course_problems).
 GIVEN = {"qmatmul.capstone": {"kernels", "act_dtype", "DECODE_MAX_M"}}  # the chapters' kernels, given

@@ -31,9 +31,9 @@ from qmatmul.capstone.formats import (
 from qmatmul.capstone.registry import KernelSet, kernels, reference_kernels, use_kernels
 from qmatmul.capstone.runtime import act_dtype, autograding, default_device
 from qmatmul.checks import CheckFailed
-from qmatmul.grader import notebook
+from qmatmul.course import defined_code as notebook_code
+from qmatmul.course import notebooks_folder
 
-KERNELS_ENV = "QMATMUL_KERNEL_NOTEBOOKS"  # where load_kernels() looks for the chapter notebooks
 # What each chapter's notebook defines: (function name, exercise number).
 CHAPTER_FUNCTIONS = {
     "w8a16": {"quantize": ("quantize_int8_per_channel", 1), "prefill": ("w8a16_matmul", 2),
@@ -44,17 +44,6 @@ CHAPTER_FUNCTIONS = {
     "nvfp4": {"quantize": ("quantize_nvfp4", 1), "prefill": ("nvfp4_matmul", 2), "decode": ("nvfp4_decode", 3)},
 }  # fmt: skip
 _PART_WORDS = {"quantize": "quantizer", "prefill": "prefill kernel", "decode": "decode kernel"}
-
-
-def notebook_code(path: Path) -> str:
-    """The code a chapter notebook defines: its 'imports' cell and its solution cells (nbgrader metadata)."""
-    parts = ["from qmatmul import environment\nenv = environment.start(quiet=True)"]
-    for cell in notebook.read(path):
-        if cell.kind == "code" and (cell.grade_id == "imports" or cell.role == "solution"):
-            parts.append(
-                "\n".join(ln for ln in cell.source.splitlines() if not ln.lstrip().startswith(("%", "!")))
-            )
-    return "\n\n".join(parts) + "\n"
 
 
 def _import_code(code: str, name: str):
@@ -121,7 +110,7 @@ def load_kernels(folder=None, formats=FORMATS, *, device: str | None = None, ver
     says which and why. Returns {format: KernelSet} (register it with use_kernels).
     """
     device = device or default_device()
-    folder = Path(folder or os.environ.get(KERNELS_ENV) or Path.cwd().parent)
+    folder = notebooks_folder(folder)
     where = _describe_folder(folder)
     sets, lines = {}, []
     for fmt in formats:

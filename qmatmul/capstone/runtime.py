@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import torch
 
 from qmatmul import checks
@@ -21,10 +19,4 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def autograding() -> bool:
-    """Under the autograder the notebook's ungraded cells (the model's description, the measurements, the timings)
-    are skipped: they award nothing, and each would cost the class seconds per student."""
-    if os.environ.get(checks.AUTOGRADE_ENV) == "1":
-        print("(not run under the autograder: this cell awards no points)")
-        return True
-    return False
+autograding = checks.autograding  # the notebook's long ungraded cells skip under the autograder
