@@ -24,48 +24,34 @@ compiles to; --write records them in docs/gpu-fit.json and docs/gpu-fit.md (test
 from __future__ import annotations
 
 import argparse
-import ast
 import collections
-import contextlib
-import importlib.util
 import os
 import re
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
+# The reading core lives in the package (a notebook measures its own kernel with it: qmatmul/teaching/sass.py), one
+# source; its names are this module's too (tools.sass.main_loop, ...).
+from qmatmul.teaching.sass import (  # noqa: F401 - re-exported
+    ISSUE_BUDGET,
+    MMA_FP4_TYPES,
+    NVFP4_TYPES,
+    SPLIT_TYPES,
+    capability,
+    compile_kernel,
+    disassemble,
+    loops,
+    main_loop,
+    mma_row,
+    opcode,
+    w4a16_decode_config,
+    weights_per_thread,
+)
+from qmatmul.teaching.sass import jit_functions as _package_jit_functions
+from qmatmul.teaching.sass import measure as _measure
+from qmatmul.teaching.sass import row as _row
+
 ROOT = Path(__file__).resolve().parent.parent
-
-# Instructions per weight a thread can issue at the H200's copy bandwidth (docs/perf-notes.md).
-ISSUE_BUDGET = 4.2
-
-# Pointer types of a bf16 call, by argument name; every other non-constexpr argument is an int32.
-_W4A16 = {"x_ptr": "*bf16", "p_ptr": "*u8", "s_ptr": "*fp32", "z_ptr": "*u8", "y_ptr": "*bf16"}
-_FP4 = {"x_ptr": "*bf16", "p_ptr": "*u8", "s_ptr": "*u8", "y_ptr": "*bf16"}
-_NVFP4 = {**_FP4, "g_ptr": "*fp32"}
-# qmatmul.kernels.expert's kernels: the packed weight as int32 words, and qmatmul.kernels.splitk's workspace and counters.
-_SPLIT = {"part_ptr": "*fp32", "count_ptr": "*i32"}
-_W4A16_WORDS = {**_W4A16, "w_ptr": "*i32", **_SPLIT}
-# qmatmul.kernels.gemm.matmul_kernel, which multiplies the 4-bit chapters' decoded weight (off Hopper: TMA there).
-_GEMM = {"x_ptr": "*bf16", "w_ptr": "*bf16", "g_ptr": "*fp32", "s_ptr": "*fp32", "y_ptr": "*bf16"}
-_W8A16 = {"x_ptr": "*bf16", "q_ptr": "*i8", "s_ptr": "*fp32", "y_ptr": "*bf16"}
-# qmatmul.kernels.mma_decode's Gluon kernel: the repacked words, the split-K workspace and counters.
-_MMA = {**_W4A16, "w_ptr": "*i32", "ws_ptr": "*fp32", "cnt_ptr": "*i32"}
-_MMA_FP4 = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*u8", "gs_ptr": "*fp32", "y_ptr": "*bf16", "ws_ptr": "*fp32",
-            "cnt_ptr": "*i32"}  # fmt: skip
-
-
-# The strides the JIT sees as 1 (contiguous rows of x, y, the weights and the scales): it specializes them.
-_UNIT_STRIDES = ("stride_xk", "stride_yn", "stride_wk", "stride_qk", "stride_pk", "stride_pj", "stride_sk",
-                 "stride_sg", "stride_sxk", "stride_swk")  # fmt: skip
-
-
-def _row(chapter: str, kernel: str, cfg: dict) -> dict:
-    """chapter: a solution notebook's name, "expert" (qmatmul.kernels.expert) or "gemm" (qmatmul.kernels.gemm)."""
-    types = _GEMM if kernel == "matmul_kernel" else _types(chapter)
-    return dict(chapter=chapter, kernel=kernel, types=types, cfg=cfg,
-                ones=tuple(n for n in _UNIT_STRIDES if n not in cfg))  # fmt: skip
 
 
 def sweep_rows(fmt: str) -> dict:
@@ -90,19 +76,6 @@ def _expert(config: str, *args) -> dict:
     return dict(getattr(expert, config)(*args, device="cuda"))
 
 
-@contextlib.contextmanager
-def capability(arch: int):
-    """The chapters' config functions ask torch for the GPU's compute capability: answer arch."""
-    import torch
-
-    real = torch.cuda.get_device_capability
-    torch.cuda.get_device_capability = lambda *a: divmod(arch, 10)
-    try:
-        yield
-    finally:
-        torch.cuda.get_device_capability = real
-
-
 def kernels(arch: int = 90) -> dict:
     """NAME -> what to compile: each chapter's decode launch of launches() (28672 x 8192, M = 16, its tiles as the
     chapter chooses them on a GPU of compute capability arch), and the expert kernels."""
@@ -115,7 +88,7 @@ def kernels(arch: int = 90) -> dict:
         for fmt, sb in (("mxfp4", 32), ("nvfp4", 16)):
             cfg = _expert("fp4_config", N, K) | {"SB": sb, "NV": fmt == "nvfp4"}
             rows[f"expert-{fmt}"] = dict(_row("expert", "_fp4_decode_kernel", cfg),
-                                         types=_NVFP4 | {"p_ptr": "*i32", **_SPLIT})  # fmt: skip
+                                         types=NVFP4_TYPES | {"p_ptr": "*i32", **SPLIT_TYPES})  # fmt: skip
     rows.update(mma_rows(N, K))
     return rows
 
@@ -135,14 +108,6 @@ def mma_rows(N: int = 28672, K: int = 8192) -> dict:
     return rows
 
 
-def mma_row(cfg: dict, bm: int) -> dict:
-    """qmatmul.kernels.mma_decode's kernel with a config of its config() (or tools/sweep_mma.py's), x padded to bm columns."""
-    cfg = {k: v for k, v in cfg.items() if k != "SPLIT_K"}  # split-K shapes the grid, not the loop
-    # BLOCK_N is not the kernel's parameter (16 rows x R tiles a warp); weights_per_thread reads it
-    cfg |= {"GROUP": 128, "BM": bm, "BLOCK_N": 16 * cfg["R"] * cfg["num_warps"]}
-    return dict(_row("mma_decode", "_w4_mma_kernel", cfg), types=_MMA, ones=())
-
-
 def mma_fp4_row(cfg: dict, bm: int, sb: int) -> dict:
     """qmatmul.kernels.mma_decode's fp4 kernel (sb = 32: MXFP4, 16: NVFP4) with a config of its config_fp4() (the block-diagonal
     kernel's MP and NB, where the config leaves them out, one row's)."""
@@ -159,7 +124,7 @@ def mma_fp4_row(cfg: dict, bm: int, sb: int) -> dict:
         "BLOCK_N": 16 * cfg["R"] * cfg["num_warps"],
     }
     kernel = "_fp4_diag_kernel" if diag else "_fp4_mma_kernel"
-    return dict(_row("mma_decode", kernel, cfg), types=_MMA_FP4, ones=())
+    return dict(_row("mma_decode", kernel, cfg), types=MMA_FP4_TYPES, ones=())
 
 
 # The GPU classes a learner may have (compute capability: a card of that class, the most shared memory one
@@ -175,19 +140,6 @@ GPUS = {
 }
 
 
-def _types(chapter: str) -> dict:
-    """Pointer types of a bf16 call of a chapter's kernels."""
-    if chapter == "expert":
-        return _W4A16_WORDS
-    if chapter == "w8a16":
-        return _W8A16
-    if chapter == "w4a16":
-        return _W4A16
-    if chapter == "fp8":  # the wrappers pass the fp8 codes as uint8 views
-        return {"x_ptr": "*u8", "w_ptr": "*u8", "sx_ptr": "*fp32", "sw_ptr": "*fp32", "y_ptr": "*bf16"}
-    return _NVFP4 if chapter == "nvfp4" else _FP4
-
-
 def launches() -> list[tuple[str, str, str, callable]]:
     """(label, chapter, kernel, cfg()) for every kernel a chapter's graded cells launch on a GPU, at the shapes
     they are graded at: decode at 28672 x 8192 (M = 16), the tiled kernels at M = 33 and 256 (N = K = 4096).
@@ -198,7 +150,7 @@ def launches() -> list[tuple[str, str, str, callable]]:
     N, K = 28672, 8192
     rows = [
         ("w8a16 decode", "w8a16", "w8a16_decode_kernel", lambda: w8a16.decode_config(16, N, K)),
-        ("w4a16 decode", "w4a16", "w4a16_decode_kernel", lambda: w4a16.decode_config(16, N, K, 128) | {"GROUP": 128}),
+        ("w4a16 decode", "w4a16", "w4a16_decode_kernel", lambda: w4a16_decode_config(16)),
         ("mxfp4 decode", "mxfp4", "mxfp4_decode_kernel", lambda: mxfp4.decode_config(16, N, K)),
         ("nvfp4 decode", "nvfp4", "nvfp4_decode_kernel", lambda: nvfp4.decode_config(16, N, K)),
         ("fp8 decode", "fp8", "fp8_decode_kernel", lambda: fp8.decode_config(16, N, K)),
@@ -273,120 +225,25 @@ def fit(arch: int, label: str, chapter: str, kernel: str, cfg) -> dict:
     )
 
 
-def jit_functions(chapter: str) -> dict:
-    """The solution notebook's @triton.jit functions (and its constants), compiled for a GPU: the notebook's other
-    cells (its setup cell picks the interpreter on a CPU) are left out."""
-    from qmatmul import course
-
-    if chapter in ("expert", "gemm", "mma_decode"):
-        return importlib.import_module(f"qmatmul.kernels.{chapter}")
+def jit_functions(chapter: str):
+    """Where a row's kernel lives: tools/sweep_decode.py for "sweep", else as the package finds it (qmatmul.kernels, or
+    the solution notebook's @triton.jit functions, compiled for a GPU: its other cells left out)."""
     if chapter == "sweep":
         from tools import sweep_decode
 
         return sweep_decode
-    tree = ast.parse(course.notebook_code(chapter))
-    body = ast.parse("import triton\nimport triton.language as tl").body
-    for node in tree.body:
-        jit = isinstance(node, ast.FunctionDef) and any("jit" in ast.unparse(d) for d in node.decorator_list)
-        if jit or (isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)):
-            body.append(node)
-    path = Path(tempfile.mkdtemp(prefix="qmatmul-sass-")) / f"sass_{chapter}.py"
-    path.write_text(ast.unparse(ast.Module(body=body, type_ignores=[])) + "\n")
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return _package_jit_functions(chapter)
 
 
 def compile_row(row: dict, arch: int = 90):
     """The compiled kernel of one row (kernels(), fit()) for sm_<arch>."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    fn = getattr(jit_functions(row["chapter"]), row["kernel"])
-    cfg = dict(row["cfg"])
-    types = dict(row["types"])
-    if arch < 80:  # no bf16 tensor cores (a T4): the chapters run fp16 activations there
-        types = {k: "*fp16" if v == "*bf16" else v for k, v in types.items()}
-    options = {k: cfg.pop(k) for k in ("num_warps", "num_stages", "maxnreg") if k in cfg}
-    signature, constants, attrs = {}, {}, {}
-    for i, (name, param) in enumerate(zip(fn.arg_names, fn.params, strict=True)):
-        if name in cfg or name in row["ones"]:  # constexprs, and the strides the JIT specializes to 1
-            signature[name], constants[name] = "constexpr", cfg.get(name, 1)
-        elif param.is_constexpr and param.has_default:  # a constexpr the launch leaves at its default
-            signature[name], constants[name] = "constexpr", param.default
-        else:
-            signature[name] = types.get(name, "i32")
-            if signature[name].startswith("*") or name in ("N", "K") or name.startswith("stride_"):
-                attrs[(i,)] = [["tt.divisibility", 16]]
-    source = ASTSource
-    # qmatmul.kernels.mma_decode is a Gluon kernel: its layouts are stated, no Triton pass chooses them
-    if type(fn).__name__ == "GluonJITFunction":
-        from triton.experimental.gluon._runtime import GluonASTSource as source
-    return triton.compile(
-        source(fn, signature, constants, attrs), target=GPUTarget("cuda", arch, 32), options=options
-    )
-
-
-def disassemble(cubin: bytes) -> list[tuple[int, str]]:
-    """(address, instruction) pairs of a cubin, by the cuobjdump that ships with triton."""
-    import triton
-
-    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        text = subprocess.run([str(tool), "-sass", f.name], check=True, capture_output=True, text=True).stdout
-    return [(int(a, 16), ins.strip()) for a, ins in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", text)]
-
-
-def loops(code: list[tuple[int, str]]) -> list[tuple[int, int]]:
-    """(first, last) address of every loop: from a backward branch's target to the branch."""
-    found = []
-    for addr, ins in code:
-        # "@!P5 BRA 0x..." (sm_90), "BRA.U !UP0, 0x..." (sm_100, sm_120)
-        m = re.search(r"\bBRA(?:\.\w+)*\s+(?:!?U?P\w+,\s*)?(0x[0-9a-f]+)", ins)
-        if m and int(m.group(1), 16) < addr:
-            found.append((int(m.group(1), 16), addr))
-    return found
-
-
-def main_loop(code: list[tuple[int, str]]) -> list[str]:
-    """The instructions of the longest loop."""
-    if not (found := loops(code)):
-        raise ValueError("no loop in this kernel's SASS")
-    start, end = max(found, key=lambda r: r[1] - r[0])
-    return [ins for addr, ins in code if start <= addr <= end]
-
-
-def opcode(ins: str) -> str:
-    """The opcode without predicate and modifiers: '@!P0 LDG.E.U8 R1, ...' -> 'LDG'."""
-    return re.sub(r"^@!?U?P\w+\s+", "", ins).split()[0].split(".")[0]
-
-
-def weights_per_thread(row: dict) -> float:
-    """One loop iteration decodes BLOCK_N rows x BLOCK_K (the expert kernels: GPI groups of GROUP) weights."""
-    cfg = row["cfg"]
-    along_k = cfg["BLOCK_K"] if "BLOCK_K" in cfg else cfg["GROUP"] * cfg.get("GPI", 1)
-    return cfg["BLOCK_N"] * along_k / (32 * cfg["num_warps"])
+    return compile_kernel(getattr(jit_functions(row["chapter"]), row["kernel"]), row, arch)
 
 
 def measure(name: str, row: dict, arch: int = 90) -> dict:
-    code = disassemble(compile_row(row, arch).asm["cubin"])
-    loop = main_loop(code)
-    per = weights_per_thread(row)
-    ops = collections.Counter(opcode(i) for i in loop)
-    return dict(
-        name=name,
-        kernel=row["kernel"],
-        loop=len(loop),
-        weights=per,
-        per_weight=len(loop) / per,
-        ceiling=min(1.0, ISSUE_BUDGET / (len(loop) / per)),
-        ops=ops,
-        spills=sum(opcode(i) in ("LDL", "STL") for _, i in code),
-    )
+    """The main loop of one row's kernel for sm_<arch> (qmatmul.teaching.sass.measure): instructions, weights a thread
+    decodes an iteration, per weight, ceiling, opcodes, spills."""
+    return _measure(name, row, arch, getattr(jit_functions(row["chapter"]), row["kernel"]))
 
 
 def tma_rows() -> dict:
