@@ -96,3 +96,28 @@ def test_an_unmasked_row_store_is_named_on_the_gpu(chapter):
     y = torch.ones(4, device="cuda") * 2
     torch.cuda.synchronize()
     assert float(y.sum()) == 8.0
+
+
+def test_the_layouts_chapter_grades_its_kernel_on_the_gpu():
+    """Chapter "layouts": its solution's Gluon kernel passes both kernel cells (correct on ragged shapes and split K,
+    at least 50 % of the copy bandwidth at M = 1), through the trusted grader; the kernel whose permute would move
+    values between lanes and the host matmul earn nothing there. Not yet run on a GPU (written 2026-12-05)."""
+    from autograder import demo, grade_direct
+
+    cells = ["test_decode", "test_decode_bandwidth"]
+    got = grade_direct.grade("layouts", cells_filter=cells)
+    assert [got[c].points for c in cells] == [3, 3], {c: got[c].message for c in cells}
+    for name in ("wrong_permute", "host_matmul"):
+        student = next(s for s in demo.students("layouts") if s.name == name)
+        got = grade_direct.grade("layouts", student.changed_cells(), cells_filter=["test_decode"])
+        assert got["test_decode"].points == 0, name
+
+
+def test_the_stack_times_every_step_on_inputs_of_its_own():
+    """The capstone's stack cell captures STACK_REPS steps, each on inputs of its own, as one CUDA graph, and checks
+    every step's outputs against the sum the timed run answered with: the solution still clears STACK_SPEEDUP. Not
+    yet run on a GPU (written 2026-12-05)."""
+    from qmatmul import capstone, course
+
+    sol = course.load_notebook_code("capstone", name="capstone_stack_gpu")
+    capstone.check_stack_speed(sol.QuantLinear)

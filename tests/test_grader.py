@@ -670,7 +670,7 @@ def test_what_the_chapter_gives_costs_nothing(how):
 
 def test_every_chapter_gives_what_its_solution_uses():
     """The solutions themselves reach nothing of the course beyond their chapter's GIVEN."""
-    for chapter in ("roofline", "w8a16", "w4a16", "fp8", "mxfp4", "nvfp4", "capstone"):
+    for chapter in ("roofline", "w8a16", "w4a16", "fp8", "mxfp4", "nvfp4", "layouts", "capstone"):
         cells = notebook.cells_of(
             nbformat.read(ROOT / "solutions" / chapter / f"{chapter}.ipynb", as_version=4)
         )

@@ -115,12 +115,13 @@ def call_quantizer(
 def check_kernel(fn, what: str, cases, *, g: torch.Generator, hidden: bool, seed: int, names: Sequence[str],
                  problem: Callable, reference: Callable, mistakes: Callable, dtypes=None,
                  strided_cases=(False, True), note: str = "", probe: Callable | None = None,
-                 probe_case: tuple = ()) -> None:  # fmt: skip
+                 probe_case: tuple = (), extras: Sequence[str] = ("group_size",)) -> None:  # fmt: skip
     """A kernel check cell: the learner's matmul kernel on every case, dtype and layout, then one line of success.
 
     cases: (M, N, K) or (M, N, K, group_size), drawn from the cell's generator g (chapter.cell; seed is named in the
     success line). problem(*case, dtype, device, g, strided=strided), the chapter's random_problem, returns the
-    call's tensors in order (named by `names`, x first); the case's entries after K are passed after them. Each call
+    call's tensors in order (named by `names`, x first); the case's entries after K are passed after them (named by
+    `extras` in the messages). Each call
     writes into a NaN-poisoned `out` and must pass checks.verify_kernel_result against reference(*args), naming the
     known mistakes(*args) it matches. dtypes: the activation dtypes (default: every one this device checks).
     probe(*probe_case, dtype, device, strided=strided), where given, builds one fixed problem more (the rounding
@@ -140,7 +141,7 @@ def check_kernel(fn, what: str, cases, *, g: torch.Generator, hidden: bool, seed
                 full, out = poisoned_out(M, N, dtype, dev, strided)
                 before = checks.snapshot(inputs)
                 args = (*tensors, *extra)
-                group = "".join(f", group_size={G}" for G in extra)
+                group = "".join(f", {name}={v}" for name, v in zip(extras, extra, strict=False))
                 ctx = (f" (M={M}, N={N}, K={K}{group}, {str(dtype).replace('torch.', '')}"
                        f"{', strided x and out' if strided else ''}{label})")  # fmt: skip
                 y, ops = checks.run_audited(fn, *args, out=out, what=what)
