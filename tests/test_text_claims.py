@@ -22,7 +22,7 @@ NUM = r"\d+(?:\.\d+)?"
 # The figure just before a reference, its unit optional: 2.52 %, 1.69×, 4159 times
 QUOTED = re.compile(rf"({NUM})(?:\s?%|×|\s+times)?\s*$")
 # Chapters whose text holds no figure without a reference (the others still quote byte-model factors unmarked)
-CHECKED = ("fp8", "nvfp4")
+CHECKED = ("fp8", "nvfp4", "layouts")
 
 
 @functools.cache

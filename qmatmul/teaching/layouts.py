@@ -3,6 +3,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import os
+
+from qmatmul import checks
 from qmatmul.kernels.mma_repack import SLOTS, tile_index
 from qmatmul.teaching import recorded
 
@@ -178,3 +183,27 @@ def instructions_per_weight(M: int = 1, arch: int = 90) -> list[dict]:
 
 
 __all__.append("instructions_per_weight")
+
+
+def claims() -> dict[str, float]:
+    """The numbers the chapter's text quotes (`<!-- claim: layouts | key -->`, tests/test_text_claims.py), computed:
+    the issue budget at the recorded copy bandwidth, and the SASS instructions per weight of chapter 2's solution
+    decode and of the course's Gluon decode at M = 1 on sm_90 (a compile here, about 10 s)."""
+    from qmatmul.teaching import sass
+
+    old = os.environ.pop(checks.AUTOGRADE_ENV, None)  # a claim is computed, never skipped
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            rows = sass.measure_decodes(1, 90)
+    finally:
+        if old is not None:
+            os.environ[checks.AUTOGRADE_ENV] = old
+    readable, gluon = rows[0], rows[-1]
+    return {
+        "budget": budget()["per_weight"],
+        "readable": readable["per_weight"],
+        "gluon": gluon["per_weight"],
+    }
+
+
+__all__.append("claims")
