@@ -47,6 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BONUS = {
     "w4a16": {"test_unpack_magic", "test_from_gptq"},
     "mxfp4": {"test_dot_scaled"},
+    "layouts": {"test_repack_fp4", "test_fp4_pair"},
 }
 
 

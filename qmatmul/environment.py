@@ -232,3 +232,14 @@ def smoke_test(env: Env) -> float:
             f"triton {triton.__version__})"
         )
     return seconds
+
+
+def autograding() -> bool:
+    """Under the autograder the notebook's ungraded cells that take long (the capstone's measurements, a compile for
+    Hopper) skip themselves: they award nothing, and each would cost the class seconds per student."""
+    from qmatmul.checks import AUTOGRADE_ENV
+
+    if os.environ.get(AUTOGRADE_ENV) == "1":
+        print("(not run under the autograder: this cell awards no points)")
+        return True
+    return False

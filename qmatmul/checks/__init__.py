@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import secrets
 import traceback
 from collections.abc import Callable, Sequence
@@ -23,7 +22,7 @@ from qmatmul.grader import static
 
 __all__ = [
     # failures
-    "CheckFailed", "NotMeasured", "LearnerError", "STRICT", "not_measured", "AUTOGRADE_ENV", "autograding",
+    "CheckFailed", "NotMeasured", "LearnerError", "STRICT", "not_measured", "AUTOGRADE_ENV",
     # the worker's side of a check
     "WORKER_STATE", "WORKER_CONTEXTS", "worker_context", "is_remote", "fresh_seed", "generator",
     # running the learner's code
@@ -74,15 +73,6 @@ def not_measured(message: str) -> None:
 # Set (to "1") in the environment of the notebook kernel that nbgrader runs before the trusted grading: a cell
 # that awards nothing and takes long (the capstone's measurements) may skip itself there.
 AUTOGRADE_ENV = "QMATMUL_AUTOGRADE"
-
-
-def autograding() -> bool:
-    """Under the autograder the notebook's ungraded cells that take long (the capstone's measurements, a compile for
-    Hopper) skip themselves: they award nothing, and each would cost the class seconds per student."""
-    if os.environ.get(AUTOGRADE_ENV) == "1":
-        print("(not run under the autograder: this cell awards no points)")
-        return True
-    return False
 
 
 # Module state the learner's scaffolding reads (e.g. which FP8 path the configs choose): "module:attribute" ->

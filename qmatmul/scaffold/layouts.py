@@ -13,13 +13,13 @@ import torch
 import triton
 
 from qmatmul.kernels import mma_decode, splitk
-from qmatmul.kernels.mma_repack import x_order
+from qmatmul.kernels.mma_repack import FP4_BITS, FP4_MASK, FP4_PAIR3_MASK, FP4_PAIR3_MUL, x_order
 from qmatmul.scaffold import validation
 
 __all__ = [
     "available", "why_not", "x_order", "prepare", "decode_config", "scratch", "mma_layout", "chunks_layout",
     "x_layout", "steps", "chunk_offsets", "x_offsets", "mma_order", "pair", "barrier", "PAIR0", "PAIR1", "PAIR2",
-    "PAIR3", "mma_v2", "NO_GLUON",
+    "PAIR3", "mma_v2", "NO_GLUON", "FP4_BITS", "FP4_MASK", "FP4_PAIR3_MASK", "FP4_PAIR3_MUL",
 ]  # fmt: skip
 
 available = mma_decode.available

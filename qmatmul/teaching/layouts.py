@@ -7,7 +7,7 @@ import contextlib
 import io
 import os
 
-from qmatmul import checks
+from qmatmul import checks, environment
 from qmatmul.kernels.mma_repack import SLOTS, tile_index
 from qmatmul.teaching import recorded
 
@@ -123,10 +123,9 @@ def compiles(kernel, arch: int = 90) -> bool:
     import tempfile
     from pathlib import Path
 
-    from qmatmul import checks
     from qmatmul.kernels import mma_decode
 
-    if checks.autograding():
+    if environment.autograding():
         return False
     if mma_decode.gluon is None:
         import triton
@@ -160,10 +159,9 @@ def instructions_per_weight(M: int = 1, arch: int = 90) -> list[dict]:
     ceiling = the budget of explain_budget() / instructions per weight, at most 100 %: a bound on the fraction of the
     copy bandwidth the loop lets the kernel reach, not a prediction. It compiles in a new process without the
     interpreter (see `compiles`): about 10 s on two CPU cores, triton's cache empty."""
-    from qmatmul import checks
     from qmatmul.teaching import sass
 
-    if checks.autograding():
+    if environment.autograding():
         return []
     rows = sass.measure_decodes(M, arch)
     per = budget()["per_weight"]
