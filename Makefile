@@ -4,6 +4,9 @@ VENV   ?= .venv
 BIN    := $(abspath $(VENV))/bin
 # nbgrader runs helper commands (alembic, jupyter) that must come from the course's environment.
 export PATH := $(BIN):$(PATH)
+# The course's venv is the active one for every command (a notebook kernel or worker importing IPython would put
+# another active venv's site-packages on its path).
+export VIRTUAL_ENV := $(abspath $(VENV))
 ASSIGNMENTS := $(notdir $(wildcard solutions/*))
 
 .PHONY: help setup system-deps release demo autograde gradebook feedback exchange students hand-out collect \

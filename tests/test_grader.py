@@ -2,6 +2,7 @@
 side mirrors what a call did, survives crashes and hangs, and reads the learner's source for escapes."""
 
 import ast
+import sys
 
 import nbformat
 import pytest
@@ -152,6 +153,25 @@ def test_a_worker_that_dies_while_defining_says_its_last_error_line():
         with pytest.raises(CheckFailed, match=r"died while defining them \(exit status 3; its last line: "
                            r"ModuleNotFoundError: No module named 'IPython'\)"):  # fmt: skip
             w.start()
+    finally:
+        w.close()
+
+
+def test_another_active_virtualenv_does_not_reach_the_worker(tmp_path, monkeypatch):
+    """Grading started from a shell with another virtualenv active (VIRTUAL_ENV): IPython, imported in the worker, put
+    that venv's site-packages on the path and every notebook died on "jedi ... lies outside the course's environment"
+    (a fresh clone's `make demo` run so, 2026-12-05). The worker is this interpreter's."""
+    other = tmp_path / "other-venv"
+    (other / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages").mkdir(
+        parents=True
+    )
+    monkeypatch.setenv("VIRTUAL_ENV", str(other))
+    program = [("setup", notebook.QUIET_START), ("learner", (
+        "import sys\nimport IPython\nIPython.core.interactiveshell.InteractiveShell.instance()\n"
+        "def seen():\n    return [p for p in sys.path if 'other-venv' in p]\n"))]  # fmt: skip
+    w = Worker(program, timeout=60)
+    try:
+        assert RemoteFunction(w, "seen")() == []
     finally:
         w.close()
 

@@ -171,6 +171,10 @@ class Worker:
         log = os.fdopen(create_new(self.log_path), "w")  # a restart: never through a link the last one left
         env = dict(self.env if self.env is not None else os.environ)
         env["QMATMUL_WORKER_DIR"] = str(self.dir)
+        # Another virtualenv active where grading started (VIRTUAL_ENV): IPython, once imported, puts that venv's
+        # site-packages on the path and the worker dies on a module "outside the course's environment". The worker
+        # is this interpreter's, whatever shell started the grading.
+        env.pop("VIRTUAL_ENV", None)
         # An isolated interpreter with its import path stated (import_path), started in a folder of its own: a
         # `qmatmul/` or `torch.py` handed in beside the notebook is never on the path, and whatever the
         # learner's code writes lands in the scratch folder, never where nbgrader writes afterwards.
