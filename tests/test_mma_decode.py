@@ -101,9 +101,13 @@ def test_each_lanes_share_of_x_is_contiguous():
         assert order[ks].tolist() == list(range(16 * t, 16 * t + 16))
 
 
-def test_repack_refuses_k_not_a_multiple_of_64():
-    with pytest.raises(ValueError, match="multiple of 64"):
+def test_repack_refuses_k_not_a_multiple_of_64_and_codes_not_uint8():
+    with pytest.raises(ValueError, match="repack needs K to be a multiple of 64"):
         mma_decode.repack(torch.zeros(16, 48, dtype=torch.uint8))
+    with pytest.raises(ValueError, match="repack_fp4 needs K to be a multiple of 64"):
+        mma_decode.repack_fp4(torch.zeros(16, 48, dtype=torch.uint8), 16)
+    with pytest.raises(ValueError, match="uint8"):  # an int8 would shift its sign into the high nibble
+        mma_decode.repack(torch.zeros(16, 64, dtype=torch.int8))
 
 
 def test_decode_refuses_bad_arguments_before_launching():
@@ -119,6 +123,8 @@ def test_decode_refuses_bad_arguments_before_launching():
         mma_decode.decode(x, words, s, z, G, N + 16)
     with pytest.raises(ValueError, match="do not fit"):
         mma_decode.decode(x, words, s, z, 32, N)  # groups of 32: not a whole 64-wide chunk
+    with pytest.raises(ValueError, match="not contiguous"):  # a permuted view would be read as if it were not
+        mma_decode.decode(x, words.transpose(2, 3).contiguous().transpose(2, 3), s, z, G, N)
     assert not mma_decode.supports(192, 768) and mma_decode.supports(256, 768 + 256)  # 3 chunks a group: no
     with pytest.raises(ValueError, match=r"\[N, K/G\]"):
         mma_decode.decode(x, words, s[:, :1], z, G, N)

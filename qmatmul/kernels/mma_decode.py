@@ -562,6 +562,9 @@ def _checked(x: torch.Tensor, words: torch.Tensor, N: int, out):
         raise ValueError(f"the MMA decode takes at most 16 rows, got M = {M}")
     if K % 64 or tuple(words.shape) != (triton.cdiv(N, 16), K // 64, 32, 4):
         raise ValueError(f"words of shape {list(words.shape)} do not fit N = {N}, K = {K}")
+    if words.dtype != torch.int32 or not words.is_contiguous():
+        raise ValueError(f"words must be repack's contiguous int32 words (the kernel reads a lane's four words as one "
+                         f"16-byte load), got {words.dtype}{'' if words.is_contiguous() else ', not contiguous'}")  # fmt: skip
     x = x if x.stride(1) == 1 else x.contiguous()
     out = torch.empty(M, N, dtype=x.dtype, device=x.device) if out is None else out
     if tuple(out.shape) != (M, N) or out.stride(1) != 1:

@@ -43,12 +43,22 @@ def x_order(device=None, block: int = 64) -> torch.Tensor:
     return torch.arange(block, device=device).reshape(4, block // 16, 2, 2).permute(1, 2, 0, 3).reshape(block)
 
 
+def _packed_codes(packed: torch.Tensor, what: str) -> torch.Tensor:
+    """The codes [N, K] of a packed uint8 [N, K/2] weight, refused with a message when it is not uint8 (an int8 would
+    shift its sign into the high nibble) or K is not a multiple of 64."""
+    if packed.dtype != torch.uint8 or packed.dim() != 2:
+        raise ValueError(
+            f"{what} takes packed codes as uint8 [N, K/2], got {packed.dtype} {list(packed.shape)}"
+        )
+    if (2 * packed.shape[1]) % 64:
+        raise ValueError(f"{what} needs K to be a multiple of 64, got K = {2 * packed.shape[1]}")
+    return unpack(packed)
+
+
 def _fragments(q: torch.Tensor, block: int) -> torch.Tensor:
-    """Codes [N, K] -> [ceil(N/16), K/16, 32 lanes, 8 values]: each lane's eight values of each 16 x 16 tile of the
-    MMA's first operand, K reordered inside each `block` by `x_order`. Rows past N are zero."""
+    """Codes [N, K] (K a multiple of 64) -> [ceil(N/16), K/16, 32 lanes, 8 values]: each lane's eight values of each
+    16 x 16 tile of the MMA's first operand, K reordered inside each `block` by `x_order`. Rows past N are zero."""
     N, K = q.shape
-    if K % 64:
-        raise ValueError(f"repack needs K to be a multiple of 64, got K = {K}")
     q = q.to(torch.int32).reshape(N, K // block, block)[:, :, x_order(q.device, block)].reshape(N, K)
     TN = triton.cdiv(N, 16)
     q = torch.nn.functional.pad(q, (0, 0, 0, 16 * TN - N)).reshape(TN, 16, K // 16, 16).permute(0, 2, 1, 3)
@@ -67,19 +77,25 @@ def repack(packed: torch.Tensor) -> torch.Tensor:
     """The chapter's packed uint8 [N, K/2] (element 2i in the low nibble) -> int32 [ceil(N/16), K/64, 32, 4]:
     word [tn, kc, lane, c] holds the lane's eight values of the 16 x 16 tile (rows 16 tn.., K positions 64 kc + 16 c..
     of `x_order`). Rows past N are zero. Bit-exact and done once, when the weights are loaded."""
-    vals = _fragments(unpack(packed), 64)  # [TN, K/16, 32, 8]
+    vals = _fragments(_packed_codes(packed, "repack"), 64)  # [TN, K/16, 32, 8]
     slots = torch.tensor(SLOTS, device=packed.device, dtype=torch.int32)
     nibbles = (vals << (4 * slots)).sum(-1, dtype=torch.int64)  # eight disjoint nibbles a word
     return _words(nibbles, 2 * packed.shape[1])
 
 
+FP4_MASK = 0x81C081C0  # bf16 bits 6-8 and 15 of both halves
+FP4_PAIR3_MASK, FP4_PAIR3_MUL = 0x001B001B, (1 << 2) + (1 << 7) + (1 << 12)
+# pair 3: bf16 bit <- the stored bit that the multiply by 2^2 + 2^7 + 2^12 moves there
+FP4_PAIR3_SOURCE = {6: 4, 7: 0, 8: 1, 15: 3, 22: 20, 23: 16, 24: 17, 31: 19}
+
+
 def _fp4_positions() -> list[list[list[int]]]:
     """FP4_BITS[j][h]: where a word stores the e2m1 code of pair j's half h (value 2j + h of the lane's fragment), as
     the positions of its bits 0, 1, 2 (exponent and mantissa) and 3 (sign). The kernel wants them at bf16 bits 6, 7,
-    8 and 15 of half h (+ 16 h): pair 0 is stored there (one AND), pairs 1 and 2 rotated by 3 and 6 bits (a funnel
-    shift and an AND), pair 3 in the four bits a half the others leave, which a multiply by 2^2 + 2^7 + 2^12 moves
-    into place without a carry (an AND, a multiply, an AND). Four rotations of one pair's bits cannot tile a word:
-    tests/test_mma_decode.py searches for them."""
+    8 and 15 of half h (+ 16 h): pair 0 is stored there (one AND), pairs 1 and 2 stored rotated left by 3 and 6
+    bits (the kernel rotates them right: a funnel shift, then an AND), pair 3 in the four bits a half the others
+    leave, which a multiply by 2^2 + 2^7 + 2^12 moves into place without a carry (an AND, a multiply, an AND). Four
+    rotations of one pair's bits cannot tile a word: tests/test_mma_decode.py searches for them."""
     out = []
     for j in range(4):
         pairs = []
@@ -93,10 +109,6 @@ def _fp4_positions() -> list[list[list[int]]]:
     return out
 
 
-FP4_MASK = 0x81C081C0  # bf16 bits 6-8 and 15 of both halves
-FP4_PAIR3_MASK, FP4_PAIR3_MUL = 0x001B001B, (1 << 2) + (1 << 7) + (1 << 12)
-# pair 3: bf16 bit <- the stored bit that the multiply by 2^2 + 2^7 + 2^12 moves there
-FP4_PAIR3_SOURCE = {6: 4, 7: 0, 8: 1, 15: 3, 22: 20, 23: 16, 24: 17, 31: 19}
 FP4_BITS = _fp4_positions()
 
 
@@ -106,7 +118,7 @@ def repack_fp4(packed: torch.Tensor, block: int) -> torch.Tensor:
     (`x_order(block=block)`) and each code's bits where FP4_BITS says. Bit-exact, once at load time."""
     if block not in (16, 32):
         raise ValueError(f"the fp4 scale blocks are 16 (NVFP4) or 32 (MXFP4) values, got {block}")
-    vals = _fragments(unpack(packed), block).long()  # [TN, K/16, 32, 8]
+    vals = _fragments(_packed_codes(packed, "repack_fp4"), block).long()  # [TN, K/16, 32, 8]
     bits = torch.zeros(vals.shape[:-1], dtype=torch.int64, device=packed.device)
     for v in range(8):
         for b, pos in enumerate(FP4_BITS[v >> 1][v & 1]):

@@ -92,8 +92,6 @@ def prepare(x, words, scales, zeros, group_size: int, N: int, out=None):
     if not mma_decode.supports(group_size, x.shape[-1]):
         raise ValueError(f"the kernel takes groups of 64 times a power of two dividing K, got G = {group_size} "
                          f"and K = {x.shape[-1]}")  # fmt: skip
-    if words.dtype != torch.int32:
-        raise ValueError(f"words must be repack's int32 words, got {words.dtype}")
     M, K, x, out = mma_decode._checked(x, words, N, out)
     groups = K // group_size
     if scales.dtype != torch.float32 or tuple(scales.shape) != (N, groups):
