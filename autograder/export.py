@@ -16,7 +16,7 @@ The rules:
 
 * **Chapters** count once they are assigned, that is, once anyone has a submission in the gradebook; chapters
   never assigned are left out. A student with no submission for an assigned chapter gets 0 for it.
-* **Bonus** cells (`BONUS` below, the only list of them) are extra credit: their points add to the student's
+* **Bonus** cells (`rule.BONUS`, the only list of them) are extra credit: their points add to the student's
   total but not to the maximum.
 * **Not measured**: a cell the grading machine could not measure (the performance cells on a machine without a
   CUDA GPU: any graded notebook of the class raised the trusted grader's NotMeasured there) is "not measured", not "failed", and its points leave the
@@ -44,11 +44,7 @@ from qmatmul.grader.notebook import load_node
 ROOT = Path(__file__).resolve().parent.parent
 
 # Extra-credit cells, by chapter: the one place that says which cells are bonus (course.md's "bonus" rows).
-BONUS = {
-    "w4a16": {"test_unpack_magic", "test_from_gptq"},
-    "mxfp4": {"test_dot_scaled"},
-    "layouts": {"test_repack_fp4", "test_fp4_pair"},
-}
+BONUS = rule.BONUS  # the bonus cells, by chapter: autograder/rule.py holds the one list
 
 
 def course_order() -> list[str]:

@@ -121,8 +121,10 @@ def gradebook(assignment: str, dirs: CourseDirs) -> list[dict]:
     unmeasured = rule.unmeasurable(r.pop("errors") for r in rows)
     for row in rows:
         student = row["student"]
-        count = rule.tally([(c, m) for _, c, m in cells], row.pop("graded"), unmeasured=unmeasured)
+        count = rule.tally([(c, m) for _, c, m in cells], row.pop("graded"), unmeasured=unmeasured,
+                           bonus=rule.BONUS.get(assignment, set()))  # fmt: skip
         row["unmeasured"] = sorted(unmeasured)
+        row["bonus_cells"] = sorted(rule.BONUS.get(assignment, set()))
         row["max"], row["not_measured"] = count.measurable_max, count.not_measured
         row["reason"] = rule.reason(
             submitted=True,
@@ -152,8 +154,10 @@ def print_gradebook(assignment: str, rows: list[dict], failures: dict | None = N
             got, mx = r["scores"][c]
             line += f"{got:g}/{mx:g}".rjust(max(len(s), 5) + 2)
         print(line + f"{r['total']:g}/{r['max']:g}".rjust(10))
+    bonus = ", ".join(c.removeprefix("test_") for c in rows[0].get("bonus_cells", ()))
+    extra = f"; the bonus cells ({bonus}) add to the total, not to the maximum" if bonus else ""
     print(
-        f"(total: over the {rows[0]['max']:g} points this machine could measure; the export counts the same)"
+        f"(total: over the {rows[0]['max']:g} points this machine could measure{extra}; the export counts the same)"
     )
     print("\nWhy points were lost:")
     unmeasured = set(rows[0].get("unmeasured", ()))

@@ -28,6 +28,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# The bonus cells of each chapter (extra credit: their points add to the total, not to the maximum).
+BONUS = {
+    "w4a16": {"test_unpack_magic", "test_from_gptq"},
+    "mxfp4": {"test_dot_scaled"},
+    "layouts": {"test_repack_fp4", "test_fp4_pair"},
+}
+
 # The error name of a cell the grading machine could not measure: qmatmul.checks.NotMeasured, as trusted.py names it.
 NOT_MEASURED = "NotMeasured"
 # What nbgrader writes at the top of a graded test cell it put back (OverwriteCells.add_missing_cells).

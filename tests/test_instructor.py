@@ -694,6 +694,23 @@ def test_a_students_not_measured_text_leaves_no_cell_out_of_the_maximum(small_te
     assert "| [decode](#test_decode) | 0 / 2 | failed" in out.cells[0].source
 
 
+@pytest.mark.filterwarnings("ignore:Object of type:Warning")
+def test_the_gradebook_print_leaves_bonus_cells_out_of_the_maximum_as_the_export_does(
+    small_term, monkeypatch, capsys
+):
+    """Before: the print counted bonus cells in its maximum (W4A16's demo: 9/9 where the export said 7 + 2 bonus)."""
+    from autograder import classroom, gradebook, rule
+
+    monkeypatch.setitem(rule.BONUS, CHAPTER, {"test_decode"})
+    exp = export.collect(small_term / "gradebook.db", small_term / "autograded")
+    dirs = classroom.CourseDirs(submitted=str(small_term / "submitted"), autograded=str(small_term / "autograded"),
+                                db=str(small_term / "gradebook.db"))  # fmt: skip
+    rows = gradebook.gradebook(CHAPTER, dirs)
+    assert {r["max"] for r in rows} == {exp.course("sol")["max_measured"]} == {5}
+    gradebook.print_gradebook(CHAPTER, rows)
+    assert "the bonus cells (decode) add to the total, not to the maximum" in capsys.readouterr().out
+
+
 def test_the_feedback_leads_with_the_points_and_each_exercise_and_a_broken_file_gets_a_page(small_term):
     from autograder import feedback
 
