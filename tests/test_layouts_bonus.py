@@ -6,6 +6,7 @@ where."""
 
 import pytest
 import torch
+from test_layouts_checks import named, runs
 
 from qmatmul.checks import CheckFailed, LearnerError, layouts
 from qmatmul.checks import layouts_bonus as bonus
@@ -13,25 +14,7 @@ from qmatmul.formats import fp4
 from qmatmul.kernels import mma_repack
 from qmatmul.kernels.mma_repack import FP4_BITS, FP4_MASK, FP4_PAIR3_MASK, FP4_PAIR3_MUL, SLOTS, x_order
 
-SEEDS = (0, 1, 2)
 MASK32 = 0xFFFFFFFF
-
-
-def runs(check, fn, seeds=SEEDS):
-    """The visible check once (it draws nothing new), then the hidden check on each seed."""
-    check(fn)
-    for seed in seeds:
-        check(fn, hidden=True, seed=seed)
-
-
-def named(check, fn, mistake: str, seeds=SEEDS):
-    """The check fails on fn, naming `mistake`, visible and hidden alike; returns the visible report."""
-    with pytest.raises(CheckFailed, match=f"This matches a known mistake: {mistake}") as exc:
-        check(fn)
-    for seed in seeds:
-        with pytest.raises(CheckFailed, match=f"This matches a known mistake: {mistake}"):
-            check(fn, hidden=True, seed=seed)
-    return str(exc.value)
 
 
 def codes_of(words):

@@ -435,13 +435,12 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.view(torch.int16)
 
 
-def check_unpack_pair(fn, *, hidden: bool = False, seed: int | None = None) -> None:
-    """Exercise 2a: fn(words, j) -> (lo, hi), bf16 shaped like words: 128 + nibble j and 128 + nibble j + 4 of each
-    word, bit for bit, for j = 0..3, on words with the sign bit set too."""
-    seed, g = _cell(seed, hidden)
-    what = "unpack_pair"
+def check_pairs(fn, inputs, *, what: str, seed: int, hidden: bool, dtype, dtype_hint: str, bits, reference, mistakes,
+                describe, wrongly: str) -> None:  # fmt: skip
+    """A pair-decoding check (ex 2a, the bonus's fp4_pair): fn(words, j) -> (lo, hi) of `dtype`, bit for bit (`bits`) as
+    reference(words, j), j = 0..3; a known mistake named, the first wrong word described by describe(j, h, ...)."""
     n = 0
-    for words in pair_inputs(g, hidden):
+    for words in inputs:
         for j in range(4):
             ctx = f" (words: int32 {list(words.shape)}, j = {j})"
             _, result = _call(fn, {"words": words}, j, what=what, ctx=ctx)
@@ -450,32 +449,41 @@ def check_unpack_pair(fn, *, hidden: bool = False, seed: int | None = None) -> N
                 if tuple(t.shape) != tuple(words.shape):
                     raise CheckFailed(f"{name} must have the shape of words, {list(words.shape)}: one value per word, "
                                       f"got {list(t.shape)}{ctx}")  # fmt: skip
-                if t.dtype != torch.bfloat16:
-                    raise CheckFailed(f"{name} must be bfloat16 (a half of 0x43004300 | the nibbles, read as a bf16: "
-                                      f".to(torch.int16).view(torch.bfloat16)), got {_name(t.dtype)}{ctx}")  # fmt: skip
-            want = unpack_pair_reference(words, j)
-            bad = (_bits(lo) != _bits(want[0])) | (_bits(hi) != _bits(want[1]))
+                if t.dtype != dtype:
+                    raise CheckFailed(f"{name} must be {_name(dtype)} ({dtype_hint}), got {_name(t.dtype)}{ctx}")  # fmt: skip
+            want = reference(words, j)
+            bad = (bits(lo) != bits(want[0])) | (bits(hi) != bits(want[1]))
             n += 1
             if not bad.any():
                 continue
-            lines = [f"{what}: {int(bad.sum())} of {words.numel()} words unpack wrongly{ctx}"]
-            for name, explanation, (mlo, mhi) in pair_mistakes(words, j):
-                if torch.equal(_bits(lo), _bits(mlo)) and torch.equal(_bits(hi), _bits(mhi)):
+            lines = [f"{what}: {int(bad.sum())} of {words.numel()} words {wrongly}{ctx}"]
+            for name, explanation, (mlo, mhi) in mistakes(words, j):
+                if torch.equal(bits(lo), bits(mlo)) and torch.equal(bits(hi), bits(mhi)):
                     lines.insert(0, f"This matches a known mistake: {name}. {explanation}")
                     break
             i = tuple(int(k) for k in bad.nonzero()[0])
             w = int(words[i]) & MASK32
-            halves = []
-            for name, got, exp, nibble in (("lo", lo, want[0], j), ("hi", hi, want[1], j + 4)):
-                gb, eb = int(_bits(got)[i]) & 0xFFFF, int(_bits(exp)[i]) & 0xFFFF
-                if gb != eb:
-                    halves.append(f"{name} got 0x{gb:04x} ({float(got[i]):g}), expected 0x{eb:04x} ({float(exp[i]):g}"
-                                  f": 128 + nibble {nibble}, which is {w >> (4 * nibble) & 0xF})")  # fmt: skip
+            pairs = enumerate((("lo", lo, want[0]), ("hi", hi, want[1])))
+            halves = [describe(j, h, nm, a, e, i, w) for h, (nm, a, e) in pairs if int(bits(a)[i]) != int(bits(e)[i])]  # fmt: skip
             lines.append(f"First at words{list(i)} = 0x{w:08x}: {'; '.join(halves)}.")
             raise CheckFailed("\n".join(lines))
-    checks.passed(
-        f"{what}: bit-exact on {n} {'hidden' if hidden else 'visible'} cases, j = 0..3 (seed {seed})"
-    )
+    checks.passed(f"{what}: bit-exact on {n} {'hidden' if hidden else 'visible'} cases, j = 0..3 (seed {seed})")  # fmt: skip
+
+
+def _describe_half(j, h, name, got, exp, i, w) -> str:
+    gb, eb, nibble = int(_bits(got)[i]) & 0xFFFF, int(_bits(exp)[i]) & 0xFFFF, j + 4 * h
+    return (f"{name} got 0x{gb:04x} ({float(got[i]):g}), expected 0x{eb:04x} ({float(exp[i]):g}: 128 + nibble "
+            f"{nibble}, which is {w >> (4 * nibble) & 0xF})")  # fmt: skip
+
+
+def check_unpack_pair(fn, *, hidden: bool = False, seed: int | None = None) -> None:
+    """Exercise 2a: fn(words, j) -> (lo, hi), bf16 shaped like words: 128 + nibble j and 128 + nibble j + 4 of each
+    word, bit for bit, for j = 0..3, on words with the sign bit set too."""
+    seed, g = _cell(seed, hidden)
+    check_pairs(fn, pair_inputs(g, hidden), what="unpack_pair", seed=seed, hidden=hidden, dtype=torch.bfloat16,
+                dtype_hint="a half of 0x43004300 | the nibbles, read as a bf16: .to(torch.int16).view(torch.bfloat16)",
+                bits=_bits, reference=unpack_pair_reference, mistakes=pair_mistakes, describe=_describe_half,
+                wrongly="unpack wrongly")  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------------------

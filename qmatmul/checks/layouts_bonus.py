@@ -23,14 +23,13 @@ from qmatmul.checks.layouts import (
     _cell,
     _draw,
     _fragment,
-    _name,
     _pad_nibbles,
-    _pair,
     _raised,
     _refused_inputs,
     _repack_form,
     _unchanged,
     _wrap32,
+    check_pairs,
     layout,
 )
 from qmatmul.formats.fp4 import e2m1_decode, pack_nibbles
@@ -328,46 +327,18 @@ def _f32(t: torch.Tensor) -> torch.Tensor:
     return t.view(torch.int32)
 
 
+def _describe_fp4_half(j, h, name, got, exp, i, w) -> str:
+    gb, eb = int(_f32(got)[i]) & MASK32, int(_f32(exp)[i]) & MASK32
+    code = _code_at(w, FP4_BITS[j][h])
+    return (f"{name} got {float(got[i]):g} (0x{gb:08x}), expected {float(exp[i]):g} (0x{eb:08x}): value {2 * j + h}'s "
+            f"e2m1 code, at bits {FP4_BITS[j][h]}, is {code} = 0b{code:04b}, "
+            f"{float(e2m1_decode(torch.tensor(code))):g}")  # fmt: skip
+
+
 def check_fp4_pair(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     """Bonus b: fn(words, j) -> (lo, hi), float32 shaped like words: the e2m1 values 2j and 2j + 1 of each word as
     the fp4 kernel decodes pair j, bit for bit (-0 is not +0), for j = 0..3, on words with the sign bit set too."""
     seed, g = _cell(seed, hidden)
-    what = "fp4_pair"
-    n = 0
-    for words in fp4_pair_inputs(g, hidden):
-        for j in range(4):
-            ctx = f" (words: int32 {list(words.shape)}, j = {j})"
-            _, result = _call(fn, {"words": words}, j, what=what, ctx=ctx)
-            lo, hi = _pair(result, what, ("lo", "hi"), ctx)
-            for name, t in (("lo", lo), ("hi", hi)):
-                if tuple(t.shape) != tuple(words.shape):
-                    raise CheckFailed(f"{name} must have the shape of words, {list(words.shape)}: one value per word, "
-                                      f"got {list(t.shape)}{ctx}")  # fmt: skip
-                if t.dtype != torch.float32:
-                    raise CheckFailed(f"{name} must be float32 (a half read as a bf16, .float(), times 2.0**126), got "
-                                      f"{_name(t.dtype)}{ctx}")  # fmt: skip
-            want = fp4_pair_reference(words, j)
-            bad = (_f32(lo) != _f32(want[0])) | (_f32(hi) != _f32(want[1]))
-            n += 1
-            if not bad.any():
-                continue
-            lines = [f"{what}: {int(bad.sum())} of {words.numel()} words decode wrongly{ctx}"]
-            for name, explanation, (mlo, mhi) in fp4_pair_mistakes(words, j):
-                if torch.equal(_f32(lo), _f32(mlo)) and torch.equal(_f32(hi), _f32(mhi)):
-                    lines.insert(0, f"This matches a known mistake: {name}. {explanation}")
-                    break
-            i = tuple(int(k) for k in bad.nonzero()[0])
-            w = int(words[i]) & MASK32
-            halves = []
-            for h, (name, got, exp) in enumerate((("lo", lo, want[0]), ("hi", hi, want[1]))):
-                gb, eb = int(_f32(got)[i]) & MASK32, int(_f32(exp)[i]) & MASK32
-                if gb != eb:
-                    code = _code_at(w, FP4_BITS[j][h])
-                    halves.append(f"{name} got {float(got[i]):g} (0x{gb:08x}), expected {float(exp[i]):g} "
-                                  f"(0x{eb:08x}): value {2 * j + h}'s e2m1 code, at bits {FP4_BITS[j][h]}, is "
-                                  f"{code} = 0b{code:04b}, {float(e2m1_decode(torch.tensor(code))):g}")  # fmt: skip
-            lines.append(f"First at words{list(i)} = 0x{w:08x}: {'; '.join(halves)}.")
-            raise CheckFailed("\n".join(lines))
-    checks.passed(
-        f"{what}: bit-exact on {n} {'hidden' if hidden else 'visible'} cases, j = 0..3 (seed {seed})"
-    )
+    check_pairs(fn, fp4_pair_inputs(g, hidden), what="fp4_pair", seed=seed, hidden=hidden, dtype=torch.float32,
+                dtype_hint="a half read as a bf16, .float(), times 2.0**126", bits=_f32, reference=fp4_pair_reference,
+                mistakes=fp4_pair_mistakes, describe=_describe_fp4_half, wrongly="decode wrongly")  # fmt: skip

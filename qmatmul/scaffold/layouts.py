@@ -19,7 +19,7 @@ from qmatmul.scaffold import validation
 __all__ = [
     "available", "why_not", "x_order", "prepare", "decode_config", "scratch", "mma_layout", "chunks_layout",
     "x_layout", "steps", "chunk_offsets", "x_offsets", "mma_order", "pair", "barrier", "PAIR0", "PAIR1", "PAIR2",
-    "PAIR3", "mma_v2", "NO_GLUON", "FP4_BITS", "FP4_MASK", "FP4_PAIR3_MASK", "FP4_PAIR3_MUL",
+    "PAIR3", "mma_v2", "NO_GLUON", "grid", "FP4_BITS", "FP4_MASK", "FP4_PAIR3_MASK", "FP4_PAIR3_MUL",
 ]  # fmt: skip
 
 available = mma_decode.available
@@ -120,6 +120,3 @@ def scratch(device, split: int, N: int, n_blocks: int):
 def grid(N: int, K: int, group_size: int, cfg: dict) -> tuple[int, int]:
     """(column strips, parts of K): a strip is 16 x num_warps x R rows of N; K splits into at most one group a part."""
     return triton.cdiv(N, 16 * cfg["num_warps"] * cfg["R"]), min(cfg["SPLIT_K"], K // group_size)
-
-
-__all__.append("grid")

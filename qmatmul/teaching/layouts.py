@@ -11,6 +11,11 @@ from qmatmul import checks, environment
 from qmatmul.kernels.mma_repack import SLOTS, tile_index
 from qmatmul.teaching import recorded
 
+__all__ = [
+    "H200_SMS", "LANES_PER_CLOCK", "CLOCK_HZ", "budget", "explain_budget", "fragment_table", "explain_fragment",
+    "compiles", "instructions_per_weight", "claims",
+]  # fmt: skip
+
 # The H200 (sm_90): streaming multiprocessors, instructions an SM issues a clock (4 schedulers, one warp
 # instruction each, i.e. 4 x 32 lanes' worth), boost clock. NVIDIA's H200 / H100 SXM data sheets.
 H200_SMS, LANES_PER_CLOCK, CLOCK_HZ = 132, 128, 1.98e9
@@ -63,17 +68,6 @@ def explain_fragment() -> None:
     )
 
 
-__all__ = [
-    "H200_SMS",
-    "LANES_PER_CLOCK",
-    "CLOCK_HZ",
-    "budget",
-    "explain_budget",
-    "fragment_table",
-    "explain_fragment",
-]
-
-
 # The kernel's pointer arguments in a bf16 call; every other non-constexpr argument is an int32.
 _POINTERS = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*fp32", "z_ptr": "*u8", "y_ptr": "*bf16", "ws_ptr": "*fp32",
              "cnt_ptr": "*i32"}  # fmt: skip
@@ -117,7 +111,6 @@ def compiles(kernel, arch: int = 90) -> bool:
     It compiles in a new process: where the notebook chose Triton's interpreter, triton's own helpers (tl.cdiv, ...)
     are interpreter functions in this one and no kernel compiles. That process gets the source of every Gluon
     function the notebook defines (the kernel and the helpers it calls), under the chapter's imports."""
-    import os
     import subprocess
     import sys
     import tempfile
@@ -137,17 +130,13 @@ def compiles(kernel, arch: int = 90) -> bool:
                kernel.fn.__module__]  # fmt: skip
     folder = Path(tempfile.mkdtemp(prefix="qmatmul-compile-"))
     (folder / "learner_kernel.py").write_text(_HEADER + "\n\n" + "\n\n".join(sources) + "\n")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    root = str(Path(__file__).resolve().parent.parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    from qmatmul.teaching.sass import compile_env
+
+    env = compile_env()
     run = subprocess.run([sys.executable, "-c", _COMPILE, str(folder), kernel.__name__, str(arch), repr(_POINTERS)],
                          env=env, capture_output=True, text=True, timeout=900)  # fmt: skip
     print(run.stdout.rstrip() or run.stderr[-3000:])
     return run.returncode == 0
-
-
-__all__.append("compiles")
 
 
 def instructions_per_weight(M: int = 1, arch: int = 90) -> list[dict]:
@@ -180,9 +169,6 @@ def instructions_per_weight(M: int = 1, arch: int = 90) -> list[dict]:
     return rows
 
 
-__all__.append("instructions_per_weight")
-
-
 def claims() -> dict[str, float]:
     """The numbers the chapter's text quotes (`<!-- claim: layouts | key -->`, tests/test_text_claims.py), computed:
     the issue budget at the recorded copy bandwidth, and the SASS instructions per weight of chapter 2's solution
@@ -202,6 +188,3 @@ def claims() -> dict[str, float]:
         "readable": readable["per_weight"],
         "gluon": gluon["per_weight"],
     }
-
-
-__all__.append("claims")

@@ -294,15 +294,22 @@ print(json.dumps(rows, default=str))
 """
 
 
+def compile_env() -> dict:
+    """The environment of a process that compiles for a GPU here: without TRITON_INTERPRET (where it was set when triton
+    was imported, triton's own helpers, tl.cdiv and the like, are interpreter functions and nothing compiles), the
+    course package importable, the JIT's default fp fusion said aloud (no warning)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = str(Path(__file__).resolve().parent.parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    return env
+
+
 def measure_decodes(M: int = 16, arch: int = 90, timeout: float = 600) -> list[dict]:
     """measure() of chapter 2's readable W4A16 decode (the learner's, see readable_w4a16) and of the course's Gluon
     one (where triton has Gluon), as each launches at M rows and DECODE_SHAPE, compiled for sm_<arch> in a new
     process without TRITON_INTERPRET (any machine: a compile, not a run). Each row adds `label` and `source`."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    root = str(Path(__file__).resolve().parent.parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # the JIT's default, said aloud (no warning)
-    run = subprocess.run([sys.executable, "-c", _PROGRAM, str(M), str(arch)], env=env, capture_output=True,
+    run = subprocess.run([sys.executable, "-c", _PROGRAM, str(M), str(arch)], env=compile_env(), capture_output=True,
                          text=True, timeout=timeout)  # fmt: skip
     if run.returncode != 0:
         raise RuntimeError(f"the compile for sm_{arch} failed:\n{run.stderr[-3000:]}")
