@@ -2,6 +2,7 @@
 side mirrors what a call did, survives crashes and hangs, and reads the learner's source for escapes."""
 
 import ast
+import importlib
 import sys
 
 import nbformat
@@ -536,6 +537,34 @@ def test_the_timing_protocol_checks_every_timed_output(remote, monkeypatch, caps
     finally:
         if w is not None:
             w.close()
+
+
+TIMED_MODULES = ["qmatmul.checks.w8a16", "qmatmul.checks.w4a16", "qmatmul.checks.fp8", "qmatmul.checks.mxfp4",
+                 "qmatmul.checks.nvfp4", "qmatmul.checks.layouts_kernel"]  # fmt: skip
+
+
+@pytest.mark.parametrize("module", TIMED_MODULES)
+def test_the_recheck_batches_each_weight_copy_and_still_names_the_call(module, monkeypatch):
+    """The recheck's references come one matmul per weight copy (harness.references), equal to one reference a call,
+    chunked at REF_ELEMENTS; a single wrong call of a batch still fails, named by its index."""
+    from qmatmul.checks import harness
+
+    mod = importlib.import_module(module)
+    M, N, K, calls, copies = 3, 32, 256, 10, 2
+    weights = harness.weight_copies(module, N, K, 7, copies, "cpu")
+    inputs = harness.inputs_for(module, M, K, 11, calls, "cpu")
+    one_by_one = [mod.reference(*(t[i] for t in inputs), *weights[i % copies]) for i in range(calls)]
+    monkeypatch.setattr(harness, "REF_ELEMENTS", 2 * M * N)  # chunks of two calls
+    got = dict(harness.references(mod, inputs, weights, calls, M, N))
+    assert sorted(got) == list(range(calls))
+    for i in range(calls):
+        torch.testing.assert_close(got[i], one_by_one[i], rtol=1e-5, atol=1e-5)
+    outs = torch.stack(one_by_one).to(torch.float16)
+    outs[7, 1, 5] += 1.0 + outs[7, 1, 5].abs()
+    with pytest.raises(CheckFailed, match="call 7 of the timed batch"):
+        for i, expected in harness.references(mod, inputs, weights, calls, M, N):
+            checks.compare(outs[i], expected, what="x", rtol=checks.tolerance_for(torch.float16),
+                           context=f" (call {i} of the timed batch)")  # fmt: skip
 
 
 STATEFUL = [

@@ -52,6 +52,7 @@ __all__ = [
 BATCH_MS = 50.0  # aim for a timed batch about this long: the fixed cost of the protocol shrinks with it
 MAX_CALLS = 400
 GEN_CHUNK = 1 << 25  # inputs_for draws at most this many elements at once (one prefill call's [4096, 8192])
+REF_ELEMENTS = 1 << 27  # the recheck's reference outputs at a time (float32: 512 MB)
 # QMATMUL_PROFILE=1: each timed problem also prints where its grading's seconds went (building the weights, the
 # worker's part, the recheck), for an instructor asking why a chapter grades slowly. Never a verdict.
 PROFILE_ENV = "QMATMUL_PROFILE"
@@ -160,8 +161,7 @@ def time_calls(fn, *, what: str, module: str, N: int, K: int, M: int, out_dtype:
     t2 = time.perf_counter()
     for mode, outs in outs_by_mode.items():
         inputs = inputs_for(module, M, K, go_seeds[mode], calls, device)
-        for i in range(calls):
-            expected = mod.reference(*(t[i] for t in inputs), *weights[i % copies])
+        for i, expected in references(mod, inputs, weights, calls, M, N):
             checks.compare(outs[i], expected, what=f"{what} (timed, {mode})", rtol=checks.tolerance_for(out_dtype),
                            poisoned=True, context=f" (call {i} of the timed batch, M={M}, N={N}, K={K})")  # fmt: skip
     if os.environ.get(PROFILE_ENV) == "1":
@@ -169,6 +169,21 @@ def time_calls(fn, *, what: str, module: str, N: int, K: int, M: int, out_dtype:
               f"{t1 - t0:.1f} s, timed (prepare, batches, hand-over) in {t2 - t1:.1f} s, rechecked in "
               f"{time.perf_counter() - t2:.1f} s")  # fmt: skip
     return Timed(label, M, nbytes, graph_ms, eager_ms, copy_bw)
+
+
+def references(mod, inputs: tuple, weights: list[tuple], calls: int, M: int, N: int):
+    """(call, its fp32 reference) for every timed call: the calls that share a weight copy in one reference matmul
+    (a chapter's reference treats rows independently: each row of x, with its scale, gives one row of y), at most
+    REF_ELEMENTS outputs at a time. One reference a call decoded the whole weight 400 times a batch."""
+    copies = len(weights)
+    for c in range(copies):
+        idx = list(range(c, calls, copies))
+        step = max(1, REF_ELEMENTS // (M * N))
+        for j in range(0, len(idx), step):
+            part = idx[j : j + step]
+            rows = tuple(t[part].flatten(0, 1) for t in inputs)
+            expected = mod.reference(*rows, *weights[c]).view(len(part), M, N)
+            yield from zip(part, expected, strict=True)
 
 
 def _local(fn, module, weights, N, K, M, calls, out_dtype, device, what):
