@@ -9,7 +9,7 @@ import time
 import torch
 from torch import nn
 
-from qmatmul import checks
+from qmatmul import checks, timing
 from qmatmul.capstone.crossing import drive, learner_message, raise_learner
 from qmatmul.capstone.formats import dequantized, reference_quantize
 from qmatmul.capstone.loader import load_kernels
@@ -220,14 +220,10 @@ def captured_steps(step, xs: dict, steps: int):
     outputs is a list of the steps' outputs, each step's list of tensors. Warmed on a side stream first, as
     torch.cuda.graphs asks. What the grader times of the learner's stack and of 16-bit nn.Linear alike."""
     static = {K: x.clone() for K, x in xs.items()}
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step({K: x[0] for K, x in static.items()})
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        outs = [step({K: x[i] for K, x in static.items()}) for i in range(steps)]
+    graph, outs = timing.capture(
+        lambda: [step({K: x[i] for K, x in static.items()}) for i in range(steps)],
+        warm=lambda: step({K: x[0] for K, x in static.items()}),
+    )
 
     def run(new=None):
         for K, x in (new or {}).items():

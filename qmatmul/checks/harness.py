@@ -204,15 +204,7 @@ def _local(fn, module, weights, N, K, M, calls, out_dtype, device, what):
     try:
         if not cuda:
             raise RuntimeError("no CUDA graphs without a GPU")
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            run(1)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for i in range(calls):
-                run(i)
+        graph, _ = timing.capture(lambda: [run(i) for i in range(calls)], warm=lambda: run(1))
     except Exception as exc:  # noqa: BLE001 - not capturable: the eager figure stands alone
         if cuda:
             print(

@@ -169,6 +169,7 @@ def _bench_prepare(shell, job: dict) -> dict:
     """Build the timed problem: weight copies from the trusted side's seed, per-call buffers, maybe a graph."""
     import torch
 
+    from qmatmul import timing
     from qmatmul.checks import harness
 
     fn = shell.user_ns.get(job["name"])
@@ -192,15 +193,7 @@ def _bench_prepare(shell, job: dict) -> dict:
     graph = None
     if device == "cuda":
         try:
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                run(1 % calls)
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                for i in range(calls):
-                    run(i)
+            graph, _ = timing.capture(lambda: [run(i) for i in range(calls)], warm=lambda: run(1 % calls))
         except BaseException:  # noqa: BLE001 - not capturable: eager only
             graph = None
             _sync(device)

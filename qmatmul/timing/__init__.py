@@ -108,6 +108,21 @@ def copies_needed(nbytes: int, device: str = "cuda") -> int:
     return max(2, -(-3 * l2_bytes(device) // max(int(nbytes), 1)))
 
 
+def capture(body, warm=None):
+    """body() captured as one CUDA graph, after a warm-up call on a side stream (as torch.cuda.graphs asks: kernels
+    compiled, memory allocated, lazy state set outside the capture). warm: the warm-up (default body itself).
+    Returns (graph, what body returned during the capture). The one capture of the course's timings and grading."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        (warm or body)()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        got = body()
+    return graph, got
+
+
 @gpulock.exclusively
 def graph_ms(fns, *, target_ms: float = 2.0, max_calls: int = 400, replays: int = 15) -> float:
     """Median time per call in ms under CUDA-graph replay.
@@ -131,17 +146,13 @@ def graph_ms(fns, *, target_ms: float = 2.0, max_calls: int = 400, replays: int 
     end.synchronize()
     per_call = max(start.elapsed_time(end) / len(fns), 1e-3)
     rounds = max(2, min(max_calls // len(fns), int(target_ms / per_call / len(fns)) + 1))
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm up on a side stream, as torch.cuda.graphs recommends
-        for fn in fns:
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+
+    def calls():
         for _ in range(rounds):
             for fn in fns:
                 fn()
+
+    graph, _ = capture(calls, warm=lambda: [fn() for fn in fns])
     graph.replay()
     torch.cuda.synchronize()
     times = []
@@ -210,14 +221,7 @@ def step_us(step, *, replays: int = 20) -> tuple[float, float]:
         return start.elapsed_time(end) * 1e3
 
     eager = sorted(timed(step) for _ in range(replays))
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm up on a side stream, as torch.cuda.graphs recommends
-        step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
+    graph, _ = capture(step)
     graph.replay()
     torch.cuda.synchronize()
     graphed = sorted(timed(graph.replay) for _ in range(replays))
