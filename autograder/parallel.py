@@ -31,6 +31,7 @@ from pathlib import Path
 from qmatmul.grader.jobs import Job, Result, grade_job, run_command  # noqa: F401 - classroom.py uses them
 
 RESOURCE = "grader"  # a Dask worker that grades says `--resources grader=J` (J jobs at once)
+JOBS_PER_GPU_ENV = "QMATMUL_JOBS_PER_GPU"
 
 
 def visible_gpus() -> list[str]:
@@ -44,14 +45,25 @@ def visible_gpus() -> list[str]:
     return [ln.strip() for ln in res.stdout.splitlines() if ln.strip()] if res.returncode == 0 else []
 
 
+def jobs_per_gpu() -> int:
+    """Notebooks a GPU grades at once: 1, unless $QMATMUL_JOBS_PER_GPU says more (to measure what sharing a GPU does
+    to the timed cells: docs/parallel-grading.md; every timed window holds the GPU's lock alone either way)."""
+    raw = os.environ.get(JOBS_PER_GPU_ENV) or "1"
+    if not raw.isdigit() or int(raw) < 1:
+        raise SystemExit(f"${JOBS_PER_GPU_ENV} takes a whole number of at least 1, got {raw!r}")
+    return int(raw)
+
+
 def pool_size(n: int, gpus: list[str]) -> int:
-    """How many jobs a local pool runs at once: n, but no more than one a GPU on a host that has GPUs. On the H200
-    (2026-12-01) four FP8 notebooks graded at once on its one GPU read the solution's decode kernel at 15 % of the
-    copy bandwidth, where graded alone it passed its 50 % bar, and one prefill cell ran out of GPU memory (docs/grading-h200.md)."""
-    if gpus and n > len(gpus):
-        print(f"Grading {len(gpus)} at once, not {n}: this host has {len(gpus)} GPU(s), and notebooks graded "
+    """How many jobs a local pool runs at once: n, but no more than jobs_per_gpu() a GPU on a host that has GPUs.
+    On the H200 (2026-12-01) four FP8 notebooks graded at once on its one GPU read the solution's decode kernel at
+    15 % of the copy bandwidth, where graded alone it passed its 50 % bar, and one prefill cell ran out of GPU memory
+    (docs/grading-h200.md)."""
+    cap = len(gpus) * jobs_per_gpu()
+    if gpus and n > cap:
+        print(f"Grading {cap} at once, not {n}: this host has {len(gpus)} GPU(s), and notebooks graded "
               "side by side on one GPU distort each other's timed cells (docs/parallel-grading.md).", flush=True)  # fmt: skip
-        return len(gpus)
+        return cap
     return n
 
 
@@ -85,7 +97,7 @@ def oversubscribed(slots: dict[str, float], gpus: dict[str, int]) -> list[str]:
     """The Dask workers that offer more `grader` slots than they have GPUs (on a GPU host), one line each: the
     local pool's rule (pool_size), for workers the grader does not start itself."""
     return [f"{addr} offers {RESOURCE}={n:g} with {gpus[addr]} GPU(s)" for addr, n in sorted(slots.items())
-            if gpus.get(addr) and n > gpus[addr]]  # fmt: skip
+            if gpus.get(addr) and n > gpus[addr] * jobs_per_gpu()]  # fmt: skip
 
 
 def _check_dask_workers(client) -> None:

@@ -147,7 +147,7 @@ def test_a_dask_worker_with_more_grader_slots_than_gpus_is_named():
     assert parallel.oversubscribed(slots, gpus) == ["tcp://a:1 offers grader=4 with 1 GPU(s)"]
 
 
-def test_a_gpu_host_grades_one_notebook_a_gpu(capsys):
+def test_a_gpu_host_grades_one_notebook_a_gpu(capsys, monkeypatch):
     """Notebooks graded side by side on one GPU distort each other's timings: four at once on one H200 read the FP8
     solution's decode at 15 % of copy (alone: above its 50 % bar). So a pool on a GPU host runs one job a GPU; without GPUs
     (the interpreter) it runs what it is asked."""
@@ -155,6 +155,12 @@ def test_a_gpu_host_grades_one_notebook_a_gpu(capsys):
     assert parallel.pool_size(8, ["0", "1"]) == 2
     assert parallel.pool_size(2, ["0", "1", "2"]) == 2 and parallel.pool_size(4, []) == 4
     assert capsys.readouterr().out.count("at once, not") == 1
+    monkeypatch.setenv(parallel.JOBS_PER_GPU_ENV, "3")  # a measurement of GPU sharing asks for more
+    assert parallel.pool_size(8, ["0", "1"]) == 6 and parallel.pool_size(4, ["0", "1"]) == 4
+    assert parallel.oversubscribed({"tcp://a:1": 3}, {"tcp://a:1": 1}) == []
+    monkeypatch.setenv(parallel.JOBS_PER_GPU_ENV, "0")
+    with pytest.raises(SystemExit, match="at least 1"):
+        parallel.pool_size(2, ["0"])
 
 
 def test_a_hung_or_failing_job_costs_only_itself(capsys, monkeypatch):
