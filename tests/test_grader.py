@@ -674,6 +674,7 @@ HANDED_OVER = {  # every way found to hand an exercise to the course's own answe
     "the module as a value": "m = w8a16\ndef f(w):\n    return m.quantize(w)\n",
     "getattr": "def f(w):\n    return getattr(w8a16, 'quantize')(w)\n",
     "qualified": "import qmatmul\ndef f(w):\n    return qmatmul.w8a16.quantize(w)\n",
+    "a dotted import": "import qmatmul.formats.w8a16\ndef f(w):\n    return qmatmul.formats.w8a16.quantize(w)\n",
     "a default argument": "def f(w, _q=w8a16.quantize):\n    return _q(w)\n",
     "a global it assigns": "_q = w8a16.quantize\ndef f(w):\n    global _q\n    _q = _q\n    return _q(w)\n",
     "a lambda's global": "_q = w8a16.quantize\nf = lambda w: _q(w)\n",
@@ -688,6 +689,7 @@ HANDED_OVER = {  # every way found to hand an exercise to the course's own answe
 OWN_WORK = {  # what the chapter gives, and names of the course a graded function never reaches
     "given": "def f(x, q, s, out=None):\n    M, N, K, out = w8a16.prepare(x, q, s, out)\n    return w8a16.decode_config(M, N, K)\n",
     "given, imported": "from qmatmul.w8a16 import prepare\nimport qmatmul\ndef f(x, q, s, out=None):\n    qmatmul.w8a16.prepare(x, q, s, out)\n    return prepare(x, q, s, out)[3]\n",
+    "given, by a dotted import": "import qmatmul.w8a16\ndef f(x, q, s, out=None):\n    return qmatmul.w8a16.prepare(x, q, s, out)[3]\n",
     "the reference, unreached": "ref = w8a16.quantize\ndef f(w):\n    return w.abs()\n",
     "setattr by a computed name": "def f(m, n):\n    setattr(m, n, 1)\n",
     "a rebinding elsewhere, not to an answer": "checks.fresh_seed = lambda: 1\ndef f(w):\n    return w.abs()\n",

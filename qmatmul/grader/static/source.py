@@ -107,8 +107,9 @@ def parse(cells: list[tuple[str, str, bool]]) -> Source:
         # the cell's imports first: `k = triton.jit(f)` may follow `import triton`
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
-                for a in node.names:
-                    out.modules[a.asname or a.name.split(".")[0]] = a.name
+                for a in node.names:  # `import a.b.c` binds a, the package; `import a.b.c as m` binds a.b.c
+                    top = a.name.split(".")[0]
+                    out.modules[a.asname or top] = a.name if a.asname else top
             elif isinstance(node, ast.ImportFrom) and node.module:
                 for a in node.names:
                     out.modules[a.asname or a.name] = f"{node.module}.{a.name}"
