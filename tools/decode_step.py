@@ -31,6 +31,10 @@ BLOCK = {"q": (4096, 4096), "k": (1024, 4096), "v": (1024, 4096), "o": (4096, 40
          "gate": (14336, 4096), "up": (14336, 4096), "down": (4096, 14336)}  # fmt: skip
 FUSED = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336)}
 LAYOUTS = {"7 Linears": BLOCK, "fused": FUSED}
+# The learner's faster decodes, as the capstone's loader takes them (qmatmul/capstone/loader.py): FP8's exercise 6 and
+# the layouts chapter's Gluon kernel on the weight repacked once.
+FP8_FUSED_LABEL = "solution fp8_decode_fused (x quantized inside the kernel)"
+MMA_SOLUTION_LABEL = "solution w4a16_mma_decode (layouts chapter, repacked at load)"
 LLAMA_KIND = "llama3-8b block decode"
 LAYER_KIND = "llama3-8b layer decode"
 STEP_TIMING = (
@@ -43,13 +47,15 @@ STEP_TIMING = (
 class Path_:
     """One way to run a Linear: label (starting "solution", "expert", "torch" or "bf16"), the format whose bytes it
     reads, make(N, K, g) -> the layer's state (untimed: quantized weights, repacked once), call(x, state) -> y,
-    reference(x, state) -> the fp32 reference or None (bf16 paths are their own reference)."""
+    reference(x, state) -> the fp32 reference or None (bf16 paths are their own reference), skip: why it cannot run
+    here ("" when it can)."""
 
     label: str
     fmt: str
     make: object
     call: object
     reference: object = None
+    skip: str = ""
 
 
 def layer_bytes(fmt: str, M: int, N: int, K: int) -> int:
@@ -65,10 +71,11 @@ def layer_bytes(fmt: str, M: int, N: int, K: int) -> int:
     )
 
 
-def paths(sol: dict, dtype, device: str = "cuda") -> list[Path_]:
-    """Every path the step is run with: bf16 cuBLAS, the chapters' solution kernels (sol: chapter -> module), the
-    course's expert kernels and PyTorch's own quantized kernels, those that run on `device` (off a GPU: the solution
-    kernels in the interpreter, which tests/test_sweep_candidates.py runs)."""
+def paths(sol: dict, dtype, device: str = "cuda", with_skipped: bool = False) -> list[Path_]:
+    """Every path the step is run with: bf16 cuBLAS, the chapters' solution kernels (sol: chapter -> module, the
+    layouts chapter's too), the course's expert kernels and PyTorch's own quantized kernels, those that run on
+    `device` (off a GPU: the solution kernels in the interpreter, which tests/test_sweep_candidates.py runs).
+    with_skipped: the solution's faster decodes that cannot run here too, each with its `skip` reason."""
     from qmatmul import fp8, mxfp4, nvfp4, w4a16, w8a16
     from qmatmul.kernels import expert, mma_decode
 
@@ -109,6 +116,16 @@ def paths(sol: dict, dtype, device: str = "cuda") -> list[Path_]:
         out.append(Path_("solution fp8_decode, x quantized by quantize_fp8 each call", "fp8", fp8.timing_weights,
                          lambda x, w: s8.fp8_decode(*fp8_x(x, s8), *w),
                          lambda x, w: fp8.reference(*fp8_x(x, s8), *w)))  # fmt: skip
+    f8, why = sol.get("fp8"), ""  # exercise 6: x quantized inside the decode kernel, one launch
+    fused = getattr(f8, "fp8_decode_fused", None)
+    if f8 is None:
+        why = "the fp8 solution notebook did not load"
+    elif fused is None:
+        why = "not in the solution notebook yet"
+    elif gpu and not fp8_dot:  # as the fp8_decode row: its FP8_DOT path
+        why = "needs a GPU of sm_89 or newer (native fp8 tl.dot)"
+    out.append(Path_(FP8_FUSED_LABEL, "fp8", fp8.timing_weights, lambda x, w: fused(x, *w),
+                     lambda x, w: fp8.reference(*fp8_x(x, f8), *w), skip=why))  # fmt: skip
     if fp8_dot:
         out.append(Path_("torch._scaled_mm rowwise, x quantized in torch ops", "fp8", fp8.timing_weights,
                          lambda x, w: fp8.scaled_mm(*torch_fp8_x(x), *w),
@@ -123,6 +140,13 @@ def paths(sol: dict, dtype, device: str = "cuda") -> list[Path_]:
                          lambda N, K, g: (lambda p, s, z, G: (p, s, z, G, mma_decode.repack(p)))(*w4(N, K, g)),
                          lambda x, w: mma_decode.decode(x, w[4], w[1], w[2], w[3], w[0].shape[0]),
                          lambda x, w: w4a16.reference(x, *w[:4])))  # fmt: skip
+    s6 = sol.get("layouts")
+    why = ("the layouts solution notebook did not load" if s6 is None
+           else mma_decode.why_not(dtype, G, 4096) or ("" if gpu else "needs a CUDA GPU of sm_80 or newer"))  # fmt: skip
+    out.append(Path_(MMA_SOLUTION_LABEL, "w4a16",  # the learner's repack is host code: on a CPU copy, at load
+                     lambda N, K, g: (lambda p, s, z, G: (p, s, z, G, s6.repack(p.cpu()).to(p.device)))(*w4(N, K, g)),
+                     lambda x, w: s6.w4a16_mma_decode(x, w[4], w[1], w[2], w[3], w[0].shape[0]),
+                     lambda x, w: w4a16.reference(x, *w[:4]), skip=why))  # fmt: skip
     if gpu and dtype == torch.bfloat16:
         out.append(Path_("torch._weight_int4pack_mm (tinygemm)", "w4a16",
                          lambda N, K, g: (lambda p, s, z, G: (p, s, z, G, w4a16.tinygemm_operands(p, s, z, G)))(*w4(N, K, g)),
@@ -143,7 +167,18 @@ def paths(sol: dict, dtype, device: str = "cuda") -> list[Path_]:
             out.append(Path_(f"expert {name} MMA decode (Gluon, repacked at load)", name, make,
                              lambda x, w: mma_decode.decode_fp4(x, w[-2], w[1], w[-1], w[0].shape[0]),
                              lambda x, w, ch=ch: ch.reference(x, *w[:-2])))  # fmt: skip
-    return out
+    return out if with_skipped else [p for p in out if not p.skip]
+
+
+def runnable_paths(sol: dict, dtype, wanted=(), device: str = "cuda") -> list[Path_]:
+    """The paths main() times: paths() whose label holds one of `wanted` (all when empty) and that run here; a line
+    for each skipped one says why."""
+    every = paths(sol, dtype, device, with_skipped=True)
+    picked = [p for p in every if not wanted or any(w in p.label for w in wanted)]
+    for p in picked:
+        if p.skip:
+            print(f"skipped: {p.label}: {p.skip}")
+    return [p for p in picked if not p.skip]
 
 
 def check(path: Path_, layout: dict, M: int, dtype, g) -> str | None:
@@ -204,11 +239,12 @@ def layer_rows(path: Path_, M: int, dtype, g, copy_bw: float) -> list[dict]:
 
 
 def load_solutions() -> dict:
-    """The chapters' solution notebooks as modules (chapter -> module); a chapter that does not load is left out."""
+    """The chapters' solution notebooks as modules (chapter -> module; layouts: repack and w4a16_mma_decode); a
+    chapter that does not load is left out."""
     from qmatmul import course
 
     sol = {}
-    for ch in ("w8a16", "w4a16", "fp8", "mxfp4", "nvfp4"):
+    for ch in ("w8a16", "w4a16", "fp8", "mxfp4", "nvfp4", "layouts"):
         try:
             sol[ch] = course.load_notebook_code(ch, name=f"step_{ch}")
         except Exception as exc:  # noqa: BLE001 - a chapter whose solution does not load is reported
@@ -286,7 +322,7 @@ def main(argv=None) -> int:
     copy_bw = timing.copy_bandwidth()
     ms = [int(m) for m in args.ms.split(",")]
     wanted = [w for w in args.paths.split(",") if w]
-    chosen = [p for p in paths(sol, dtype) if not wanted or any(w in p.label for w in wanted)]
+    chosen = runnable_paths(sol, dtype, wanted)
     meta = dict(gpu=env.gpu_name, capability=env.capability, date=datetime.date.today().isoformat(),
                 torch=torch.__version__, versions=env.versions, python=platform.python_version(),
                 copy_TBps=copy_bw / 1e12, blocks=args.blocks, timing=STEP_TIMING)  # fmt: skip

@@ -2,7 +2,10 @@
 
 `load_kernels()` reads the learner's finished chapter notebooks (../<chapter>/<chapter>.ipynb beside the capstone's),
 checks each quantizer and kernel on a tiny problem, and falls back to the course's reference path (PyTorch:
-dequantize, then matmul) for any that is missing or wrong, saying so.
+dequantize, then matmul) for any that is missing or wrong, saying so. Two faster decodes replace a chapter's where they
+exist and pass the same check: FP8's `fp8_decode_fused` (the activation quantized inside the kernel, one launch), and
+the layouts chapter's Gluon `w4a16_mma_decode` for W4A16 (on a CUDA GPU of sm_80+ with Gluon; the weight repacked once,
+at load: RepackedDecode), chapter 2's decode taking what that kernel cannot.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from torch.utils.weak import WeakIdKeyDictionary
 
 from qmatmul import checks
 from qmatmul.capstone.formats import (
@@ -28,11 +32,12 @@ from qmatmul.capstone.formats import (
     reference_quantize,
     same_stored,
 )
-from qmatmul.capstone.registry import KernelSet, kernels, reference_kernels, use_kernels
+from qmatmul.capstone.registry import DECODE_MAX_M, KernelSet, kernels, reference_kernels, use_kernels
 from qmatmul.capstone.runtime import act_dtype, autograding, default_device
 from qmatmul.checks import CheckFailed
 from qmatmul.course import defined_code as notebook_code
 from qmatmul.course import notebooks_folder
+from qmatmul.kernels import mma_decode, mma_repack
 
 # What each chapter's notebook defines: (function name, exercise number).
 CHAPTER_FUNCTIONS = {
@@ -43,6 +48,12 @@ CHAPTER_FUNCTIONS = {
     "mxfp4": {"quantize": ("quantize_mxfp4", 1), "prefill": ("mxfp4_matmul", 2), "decode": ("mxfp4_decode", 3)},
     "nvfp4": {"quantize": ("quantize_nvfp4", 1), "prefill": ("nvfp4_matmul", 2), "decode": ("nvfp4_decode", 3)},
 }  # fmt: skip
+# FP8's faster decode, (function name, exercise): x quantized inside the kernel, one launch. The decode where the
+# notebook defines it and it passes the same self-check; nothing is said where the notebook has none.
+FP8_FUSED = ("fp8_decode_fused", 6)
+# The layouts chapter (../layouts/layouts.ipynb): W4A16's decode in Gluon, on the weight repacked once.
+LAYOUTS_FUNCTIONS = {"repack": ("repack", "1b"), "decode": ("w4a16_mma_decode", 3)}
+LAYOUTS_SOURCE = "yours (w4a16_mma_decode, repacked at load)"
 _PART_WORDS = {"quantize": "quantizer", "prefill": "prefill kernel", "decode": "decode kernel"}
 
 
@@ -58,8 +69,11 @@ def _import_code(code: str, name: str):
     return module
 
 
-def _adapt(fmt: str, part: str, fn: Callable, quantize_act: Callable) -> Callable:
-    """A chapter's own signature turned into the KernelSet's."""
+def _adapt(
+    fmt: str, part: str, fn: Callable, quantize_act: Callable, *, quantizes_x: bool = False
+) -> Callable:
+    """A chapter's own signature turned into the KernelSet's (quantizes_x: an FP8 kernel that quantizes the
+    activation itself, fp8_decode_fused, takes x as it comes)."""
     if part == "quantize":
         if fmt == "w4a16":
             return lambda w: tuple(fn(w, GROUP))
@@ -68,13 +82,14 @@ def _adapt(fmt: str, part: str, fn: Callable, quantize_act: Callable) -> Callabl
         return lambda w: tuple(fn(w))
     if fmt == "w4a16":
         return lambda x, p, s, z, out=None: fn(x, p, s, z, GROUP, out=out)
-    if fmt == "fp8":
+    if fmt == "fp8" and not quantizes_x:
         return lambda x, wq, sw, out=None: fn(*quantize_act(x), wq, sw, out=out)
     return lambda x, *stored, out=None: fn(x, *stored, out=out)
 
 
-def _self_check(fmt: str, part: str, fn: Callable, device: str) -> None:
-    """A quick test of one loaded function on a small problem; raises CheckFailed with the reason."""
+def _self_check(fmt: str, part: str, fn: Callable, device: str, M: int | None = None) -> None:
+    """A quick test of one loaded function on a small problem (M rows of x: 3 for a decode, 20 for a prefill, unless
+    given); raises CheckFailed with the reason."""
     g = checks.generator(1234)
     w = torch.randn(72, 256, generator=g) * torch.exp(torch.empty(72, 1).uniform_(-2, 1, generator=g)) * 0.05
     if (
@@ -86,12 +101,68 @@ def _self_check(fmt: str, part: str, fn: Callable, device: str) -> None:
             raise CheckFailed("not bit-exact with the reference quantizer")
         return
     stored = tuple(t.to(device) for t in reference_quantize(fmt, w))
-    M = 3 if part == "decode" else 20
+    M = M or (3 if part == "decode" else 20)
     x = torch.randn(M, 256, generator=g).to(act_dtype(device)).to(device)
     out = torch.full((M, 72), float("nan"), dtype=x.dtype, device=device)
     y = checks.call_learner(fn, x, *stored, out=out, what=f"{fmt} {part}")
     checks.compare(y, reference_matmul(fmt, x, stored), what=f"{fmt} {part}", rtol=4 * checks.tolerance_for(x.dtype),
                    poisoned=True)  # fmt: skip
+
+
+class RepackedDecode:
+    """W4A16's decode through the layouts chapter's Gluon kernel, called as a KernelSet's decode(x, packed, scales,
+    zeros, out=None): `decode(x, words, scales, zeros, GROUP, N, out=out)` on `repack(packed)`'s words.
+
+    The words are made once per stored weight, on the first call with it (the model's load or warm-up, before any
+    CUDA graph is captured; repack is host code, so on a CPU copy, the words moved to the weight's device) and kept
+    in a dictionary keyed by the tensor's identity with a weak reference (WeakIdKeyDictionary): another weight gets
+    words of its own, a freed one frees its words, and one changed in place (load_state_dict copies into buffers)
+    is repacked again. An x the kernel does not take (`takes`), or a weight not yet repacked while a CUDA graph is
+    being captured, goes to `fallback` (chapter 2's decode)."""
+
+    def __init__(self, repack: Callable, decode: Callable, fallback: Callable, device_type: str = "cuda"):
+        self.repack, self.decode, self.fallback, self.device_type = repack, decode, fallback, device_type
+        self.words = WeakIdKeyDictionary()  # packed -> (its version counter when repacked, words)
+
+    def takes(self, x, packed, scales, zeros, out=None) -> bool:
+        """Whether the kernel takes these operands: the rules of the layouts chapter's `prepare`
+        (qmatmul/scaffold/layouts.py; the messages are its own) as one test: bf16 x [M, K] of 1 to 16 rows on this
+        device type, groups of GROUP (64 times a power of two) dividing K, which repack needs a multiple of 64;
+        float32 scales and uint8 zeros; every tensor on x's device; out with unit stride along N."""
+        return (x.dim() == 2 and x.dtype == torch.bfloat16 and 0 < x.shape[0] <= DECODE_MAX_M
+                and x.device.type == self.device_type and mma_decode.supports(GROUP, x.shape[1])
+                and 2 * packed.shape[-1] == x.shape[1] and scales.dtype == torch.float32 and zeros.dtype == torch.uint8
+                and packed.device == scales.device == zeros.device == x.device
+                and (out is None or (out.device == x.device and out.stride(-1) == 1)))  # fmt: skip
+
+    def words_of(self, packed: torch.Tensor) -> torch.Tensor | None:
+        """The weight's words, repacked now if they are not made yet (None while a CUDA graph is being captured)."""
+        version = _version(packed)
+        held = self.words.get(packed)
+        if held is not None and held[0] == version:
+            return held[1]
+        if packed.is_cuda and torch.cuda.is_current_stream_capturing():
+            return None
+        words = self.repack(packed.detach().cpu()).to(packed.device)
+        self.words[packed] = (version, words)
+        return words
+
+    def mma(self, x, packed, scales, zeros, out=None):
+        """The layouts kernel alone, whatever x is (the self-check's call)."""
+        return self.decode(x, self.words_of(packed), scales, zeros, GROUP, packed.shape[0], out=out)
+
+    def __call__(self, x, packed, scales, zeros, out=None):
+        words = self.words_of(packed) if self.takes(x, packed, scales, zeros, out) else None
+        if words is None:
+            return self.fallback(x, packed, scales, zeros, out=out)
+        return self.decode(x, words, scales, zeros, GROUP, packed.shape[0], out=out)
+
+
+def _version(t: torch.Tensor) -> int | None:
+    try:
+        return t._version
+    except RuntimeError:  # an inference tensor keeps no version counter (and cannot be changed in place)
+        return None
 
 
 def _describe_folder(folder: Path) -> str:
@@ -101,13 +172,98 @@ def _describe_folder(folder: Path) -> str:
         return str(folder)
 
 
+def _load_notebook(nb: Path, shown: str, name: str):
+    """(module, None), or (None, why) for a missing notebook or one whose code does not run."""
+    if not nb.is_file():
+        return None, f"no notebook at {shown}"
+    name = f"qmatmul_capstone_{name}_{os.getpid()}_{time.monotonic_ns()}"
+    try:
+        return _import_code(notebook_code(nb), name), None
+    except Exception as exc:  # noqa: BLE001 - the learner's notebook, whatever it holds
+        first = str(exc).splitlines()[0][:120] if str(exc) else ""
+        return None, f"{shown} did not run ({type(exc).__name__}: {first})"
+
+
+def _reason(exc: CheckFailed, exercise) -> str:
+    text = str(exc)
+    if "not implemented yet" in text:
+        return f"exercise {exercise} unfinished"
+    return f"exercise {exercise} fails a quick self-check: {text.splitlines()[0][:140]}"
+
+
+def _fp8_fused(
+    fn: Callable, quantize_act: Callable, device: str, decodes: bool
+) -> tuple[Callable | None, str]:
+    """(FP8's decode as the learner's fp8_decode_fused, the line that says so), or (None, why not) where it fails the
+    self-check (decodes: whether the notebook's fp8_decode passed, and stays the decode)."""
+    name, exercise = FP8_FUSED
+    adapted = _adapt("fp8", "decode", fn, quantize_act, quantizes_x=True)
+    try:
+        _self_check("fp8", "decode", adapted, device)
+    except CheckFailed as exc:
+        instead = "quantizes x, then calls your `fp8_decode`" if decodes else "is the reference path"
+        return None, f"`{name}` not used ({_reason(exc, exercise)}); the decode {instead}"
+    return adapted, f"the decode kernel is your `{name}` (x quantized inside the kernel: one launch)"
+
+
+def _layouts_why_not(device: str) -> str:
+    """What keeps the layouts chapter's decode from running here, or "" (the chapter's own why_not on a GPU)."""
+    if torch.device(device).type != "cuda":
+        return "needs a CUDA GPU (sm_80+) with Gluon"
+    from qmatmul.scaffold import layouts
+
+    return layouts.why_not()
+
+
+def _with_layouts_decode(ks: KernelSet, folder: Path, where: str, device: str, lines: list) -> KernelSet:
+    """W4A16's kernel set with the layouts chapter's decode (RepackedDecode, falling back to ks.decode), where this
+    machine runs Gluon and the learner's repack and w4a16_mma_decode pass a quick check; else ks, and a line says
+    why."""
+    before = "chapter 2's kernel" if ks.source.get("decode", "").startswith("yours") else "the reference path"
+
+    def keep(why: str) -> KernelSet:
+        lines.append(f"layouts: {why}; W4A16 decodes with {before}")
+        return ks
+
+    why = _layouts_why_not(device)
+    if why:
+        return keep(why)
+    shown = f"{where}/layouts/layouts.ipynb"
+    module, why = _load_notebook(folder / "layouts" / "layouts.ipynb", shown, "layouts")
+    if module is None:
+        return keep(why)
+    fns = {}
+    for key, (name, exercise) in LAYOUTS_FUNCTIONS.items():
+        fns[key] = getattr(module, name, None)
+        if fns[key] is None:
+            return keep(f"no `{name}` in {shown} (exercise {exercise})")
+    decode = RepackedDecode(fns["repack"], fns["decode"], ks.decode)
+    try:  # the repack bit-exact on the CPU (host code), then the kernel on this GPU at 3 and 16 rows
+        exercise = LAYOUTS_FUNCTIONS["repack"][1]
+        packed = reference_quantize("w4a16", torch.randn(40, 256, generator=checks.generator(7)))[0]
+        got, want = checks.call_learner(fns["repack"], packed, what="repack"), mma_repack.repack(packed)
+        if not (isinstance(got, torch.Tensor) and got.dtype == want.dtype and got.shape == want.shape
+                and torch.equal(got, want)):  # fmt: skip
+            raise CheckFailed(f"your repack's words differ from the course's (int32 {list(want.shape)})")
+        for M in (3, DECODE_MAX_M):
+            exercise = LAYOUTS_FUNCTIONS["decode"][1]
+            _self_check("w4a16", "decode", decode.mma, device, M=M)
+    except CheckFailed as exc:
+        return keep(f"`w4a16_mma_decode` not used ({_reason(exc, exercise)})")
+    lines.append(f"layouts: your w4a16_mma_decode from {shown} is W4A16's decode (bf16 x of at most "
+                 f"{DECODE_MAX_M} rows; the weight repacked at load by your repack), other x go to {before}")  # fmt: skip
+    return KernelSet(ks.fmt, ks.quantize, ks.prefill, decode, {**ks.source, "decode": LAYOUTS_SOURCE})
+
+
 def load_kernels(folder=None, formats=FORMATS, *, device: str | None = None, verbose: bool = True) -> dict:
     """The learner's own quantizers and kernels from the finished chapter notebooks, where they work.
 
     folder: where the chapter folders are (default: $QMATMUL_KERNEL_NOTEBOOKS, else the folder above the
     current one, i.e. notebooks/ when this notebook runs in notebooks/capstone/). Each function is checked on
     a small problem; a missing, unfinished or wrong one is replaced by the course's reference path, and a line
-    says which and why. Returns {format: KernelSet} (register it with use_kernels).
+    says which and why. FP8's decode is `fp8_decode_fused` where the notebook has one that passes; W4A16's is the
+    layouts chapter's (folder/layouts/layouts.ipynb) where this machine runs it and it passes (RepackedDecode).
+    Returns {format: KernelSet} (register it with use_kernels).
     """
     device = device or default_device()
     folder = notebooks_folder(folder)
@@ -117,49 +273,44 @@ def load_kernels(folder=None, formats=FORMATS, *, device: str | None = None, ver
         ref = reference_kernels(fmt)
         parts = {"quantize": ref.quantize, "prefill": ref.prefill, "decode": ref.decode}
         source = {p: "reference" for p in parts}
-        nb = folder / fmt / f"{fmt}.ipynb"
         shown = f"{where}/{fmt}/{fmt}.ipynb"
-        module, why = None, None
-        if not nb.is_file():
-            why = f"no notebook at {shown}"
-        else:
-            try:
-                module = _import_code(
-                    notebook_code(nb), f"qmatmul_capstone_{fmt}_{os.getpid()}_{time.monotonic_ns()}"
-                )
-            except Exception as exc:  # noqa: BLE001 - the learner's notebook, whatever it holds
-                why = f"{shown} did not run ({type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''})"
+        module, why = _load_notebook(folder / fmt / f"{fmt}.ipynb", shown, fmt)
         label = LABELS[fmt].split()[0]
         if module is None:
             lines.append(f"{label}: {why}; using the reference path (PyTorch: dequantize, then matmul)")
             sets[fmt] = ref
             continue
         quantize_act = quantize_activation_fp8
-        problems = []
+        problems, notes = {}, []
         for part, (name, exercise) in CHAPTER_FUNCTIONS[fmt].items():
             fn = getattr(module, name, None)
             if fn is None:
-                problems.append(f"no {_PART_WORDS[part]} `{name}` in {shown} (exercise {exercise})")
+                problems[part] = f"no {_PART_WORDS[part]} `{name}` in {shown} (exercise {exercise})"
                 continue
             adapted = _adapt(fmt, part, fn, quantize_act)
             try:
                 _self_check(fmt, part, adapted, device)
             except CheckFailed as exc:
-                text = str(exc)
-                reason = (f"exercise {exercise} unfinished" if "not implemented yet" in text
-                          else f"exercise {exercise} fails a quick self-check: {text.splitlines()[0][:140]}")  # fmt: skip
-                problems.append(f"no {_PART_WORDS[part]} found in {shown} ({reason})")
+                problems[part] = f"no {_PART_WORDS[part]} found in {shown} ({_reason(exc, exercise)})"
                 continue
             parts[part] = adapted
             source[part] = f"yours ({name})"
             if fmt == "fp8" and part == "quantize":
                 quantize_act = lambda x, fn=fn: fn(x, (1, x.shape[1]))  # noqa: E731
-        ks = KernelSet(fmt, parts["quantize"], parts["prefill"], parts["decode"], source)
-        sets[fmt] = ks
+        fused = getattr(module, FP8_FUSED[0], None) if fmt == "fp8" else None
+        if fused is not None:
+            adapted, note = _fp8_fused(fused, quantize_act, device, decodes="decode" not in problems)
+            if adapted is not None:
+                parts["decode"], source["decode"] = adapted, f"yours ({FP8_FUSED[0]})"
+                problems.pop("decode", None)
+            notes.append(note)
+        sets[fmt] = KernelSet(fmt, parts["quantize"], parts["prefill"], parts["decode"], source)
         if not problems:
             lines.append(f"{label}: your quantizer, prefill and decode kernels from {shown}")
-        for p in problems:
-            lines.append(f"{label}: {p}; using the reference path")
+        lines.extend(f"{label}: {p}; using the reference path" for p in problems.values())
+        lines.extend(f"{label}: {n}" for n in notes)
+    if "w4a16" in sets:
+        sets["w4a16"] = _with_layouts_decode(sets["w4a16"], folder, where, device, lines)
     if verbose:
         print("\n".join(lines))
     return sets

@@ -1,0 +1,356 @@
+"""The capstone's loader takes the learner's faster decodes where they exist and work: FP8's fp8_decode_fused (x
+quantized inside the kernel) and the layouts chapter's Gluon decode for W4A16 on the weight repacked once at load
+(RepackedDecode), chapter 2's decode taking what that kernel cannot; and tools/decode_step.py's rows of both. On the
+CPU: fake chapter folders of small notebooks, the layouts kernel stood in for by the chapter's own PyTorch model of
+it (lane_decode), the repack cache with a fake repack."""
+
+import gc
+import json
+import shutil
+import types
+
+import pytest
+import torch
+
+from qmatmul import capstone, checks, course
+from qmatmul.capstone import loader
+
+pytestmark = pytest.mark.xdist_group("capstone")
+
+ROOT = course.repo_root()
+
+
+def _cell(source: str, grade_id: str) -> dict:
+    meta = {"grade": False, "grade_id": grade_id, "locked": grade_id == "imports", "schema_version": 3,
+            "solution": grade_id != "imports", "task": False}  # fmt: skip
+    return {"cell_type": "code", "execution_count": None, "id": grade_id, "metadata": {"nbgrader": meta},
+            "outputs": [], "source": source}  # fmt: skip
+
+
+def _with_cells(chapter: str, folder, *cells: tuple[str, str]) -> None:
+    """folder/<chapter>/<chapter>.ipynb: the chapter's solution notebook with solution cells (grade_id, source)
+    appended (a later definition replaces the solution's)."""
+    nb = json.loads((ROOT / "solutions" / chapter / f"{chapter}.ipynb").read_text())
+    nb["cells"] += [_cell(src, gid) for gid, src in cells]
+    (folder / chapter).mkdir(parents=True, exist_ok=True)
+    (folder / chapter / f"{chapter}.ipynb").write_text(json.dumps(nb))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# FP8: fp8_decode_fused
+
+
+FUSED_RIGHT = """def fp8_decode_fused(x, wq, sw, out=None):
+    return fp8_decode(*quantize_fp8(x, (1, x.shape[1])), wq, sw, out=out)
+"""
+FUSED_WRONG = """def fp8_decode_fused(x, wq, sw, out=None):  # forgets the activation's scale
+    xq, sx = quantize_fp8(x, (1, x.shape[1]))
+    return fp8_decode(xq, torch.ones_like(sx), wq, sw, out=out)
+"""
+FUSED_UNFINISHED = """def fp8_decode_fused(x, wq, sw, out=None):
+    raise NotImplementedError()
+"""
+
+
+def test_fp8_decode_fused_is_the_decode_when_it_passes(tmp_path, capsys, monkeypatch):
+    _with_cells("fp8", tmp_path, ("ex6_fused", FUSED_RIGHT))
+    seen = []
+    adapt = loader._adapt
+
+    def spy(fmt, part, fn, quantize_act, **kw):  # which function each adapted part calls
+        wrapped = adapt(fmt, part, fn, quantize_act, **kw)
+        return lambda *a, **k: (seen.append(fn.__name__), wrapped(*a, **k))[1]
+
+    monkeypatch.setattr(loader, "_adapt", spy)
+    ks = capstone.load_kernels(tmp_path, formats=("fp8",), device="cpu")["fp8"]
+    text = capsys.readouterr().out
+    assert ks.source == {"quantize": "yours (quantize_fp8)", "prefill": "yours (fp8_matmul)",
+                         "decode": "yours (fp8_decode_fused)"}  # fmt: skip
+    assert "FP8: your quantizer, prefill and decode kernels from" in text
+    assert (
+        "FP8: the decode kernel is your `fp8_decode_fused` (x quantized inside the kernel: one launch)"
+        in text
+    )
+    wq, sw = capstone.reference_quantize("fp8", torch.randn(24, 64))
+    x = torch.randn(2, 64).half()
+    seen.clear()
+    y = ks.decode(x, wq, sw)
+    assert seen == ["fp8_decode_fused"]  # one call: x is not quantized outside
+    checks.compare(y, capstone.reference_matmul("fp8", x, (wq, sw)), what="fp8 decode", rtol=4e-3)
+    capstone.kernel_table({"fp8": ks})
+    assert "yours (fp8_decode_fused)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("source", "why"), [(FUSED_WRONG, "exercise 6 fails a quick self-check: fp8 decode"),
+                                             (FUSED_UNFINISHED, "exercise 6 unfinished")])  # fmt: skip
+def test_fp8_decode_fused_is_refused_with_the_reason(tmp_path, capsys, source, why):
+    _with_cells("fp8", tmp_path, ("ex6_fused", source))
+    ks = capstone.load_kernels(tmp_path, formats=("fp8",), device="cpu")["fp8"]
+    text = capsys.readouterr().out
+    assert ks.source["decode"] == "yours (fp8_decode)"
+    line = next(ln for ln in text.splitlines() if "`fp8_decode_fused`" in ln)
+    assert line.startswith(f"FP8: `fp8_decode_fused` not used ({why}")
+    assert line.endswith("; the decode quantizes x, then calls your `fp8_decode`")
+
+
+def test_a_notebook_without_fp8_decode_fused_says_nothing_of_it(tmp_path, capsys):
+    _with_cells(
+        "fp8", tmp_path, ("ex6_fused", "del fp8_decode_fused\n" if _solution_has_fused() else "pass\n")
+    )
+    ks = capstone.load_kernels(tmp_path, formats=("fp8",), device="cpu")["fp8"]
+    assert ks.source["decode"] == "yours (fp8_decode)"
+    assert "`fp8_decode_fused`" not in capsys.readouterr().out
+
+
+def _solution_has_fused() -> bool:
+    return "def fp8_decode_fused(" in (ROOT / "solutions" / "fp8" / "fp8.ipynb").read_text()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# W4A16 through the layouts chapter's decode
+
+
+def test_the_layouts_line_on_a_machine_without_a_gpu(tmp_path, capsys):
+    """No GPU: one line says why, and W4A16's kernel set is chapter 2's as before (or the reference path)."""
+    shutil.copytree(ROOT / "solutions" / "w4a16", tmp_path / "w4a16")
+    shutil.copytree(ROOT / "solutions" / "layouts", tmp_path / "layouts")
+    ks = capstone.load_kernels(tmp_path, formats=("w4a16",), device="cpu")["w4a16"]
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("layouts")]
+    assert lines == ["layouts: needs a CUDA GPU (sm_80+) with Gluon; W4A16 decodes with chapter 2's kernel"]
+    assert ks.source["decode"] == "yours (w4a16_decode)" and not isinstance(ks.decode, loader.RepackedDecode)
+    ks = capstone.load_kernels(tmp_path / "none", formats=("w4a16",), device="cpu")["w4a16"]
+    assert "layouts: needs a CUDA GPU (sm_80+) with Gluon; W4A16 decodes with the reference path" in (
+        capsys.readouterr().out
+    )
+
+
+# The kernel stood in for by the chapter's PyTorch model of its program (exercise 2b): what the self-check sees of
+# the words is the same, and it runs on the CPU.
+LANE_KERNEL = """def w4a16_mma_decode(x, words, scales, zeros, group_size, N, out=None):
+    y = lane_decode(x, words, scales, zeros, group_size, N).to(x.dtype)
+    return y if out is None else out.copy_(y)
+"""
+REPACK_WRONG = """_repack = repack
+
+def repack(packed):  # the tiles' rows in the wrong order
+    return _repack(packed).flip(2).contiguous()
+"""
+
+
+@pytest.fixture
+def gpu_here(monkeypatch):
+    """As on a GPU with Gluon: the layouts chapter is loaded and self-checked (on the CPU, with the lane model)."""
+    monkeypatch.setattr(loader, "_layouts_why_not", lambda device: "")
+
+
+def test_the_layouts_decode_replaces_w4a16s_where_it_passes(tmp_path, capsys, gpu_here):
+    shutil.copytree(ROOT / "solutions" / "w4a16", tmp_path / "w4a16")
+    _with_cells("layouts", tmp_path, ("ex3_lane", LANE_KERNEL))
+    ks = capstone.load_kernels(tmp_path, formats=("w4a16",), device="cpu")["w4a16"]
+    text = capsys.readouterr().out
+    assert ks.source["decode"] == "yours (w4a16_mma_decode, repacked at load)"
+    assert (
+        isinstance(ks.decode, loader.RepackedDecode) and len(ks.decode.words) == 0
+    )  # the check's weights freed
+    assert "layouts: your w4a16_mma_decode from" in text and "other x go to chapter 2's kernel" in text
+    capstone.kernel_table({"w4a16": ks})
+    assert "yours (w4a16_mma_decode, repacked at load)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("cell", "why"), [
+    (("ex1b_wrong", REPACK_WRONG), "`w4a16_mma_decode` not used (exercise 1b fails a quick self-check: your repack's words differ"),
+    (("ex3_lane", LANE_KERNEL.replace("lane_decode(x, words, scales, zeros,", "lane_decode(x, words, scales, zeros + 1,")),
+     "`w4a16_mma_decode` not used (exercise 3 fails a quick self-check: w4a16 decode"),
+    (("ex3_lane", "del w4a16_mma_decode\n"), "no `w4a16_mma_decode` in"),
+])  # fmt: skip
+def test_the_layouts_decode_is_refused_with_the_reason(tmp_path, capsys, gpu_here, cell, why):
+    shutil.copytree(ROOT / "solutions" / "w4a16", tmp_path / "w4a16")
+    cells = [cell] if cell[0] != "ex1b_wrong" else [("ex3_lane", LANE_KERNEL), cell]
+    _with_cells("layouts", tmp_path, *cells)
+    ks = capstone.load_kernels(tmp_path, formats=("w4a16",), device="cpu")["w4a16"]
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("layouts"))
+    assert line.startswith(f"layouts: {why}"), line
+    assert line.endswith("; W4A16 decodes with chapter 2's kernel")
+    assert ks.source["decode"] == "yours (w4a16_decode)"
+
+
+GLUON_GPU = pytest.mark.skipif(
+    not torch.cuda.is_available() or bool(loader._layouts_why_not("cuda")),
+    reason="needs a CUDA GPU (sm_80+) with Gluon",
+)
+
+
+@GLUON_GPU
+def test_on_a_gpu_the_solutions_layouts_decode_is_w4a16s_and_replays_in_a_graph():
+    """The course's solutions as a learner's: W4A16's decode is the layouts kernel, right at 1 and 16 rows, chapter 2's
+    at 17 rows and for fp16 x; the weight repacked once; a CUDA graph captured after the first call replays it."""
+    ks = capstone.load_kernels(ROOT / "solutions", formats=("w4a16",), device="cuda", verbose=False)["w4a16"]
+    assert ks.source["decode"] == "yours (w4a16_mma_decode, repacked at load)"
+    dec = ks.decode
+    g = torch.Generator(device="cuda").manual_seed(0)
+    stored = ks.quantize(torch.randn(1024, 4096, device="cuda", generator=g) * 0.02)
+    for M, dtype in ((1, torch.bfloat16), (16, torch.bfloat16), (17, torch.bfloat16), (3, torch.float16)):
+        x = torch.randn(M, 4096, device="cuda", generator=g).to(dtype)
+        checks.compare(dec(x, *stored).float(), capstone.reference_matmul("w4a16", x, stored), what=f"M = {M} {dtype}",
+                       rtol=4 * checks.tolerance_for(dtype))  # fmt: skip
+    assert len(dec.words) == 1
+    x = torch.randn(1, 4096, device="cuda", generator=g).bfloat16()
+    out = torch.empty(1, 1024, device="cuda", dtype=torch.bfloat16)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        dec(x, *stored, out=out)
+    out.zero_()
+    graph.replay()
+    torch.cuda.synchronize()
+    checks.compare(
+        out.float(),
+        capstone.reference_matmul("w4a16", x, stored),
+        what="replayed",
+        rtol=4 * checks.tolerance_for(torch.bfloat16),
+    )
+    assert len(dec.words) == 1
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The repack cache
+
+
+def _w4(N: int, K: int, seed: int = 0):
+    return capstone.reference_quantize(
+        "w4a16", torch.randn(N, K, generator=torch.Generator().manual_seed(seed))
+    )
+
+
+class _Fakes:
+    """A repack that counts its calls, a decode and a fallback that say which ran (and with which words)."""
+
+    def __init__(self):
+        self.repacked, self.ran = [], []
+
+    def repack(self, packed):
+        assert packed.device.type == "cpu"
+        self.repacked.append(packed.clone())
+        return packed.to(torch.int32) + 1000 * len(self.repacked)
+
+    def decode(self, x, words, scales, zeros, group_size, N, out=None):
+        assert group_size == capstone.GROUP and N == scales.shape[0]
+        self.ran.append(("mma", int(words.flatten()[0]) // 1000))
+        return torch.zeros(x.shape[0], N, dtype=x.dtype)
+
+    def fallback(self, x, packed, scales, zeros, out=None):
+        self.ran.append(("fallback", None))
+        return torch.zeros(x.shape[0], packed.shape[0], dtype=x.dtype)
+
+
+def test_the_repack_cache_repacks_once_per_weight():
+    f = _Fakes()
+    dec = loader.RepackedDecode(f.repack, f.decode, f.fallback, device_type="cpu")
+    a, b = _w4(32, 256, 0), _w4(48, 256, 1)
+    x = torch.randn(3, 256).bfloat16()
+    for _ in range(3):
+        dec(x, *a)
+    assert len(f.repacked) == 1 and torch.equal(f.repacked[0], a[0])
+    assert f.ran == [("mma", 1)] * 3  # the first repack's words, every call
+    dec(x, *b)
+    dec(x, *a)
+    assert (
+        len(f.repacked) == 2 and torch.equal(f.repacked[1], b[0]) and f.ran[-2:] == [("mma", 2), ("mma", 1)]
+    )
+    assert len(dec.words) == 2
+    del b
+    gc.collect()
+    assert len(dec.words) == 1  # a freed weight frees its words
+    a[0].copy_(_w4(32, 256, 2)[0])  # changed in place (load_state_dict): repacked again
+    dec(x, *a)
+    assert len(f.repacked) == 3 and torch.equal(f.repacked[2], a[0]) and f.ran[-1] == ("mma", 3)
+    with torch.inference_mode():  # an inference tensor has no version counter: repacked once all the same
+        c = tuple(t.clone() for t in _w4(16, 256, 3))
+    dec(x, *c)
+    dec(x, *c)
+    assert len(f.repacked) == 4
+
+
+def test_x_the_kernel_cannot_take_goes_to_chapter_2s_decode():
+    """The predicate mirrors the layouts chapter's prepare: bf16 x of 1 to 16 rows, K a multiple of the group (and so
+    of repack's 64), out with unit stride along N, on the kernel's device type."""
+    f = _Fakes()
+    dec = loader.RepackedDecode(f.repack, f.decode, f.fallback, device_type="cpu")
+    w = _w4(32, 256)
+    x = torch.randn(16, 256).bfloat16()
+    assert dec.takes(x, *w) and dec.takes(x[:1], *w)
+    ragged = (
+        torch.zeros(32, 96, dtype=torch.uint8),
+        torch.ones(32, 1),
+        torch.zeros(32, 1, dtype=torch.uint8),
+    )
+    refused = {
+        "fp16 x": (x.half(), w, None),
+        "17 rows": (torch.randn(17, 256).bfloat16(), w, None),
+        "no rows": (x[:0], w, None),
+        "K = 192, not a multiple of the group": (torch.randn(2, 192).bfloat16(), ragged, None),
+        "out strided along N": (x, w, torch.empty(32, 16, dtype=torch.bfloat16).T),
+        "another device type": (x.to("meta"), tuple(t.to("meta") for t in w), None),
+    }
+    for what, (xx, ww, out) in refused.items():
+        assert not dec.takes(xx, *ww, out=out), what
+    for what, (xx, ww, out) in list(refused.items())[:-1]:
+        dec(xx, *ww, out=out)
+        assert f.ran[-1] == ("fallback", None), what
+    assert f.repacked == []  # nothing repacked for x the kernel does not take
+    assert not loader.RepackedDecode(f.repack, f.decode, f.fallback).takes(x, *w)  # the default: CUDA only
+
+
+# ----------------------------------------------------------------------------------------------------------
+# tools/decode_step.py's rows of the two
+
+
+def test_decode_step_has_the_faster_decodes_rows(capsys):
+    from tools import decode_step
+
+    sol = {"fp8": course.load_notebook_code("fp8", name="step_test_fp8"),
+           "layouts": course.load_notebook_code("layouts", name="step_test_layouts")}  # fmt: skip
+    rows = {p.label: p for p in decode_step.paths(sol, torch.float16, "cpu", with_skipped=True)}
+    fused, mma = rows[decode_step.FP8_FUSED_LABEL], rows[decode_step.MMA_SOLUTION_LABEL]
+    assert decode_step.FP8_FUSED_LABEL == "solution fp8_decode_fused (x quantized inside the kernel)"
+    assert decode_step.MMA_SOLUTION_LABEL == "solution w4a16_mma_decode (layouts chapter, repacked at load)"
+    assert (fused.fmt, mma.fmt) == ("fp8", "w4a16")
+    assert (
+        mma.skip == "needs a CUDA GPU of sm_80 or newer" or "Gluon" in mma.skip
+    )  # the interpreter cannot run it
+    runnable = [p.label for p in decode_step.paths(sol, torch.float16, "cpu")]
+    assert mma.label not in runnable
+    if hasattr(sol["fp8"], "fp8_decode_fused"):  # the solution's kernel, in the interpreter
+        assert fused.skip == "" and fused.label in runnable
+        g = torch.Generator().manual_seed(0)
+        state, x = fused.make(48, 256, g), torch.randn(2, 256, generator=g).half()
+        checks.compare(
+            fused.call(x, state).float(), fused.reference(x, state).float(), what="fused", rtol=4e-3
+        )
+    else:
+        assert fused.skip == "not in the solution notebook yet" and fused.label not in runnable
+    chosen = decode_step.runnable_paths(sol, torch.float16, ["mma_decode", "fused"], "cpu")
+    assert mma.label not in [p.label for p in chosen]
+    assert f"skipped: {mma.label}: {mma.skip}" in capsys.readouterr().out
+
+
+def test_decode_step_fused_row_runs_a_solutions_fp8_decode_fused():
+    """A solution notebook without fp8_decode_fused says so; one with it gets a row that matches its reference
+    (here in the interpreter: the stand-in quantizes x and calls the solution's fp8_decode)."""
+    from tools import decode_step
+
+    s8 = course.load_notebook_code("fp8", name="step_test_fp8_fused")
+    without = types.SimpleNamespace(**{k: v for k, v in vars(s8).items() if k != "fp8_decode_fused"})
+    row = next(p for p in decode_step.paths({"fp8": without}, torch.float16, "cpu", with_skipped=True)
+               if p.label == decode_step.FP8_FUSED_LABEL)  # fmt: skip
+    assert row.skip == "not in the solution notebook yet"
+    assert next(p for p in decode_step.paths({}, torch.float16, "cpu", with_skipped=True)
+                if p.label == decode_step.FP8_FUSED_LABEL).skip == "the fp8 solution notebook did not load"  # fmt: skip
+    without.fp8_decode_fused = lambda x, wq, sw, out=None: s8.fp8_decode(
+        *s8.quantize_fp8(x, (1, x.shape[1])), wq, sw
+    )
+    row = next(p for p in decode_step.paths({"fp8": without}, torch.float16, "cpu")
+               if p.label == decode_step.FP8_FUSED_LABEL)  # fmt: skip
+    g = torch.Generator().manual_seed(0)
+    state = row.make(48, 256, g)
+    x = torch.randn(2, 256, generator=g).half()
+    checks.compare(row.call(x, state).float(), row.reference(x, state).float(), what="fused row", rtol=4e-3)
