@@ -150,7 +150,7 @@ def main(argv=None) -> int:
         from tools import decode_step
 
         print(f"\n{decode_step.LLAMA_KIND} ({decode_step.STEP_TIMING})")
-        chosen = decode_step.paths(decode_step.load_solutions(), dtype)
+        chosen = decode_step.runnable_paths(decode_step.load_solutions(), dtype)
         rows += decode_step.step_rows(chosen, (1, 16), 4, dtype, copy_bw)
     save(out_dir, meta, rows, sweep)
     print(f"\nwrote {out_dir}/bench.json and bench.md")

@@ -354,4 +354,46 @@ def nvfp4_rows(sol, record, env, quick: bool = False) -> None:
     _fp4_rows(nvfp4, (decode, [("solution nvfp4_matmul", sol.nvfp4_matmul)]), sol, record, env, quick)
 
 
-BENCHMARKS = dict(w8a16=w8a16_rows, w4a16=w4a16_rows, fp8=fp8_rows, mxfp4=mxfp4_rows, nvfp4=nvfp4_rows)
+# Llama-3-8B's layer shapes (N, K): q and o, k and v, gate and up, down, and q/k/v and gate/up fused.
+LLAMA_LAYER_SHAPES = [(4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336), (6144, 4096), (28672, 4096)]
+LAYOUTS_ROW = "solution w4a16_mma_decode (layouts chapter, repacked at load)"
+
+
+def layouts_rows(sol, record, env, quick: bool = False) -> None:
+    """Chapter 6's solution (the learner's Gluon decode) beside cuBLAS and the course's expert MMA decode, at the
+    bench's shapes and a Llama-3-8B block's, M = 1, 4, 16: issue 42's targets (80 / 70 / 60 % of copy). The words
+    come from the course's repack, bit for bit the chapter's (tests/test_layouts_checks.py), on the GPU."""
+    ch = w4a16
+    dtype = env.act_dtype
+    g = checks.generator(0, "cuda")
+    G = ch.BANDWIDTH_GROUP
+
+    def problem(M, N, K):
+        return lambda: (*ch.random_problem(M, N, K, G, dtype, "cuda", checks.generator(1)), G)
+
+    def learners(x, p, s, z, G):
+        return sol.w4a16_mma_decode(x, mma_decode.repack(p), s, z, G, p.shape[0])
+
+    for N, K in [ch.BANDWIDTH_SHAPE] if quick else [*DECODE_SHAPES, *LLAMA_LAYER_SHAPES]:
+        why = mma_decode.why_not(dtype, G, K)
+        ws = [(*ch.random_packed(N, K, G, "cuda", g), G)
+              for _ in range(timing.copies_needed(ch.bytes_moved(1, N, K, G)))]  # fmt: skip
+        dense = dense_copies(N, K, dtype, g)
+        words = [(mma_decode.repack(p), s, z) for p, s, z, _ in ws] if not why else None
+        for M in (1, 4, 16):
+            x = torch.randn(M, K, device="cuda", generator=g).to(dtype)
+            fused = ch.bytes_moved(M, N, K, G)
+            record("decode", "dense (cuBLAS)", M, N, K, [lambda x=x, w=w: x @ w.T for w in dense],
+                   bytes_moved_dense(M, N, K))  # fmt: skip
+            if why:
+                record("decode", f"{LAYOUTS_ROW}: {why}", M, N, K, None, fused)
+                continue
+            record("decode", LAYOUTS_ROW, M, N, K,
+                   [lambda x=x, w=w, N=N: sol.w4a16_mma_decode(x, *w, G, N) for w in words], fused,
+                   recheck(learners, problem(M, 1000, 1024), ch.reference, dtype))  # fmt: skip
+            record("decode", MMA_ROW, M, N, K,
+                   [lambda x=x, w=w, N=N: mma_decode.decode(x, *w, G, N) for w in words], fused)  # fmt: skip
+
+
+BENCHMARKS = dict(w8a16=w8a16_rows, w4a16=w4a16_rows, fp8=fp8_rows, mxfp4=mxfp4_rows, nvfp4=nvfp4_rows,
+                  layouts=layouts_rows)  # fmt: skip
