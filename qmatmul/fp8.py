@@ -3,13 +3,15 @@
 qmatmul/formats/fp8.py      the format: saturating cast, block scales, quantizer, dequantizer, references,
                             bytes moved (with the roofline model's dense bytes and flops)
 qmatmul/scaffold/fp8.py     what the learner's code calls, in the learner's process: prepare, prepare_block,
-                            the launch configurations, the path they choose (use_path forces one); its
-                            __all__ is the chapter's GIVEN
+                            prepare_fused, the launch configurations, the path they choose (use_path forces
+                            one), the exact e4m3 encoder e4m3_bits; its __all__ is the chapter's GIVEN
 qmatmul/checks/fp8_casts.py the checks of exercises 1 and 2: the saturating cast, the quantizer (graded under
                             NonSaturatingCasts), the e4m3 -> fp16 decoder
 qmatmul/checks/fp8.py       the checks of exercises 3 and 4 (the GEMM, the decode kernel): grading shapes and
                             thresholds, test inputs, known mistakes, the timed problem
 qmatmul/checks/fp8_block.py the checks of exercise 5 (the block-scaled GEMM): its inputs, mistakes and probes
+qmatmul/checks/fp8_fused.py the checks of exercise 6 (the decode that quantizes x itself): its inputs, mistakes,
+                            the probes that read the quantization back bit for bit, the one-launch audit
 qmatmul/teaching/fp8.py     the bits explorer, the bytes per weight, the granularity figure, the predictions,
                             the comparison of the paths
 """
@@ -59,6 +61,15 @@ from qmatmul.checks.fp8_casts import (
     check_saturate,
     pitfall_matrix,
 )
+from qmatmul.checks.fp8_fused import (
+    PROBE_ROWS,
+    check_decode_fused,
+    fused_mistakes,
+    fused_reference,
+    probe_problem,
+    quantization_models,
+)
+from qmatmul.checks.fp8_fused import random_problem as random_fused_problem
 from qmatmul.formats.fp8 import (
     E4M3,
     E4M3_MAX,
@@ -85,12 +96,14 @@ from qmatmul.scaffold import fp8 as scaffold_fp8
 from qmatmul.scaffold.fp8 import (
     block_config,
     decode_config,
+    e4m3_bits,
     has_fp8_dot,
     imprecise_fp8_accumulation,
     out_dtype,
     prefill_config,
     prepare,
     prepare_block,
+    prepare_fused,
     use_path,
 )
 from qmatmul.teaching.fp8 import (
@@ -115,12 +128,15 @@ __all__ = [
     "bytes_moved", "bytes_moved_naive", "bytes_per_weight", "cdiv", "decode_bits", "dequantize", "expand_scales",
     "naive", "normalize_block", "quantize", "reference", "saturate", "scaled_mm", "bytes_moved_dense", "flops",
     # qmatmul/scaffold/fp8.py
-    "block_config", "decode_config", "has_fp8_dot", "imprecise_fp8_accumulation", "out_dtype", "prefill_config",
-    "prepare", "prepare_block", "use_path",
+    "block_config", "decode_config", "e4m3_bits", "has_fp8_dot", "imprecise_fp8_accumulation", "out_dtype",
+    "prefill_config", "prepare", "prepare_block", "prepare_fused", "use_path",
     # qmatmul/checks/fp8_casts.py
     "NonSaturatingCasts", "check_decoder", "check_quantizer", "check_quantizers", "check_saturate", "pitfall_matrix",
     # qmatmul/checks/fp8_block.py
     "block_mistakes", "block_rounding_problems", "check_block_matmul", "random_block_problem",
+    # qmatmul/checks/fp8_fused.py
+    "PROBE_ROWS", "check_decode_fused", "fused_mistakes", "fused_reference", "probe_problem", "quantization_models",
+    "random_fused_problem",
     # qmatmul/checks/fp8.py
     "ACCUMULATION_MISTAKE", "BANDWIDTH_MS", "BANDWIDTH_SHAPE", "BANDWIDTH_THRESHOLD", "FOLDED", "PATH_NAMES",
     "PREFILL_SHAPE", "PREFILL_THRESHOLD", "accumulation_hint", "accumulation_problem",

@@ -1,11 +1,14 @@
-"""Chapter FP8's scaffolding, run in the learner's process: `prepare` and `prepare_block` (validation and the
-output), the launch configurations of the three kernels (`prefill_config`, `decode_config`, `block_config`), the
-path they choose (the native fp8 tl.dot or e4m3 decoded to fp16; the checks force one with `use_path`) and the
-scale block the chapter gives (`SCALE_BLOCK`). `__all__` is the chapter's GIVEN (qmatmul/fp8.py derives it)."""
+"""Chapter FP8's scaffolding, run in the learner's process: `prepare`, `prepare_block` and `prepare_fused`
+(validation and the output), the launch configurations of the three kernels (`prefill_config`, `decode_config`,
+`block_config`), the path they choose (the native fp8 tl.dot or e4m3 decoded to fp16; the checks force one with
+`use_path`), the scale block the chapter gives (`SCALE_BLOCK`) and exercise 6's exact e4m3 encoder in registers
+(`e4m3_bits`, a @triton.jit helper). `__all__` is the chapter's GIVEN (qmatmul/fp8.py derives it)."""
 
 from __future__ import annotations
 
 import torch
+import triton
+import triton.language as tl
 
 from qmatmul import checks
 from qmatmul.formats.fp8 import E4M3, SCALE_BLOCK, cdiv
@@ -13,7 +16,10 @@ from qmatmul.kernels import configs
 from qmatmul.scaffold import validation
 
 # The names of the course package the learner's graded code may use (grader/static/course_use.py, course_problems).
-__all__ = ["prepare", "prepare_block", "prefill_config", "decode_config", "block_config", "SCALE_BLOCK"]
+__all__ = [
+    "prepare", "prepare_block", "prepare_fused", "prefill_config", "decode_config", "block_config", "SCALE_BLOCK",
+    "e4m3_bits",
+]  # fmt: skip
 
 
 def out_dtype(device: str) -> torch.dtype:
@@ -129,3 +135,48 @@ def block_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
     """BLOCK_K is the scale block (128) so each K step has one activation and one weight scale."""
     fp8_dot = _fp8_dot(device)
     return configs.choose("fp8.block", configs.chapter_device(device), M=M, N=N, K=K, fp8_dot=fp8_dot)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Exercise 6: the decode kernel that quantizes its activations itself
+
+
+def prepare_fused(x, wq, sw, out=None):
+    """Validate a decode whose kernel quantizes x itself: x float16/bfloat16 [M <= 16, K] (a strided view is
+    fine), wq e4m3 [N, K] and sw float32 [N] contiguous. The output is in x's dtype. Returns M, N, K, sw (1-D), out."""
+    validation.require_tensors(x=x, wq=wq)
+    M, K = validation.require_activations(x)
+    validation.require_codes("wq", wq, E4M3)
+    validation.require_same_k("x", x, "wq", wq, "[N, K]", wq.shape[1])
+    if M > 16:
+        raise ValueError(
+            f"the fused decode takes at most 16 rows, got M = {M}: use quantize_fp8 and fp8_matmul"
+        )
+    N = wq.shape[0]
+    sw = _vector(sw, N, "sw")
+    return M, N, K, sw, validation.placed(x, out, M, N, {"wq": wq, "sw": sw})
+
+
+@triton.jit
+def e4m3_bits(v):
+    """float32 values (already divided by their scale) -> the uint8 codes of their e4m3fn values: saturated to
+    ±448 (±inf too), rounded to nearest with ties to even, the sign kept (-0.0 and the negative values that round
+    to zero give 0x80). NaN gives a NaN code (0x7F, or 0xFF with its sign bit).
+
+    Integer and exact float operations only, so the codes are the same in Triton's interpreter and on every GPU
+    (the interpreter's own fp32 -> float8e4nv cast rounds wrongly: 31.6 becomes 16; GPUs before sm_89 have no such
+    cast). Exact against torch's float8_e4m3fn and ml_dtypes on every e4m3 value, every midpoint and its fp32
+    neighbours, and 2^20 random bit patterns (tests/test_fp8_fused.py)."""
+    bits = v.to(tl.int32, bitcast=True)
+    sign = (bits >> 24) & 0x80
+    # |v| as bits, saturated at 448 (0x43E00000): inf too (NaN's bits are larger still, but NaN is handled below)
+    a = tl.minimum(bits & 0x7FFFFFFF, 0x43E00000)
+    # Normal codes (|v| >= 2^-6): round fp32's 23-bit mantissa to 3 bits, ties to even, on the bit pattern (a carry
+    # runs on into the exponent, as it should), then rebias the exponent from 127 to 7: (127 - 7) << 3.
+    normal = ((a + 0x7FFFF + ((a >> 20) & 1)) >> 20) - (120 << 3)
+    # Subnormal codes (|v| < 2^-6): the code is |v| / 2^-9 rounded to an integer (8 is 2^-6, the first normal code).
+    # |v| * 512 is exact; adding 2^23 rounds it to an integer with ties to even, which lands in the low mantissa bits.
+    sub = (a.to(tl.float32, bitcast=True) * 512.0 + 8388608.0).to(tl.int32, bitcast=True) - 0x4B000000
+    code = tl.where(a < 0x3C800000, sub, normal)  # 0x3C800000: 2^-6
+    code = tl.where((bits & 0x7FFFFFFF) > 0x7F800000, 0x7F, code)  # NaN
+    return (code | sign).to(tl.uint8)

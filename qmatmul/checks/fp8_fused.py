@@ -1,0 +1,606 @@
+"""Chapter FP8's checks of exercise 6, the decode kernel that quantizes its activations itself: y must equal
+fp8_decode(*quantize_fp8(x, (1, K)), wq, sw) in one launch. Its test inputs, its known mistakes (each a model of what
+a wrong kernel computes), the probes that read the quantization back bit for bit, and the audit of what a call ran
+(PyTorch arithmetic on x, or more than one kernel launch, earns nothing). Exercises 3 and 4 are checked in
+qmatmul/checks/fp8.py, exercise 5 in qmatmul/checks/fp8_block.py.
+
+The probes: one-hot weight rows (wq[n, k_n] = 1, sw = 1) make y[m, n] = xq[m, k_n] · sx[m], one quantized
+activation times its row's scale, rounded once to the output dtype, so the codes are compared exactly. Their rows
+(PROBE_ROWS) keep their largest magnitude at k = K - 1, in the last, partial K tile for every BLOCK_K from 16 to 1024
+(one row at k = 0 instead), and put values on, beside and above the midpoints between e4m3 values in every tile."""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from qmatmul import checks
+from qmatmul.checks import CheckFailed, Mistake, common
+from qmatmul.checks.fp8 import checked_paths, path_name, random_matrix, skipped_path_note
+from qmatmul.formats.fp8 import E4M3, E4M3_MAX, quantize, reference, saturate
+from qmatmul.scaffold.fp8 import decode_config, use_path
+
+WHAT = "fp8_decode_fused"
+RECIPROCAL = "a reciprocal multiplied where x / sx divides (x · (448 / amax), x · (1 / sx) or the like)"
+ZERO_ROW = (
+    "an all-zero row's scale left at 0",
+    "max |x| / 448 is 0 for a row of zeros, and 0 / 0 (or 0 · (448 / 0)) is NaN: give such a row sx = 1, "
+    "tl.where(amax > 0, tl.div_rn(amax, 448.0), 1.0).",
+)
+# The K steps a learner's kernel may take (decode_config gives 128 in the interpreter, 32 to 1024 on GPUs): each known
+# mistake that depends on the tiles is modelled for every one of them shorter than K.
+BLOCK_KS = (16, 32, 64, 128, 256, 512, 1024)
+
+# ----------------------------------------------------------------------------------------------------------
+# Test inputs
+
+
+def random_problem(M, N, K, dtype, device, g, strided=False, zero_row=None, last_tile_row=None):
+    """x [M, K] in `dtype` (a view of a wider buffer when strided) with rows of distinct magnitudes, wq [N, K] and sw
+    [N] from the reference quantizer. zero_row: a row of zeros (its scale is 1); last_tile_row: a row whose largest
+    magnitude is its last element (k = K - 1, in the last K tile whatever BLOCK_K)."""
+    pad = 9 if strided else 0
+    x = random_matrix(M, K + pad, g)
+    if zero_row is not None:
+        x[zero_row] = 0
+    if last_tile_row is not None:
+        r = last_tile_row
+        x[r, K - 1] = -3.0 * float(x[r, :K].abs().max())
+    x = x.clamp(-6e4, 6e4).to(dtype)
+    wq, sw = quantize(random_matrix(N, K, g) * 0.02, (1, K))
+    return x[:, :K].to(device), wq.to(device), sw.reshape(-1).to(device)
+
+
+# The probe rows, in the units of their scale (v = x / sx): each row is (amax, values). Rows whose amax is 448 · 2^j
+# have sx = 2^j exactly, so x = v · 2^j and x / sx is exact: their values test the rounding itself. Rows whose amax is
+# 31 · 2^e have an inexact sx = amax / 448 just below the true quotient, so that x / sx for x = amax · 3/4 · 2^-i
+# lands one unit in the last place above an e4m3 midpoint (336 · 2^-i): the correctly rounded division rounds up, and
+# x · (448 / amax), x · (1 / sx), x · 448 / amax and x / (amax · (1/448)) each land on the midpoint and round down to
+# even. (A search over every amax and x exact in both float16 and bfloat16 found amax = 31 · 2^e to move all four, each
+# at all eight x; tests/test_fp8_fused.py checks the rows' quotients.)
+_TIES = [1.0625, 1.1875, 1.3125, 1.4375, 1.5625, 1.6875, 1.8125, 1.9375]  # midpoints between e4m3 mantissas
+_SPECIAL = [
+    *(t * 2.0**e for t, e in zip(_TIES, (-5, -3, -1, 0, 1, 3, 5, 7), strict=True)),  # ties, both ways
+    1.09375, 1.40625 * 4, 1.65625 / 8, 1.90625 * 32,  # just above a midpoint: up to nearest, down when truncated
+    1.96875, 1.96875 * 4, 1.96875 / 16, 1.96875 * 64,  # the mantissa's carry into the exponent
+    2.0**-10, 3 * 2.0**-10, 5 * 2.0**-10, 13 * 2.0**-13, 15.5 * 2.0**-10, 2.0**-12,  # subnormals, ties, to zero
+    240.0, 0.3, 7.3, 100.0, 0.011, 3.3,  # ordinary values
+]  # fmt: skip
+
+
+def _power_row(j: int, sign: float) -> tuple[float, list[float]]:
+    """A row with sx = 2^j: amax 448 · 2^j (of sign `sign`), the special values times 2^j, of alternating signs."""
+    vals = [v * 2.0**j * (1 if i % 3 else -1) for i, v in enumerate(_SPECIAL)]
+    return sign * E4M3_MAX * 2.0**j, vals
+
+
+def _midpoint_row(e: int, sign: float) -> tuple[float, list[float]]:
+    """A row with amax 31 · 2^e: x = amax · 3/4 · 2^-i for i = 0..7 (both signs), and a few others."""
+    amax = 31.0 * 2.0**e
+    vals = [amax * 0.75 * 2.0**-i * (1 if i % 2 else -1) for i in range(8)]
+    vals += [amax * f for f in (0.5, 0.3, 0.11, 0.9, 0.013)]
+    return sign * amax, vals
+
+
+PROBE_ROWS = [
+    _power_row(0, 1.0),  # sx = 1
+    _power_row(-2, -1.0),  # a negative amax: max(x) is not max |x|
+    _midpoint_row(2, 1.0),  # amax 124
+    [0.0, []],  # an all-zero row: sx = 1
+    _midpoint_row(-5, -1.0),  # a quiet row, amax 31/32
+    _midpoint_row(6, 1.0),  # a loud row, amax 1984
+    _power_row(3, 1.0),
+    _midpoint_row(-3, 1.0),
+    _power_row(-1, -1.0),
+    _midpoint_row(0, -1.0),
+    _power_row(5, 1.0),
+    _midpoint_row(4, 1.0),
+    _power_row(1, -1.0),  # its amax at k = 0 instead (FIRST_AMAX_ROW): the first column counts too
+    _midpoint_row(-1, 1.0),
+    _power_row(7, 1.0),
+    _midpoint_row(8, -1.0),
+]
+FIRST_AMAX_ROW = 12  # the one row whose largest magnitude is at k = 0 (a first pass from k = 1 misses it)
+PROBE_N = 96  # one-hot columns: the values read back
+PROBE_MS = (16, 5)  # every row, then the first five (rows >= M masked; the zero row among them)
+
+
+def probe_k(device: str) -> int:
+    """The probe's K: past two K steps of the decode launch here, and never a multiple of a power of two >= 8."""
+    return 1100 if device == "cuda" else 332
+
+
+def probe_columns(K: int) -> list[int]:
+    """The columns k_n the one-hot weights read: spread over every K tile, the last one K - 1 (each row's amax)."""
+    return [round(n * (K - 1) / (PROBE_N - 1)) for n in range(PROBE_N)]
+
+
+def probe_problem(M: int, K: int, dtype, device: str, strided: bool = False):
+    """(x, wq, sw) of the probe: x [M, K] in `dtype` (PROBE_ROWS' first M rows at probe_columns, 0 elsewhere; a
+    strided view when asked), wq the one-hot rows (wq[n, k_n] = 1), sw = 1. Each row's values repeat along K, halved
+    at each third of it (a power of two keeps a midpoint a midpoint), so that a later tile's own maximum is below an
+    earlier one's and a scale taken tile by tile differs from one taken as the loop goes."""
+    cols = probe_columns(K)
+    pad = 7 if strided else 0
+    x = torch.zeros(M, K + pad, dtype=torch.float64)
+    for r, (amax, vals) in enumerate(PROBE_ROWS[:M]):
+        if amax == 0:
+            continue
+        for i, c in enumerate(cols[:-1]):  # the row's values over every tile, halved at each third of K
+            x[r, c] = vals[i % len(vals)] * 2.0 ** -(3 * c // K)
+        if r == FIRST_AMAX_ROW:
+            x[r, K - 1] = float(x[r, 0])
+            x[r, 0] = amax
+        else:
+            x[r, K - 1] = amax
+    x = x.to(torch.bfloat16).double()  # 8 significant bits: exact in bfloat16 and in float16 alike
+    x16 = x.to(dtype)
+    if not torch.equal(x16.double(), x):
+        raise AssertionError("a probe value is not exact in the activations' dtype")
+    w = torch.zeros(PROBE_N, K)
+    w[torch.arange(PROBE_N), torch.tensor(cols)] = 1.0
+    return x16[:, :K].to(device), w.to(E4M3).to(device), torch.ones(PROBE_N, device=device)
+
+
+def fused_reference(x, wq, sw) -> torch.Tensor:
+    """What exercise 6 must compute: fp8_decode(*quantize_fp8(x, (1, K)), wq, sw) in float32 (the reference
+    quantizer, then the reference product), on the CPU."""
+    xq, sx = quantize(x.cpu(), (1, x.shape[1]))
+    return reference(xq, sx, wq.cpu(), sw.cpu())
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Known mistakes: what each wrong kernel computes
+
+
+def _rows_amax(xf: torch.Tensor) -> torch.Tensor:
+    return xf.abs().amax(dim=1) if xf.shape[1] else torch.zeros(xf.shape[0])
+
+
+def _scale(amax: torch.Tensor) -> torch.Tensor:
+    return torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
+
+
+def _tiles(K: int, bk: int):
+    return [slice(k0, min(K, k0 + bk)) for k0 in range(0, K, bk)]
+
+
+def _truncated(v: torch.Tensor) -> torch.Tensor:
+    """v rounded toward zero to e4m3 (saturated at ±448), as e4m3 values in float32."""
+    v = v.clamp(-E4M3_MAX, E4M3_MAX)
+    q = v.to(E4M3)
+    codes = q.view(torch.uint8).to(torch.int32)
+    over = q.float().abs() > v.abs()
+    codes = torch.where(over, codes - 1, codes)  # one code toward zero (codes grow with the magnitude)
+    return codes.to(torch.uint8).view(E4M3).float()
+
+
+def _ties_away(v: torch.Tensor) -> torch.Tensor:
+    """v rounded to nearest e4m3, ties away from zero (saturated)."""
+    v = v.clamp(-E4M3_MAX, E4M3_MAX)
+    lo = _truncated(v)
+    codes = lo.to(E4M3).view(torch.uint8).to(torch.int32)
+    up = torch.where((codes & 0x7F) < 0x7E, codes + 1, codes).to(torch.uint8).view(E4M3).float()
+    tie = (v.abs() - lo.abs()) == (up.abs() - v.abs())
+    return torch.where(tie & (up.abs() > lo.abs()), up, saturate(v).float())
+
+
+def _interpreter_cast(v: torch.Tensor) -> torch.Tensor | None:
+    """v converted as Triton's interpreter converts float32 to float8e4nv (`.to(tl.float8e4nv)`): it rounds a half up
+    and loses the carry out of the mantissa (31.6 becomes 16). None where that conversion cannot be run here."""
+    try:
+        import numpy as np
+        import triton.language as tl
+        from triton._C.libtriton import ir
+        from triton.runtime.interpreter import _convert_float
+    except ImportError:  # pragma: no cover - another triton
+        return None
+    try:
+        data = v.contiguous().numpy().astype(np.float32)
+        bits = _convert_float(data, tl.float32, tl.float8e4nv, ir.ROUNDING_MODE.RTNE)
+    except Exception:  # noqa: BLE001 - a triton whose interpreter converts otherwise: no model
+        return None
+    return torch.from_numpy(np.ascontiguousarray(bits).astype(np.uint8)).view(E4M3).float()
+
+
+def quantization_models(x: torch.Tensor, block_k: int, device: str):
+    """(name, explanation, q, e): the wrong quantizations of x a kernel stepping K by block_k may compute, as e4m3
+    values q [M, K] (float64) and the scale e [M, K] (float64) each one's product is multiplied by."""
+    xf = x.float().cpu()
+    M, K = xf.shape
+    s = _scale(_rows_amax(xf))
+    rows = s[:, None].expand(M, K)
+    out = []
+
+    def add(name, explanation, q, e=rows):
+        out.append((name, explanation, q.double(), e.double().expand(M, K)))
+
+    tiles = _tiles(K, block_k)
+    if len(tiles) > 1:
+        first = _scale(_rows_amax(xf[:, tiles[0]]))
+        add(
+            f"amax of the first K tile only (BLOCK_K = {block_k})",
+            "Each row's scale needs the whole row: walk "
+            "all of K once, reading x alone, and keep each row's running maximum; quantize in a second loop, once "
+            "sx is known.",
+            saturate(xf / first[:, None]).float(),
+            first[:, None],
+        )
+        own = torch.cat([_scale(_rows_amax(xf[:, t]))[:, None].expand(M, t.stop - t.start) for t in tiles], 1)
+        add(
+            f"amax of each K tile on its own (BLOCK_K = {block_k})",
+            "That is a scale per 1 x BLOCK_K block, not "
+            "per row: the reference has one sx per row, max |x| over all of K / 448. Find it in a first pass over "
+            "K, then quantize.",
+            saturate(xf / own).float(),
+            own,
+        )
+        add(
+            f"amax of each K tile on its own, the last tile's in the epilogue (BLOCK_K = {block_k})",
+            "Each row's "
+            "scale needs the whole row: find max |x| over all of K in a first pass, then quantize every tile with "
+            "that one sx.",
+            saturate(xf / own).float(),
+            own[:, -1:],
+        )
+        running = torch.cat([_scale(_rows_amax(xf[:, : t.stop]))[:, None].expand(M, t.stop - t.start)
+                             for t in tiles], 1)  # fmt: skip
+        add(
+            f"amax taken as the loop goes (BLOCK_K = {block_k})",
+            "A tile quantized before the row's largest "
+            "value is read uses a scale that is too small (its values saturate at 448): find each row's amax in "
+            "a first pass over the whole of K, then quantize in a second.",
+            saturate(xf / running).float(),
+        )
+    f32 = torch.float32
+    amax = _rows_amax(xf)
+    safe = torch.where(amax > 0, amax, torch.ones_like(amax))[:, None]
+    # Four ways of multiplying by a reciprocal: the probes' midpoints move each of them the same way, so they share
+    # one name.
+    s_mul = _scale(amax * torch.tensor(1 / E4M3_MAX, dtype=f32))  # sx = amax * (1 / 448), in the epilogue too
+    recip = [
+        (xf * (torch.tensor(E4M3_MAX, dtype=f32) / safe), rows),  # x * (448 / amax)
+        (xf * (1.0 / s)[:, None], rows),  # x * (1 / sx)
+        ((xf * E4M3_MAX) / safe, rows),  # x * 448 / amax
+        (xf / s_mul[:, None], s_mul[:, None]),  # x / sx with sx = amax * (1 / 448)
+    ]
+    for v, e in recip:
+        v = torch.where(amax[:, None] > 0, v, xf)
+        add(
+            RECIPROCAL,
+            "Divide, as the reference does: x / sx with sx = amax / 448, both in float32 and correctly rounded "
+            "(tl.div_rn). A product with a reciprocal rounds twice, and next to a midpoint between two e4m3 values "
+            "that moves the code.",
+            saturate(v).float(),
+            e,
+        )
+    v = xf / s[:, None]
+    add(
+        "rounded toward zero (truncated)",
+        "e4m3 rounds to nearest, ties to even: fp8.e4m3_bits does it.",
+        _truncated(v),
+    )
+    add(
+        "ties rounded away from zero",
+        "A value halfway between two e4m3 values goes to the one with the even "
+        "mantissa (fp8.e4m3_bits does it).",
+        _ties_away(v),
+    )
+    if device != "cuda":
+        cast = _interpreter_cast(v)
+        if cast is not None:
+            add(
+                "cast with .to(tl.float8e4nv) in the interpreter",
+                "Use fp8.e4m3_bits: the interpreter's cast rounds "
+                "wrongly (a half rounds up, and the carry out of the mantissa is lost: 31.6 becomes 16), and GPUs "
+                "before sm_89 have no such cast at all.",
+                cast,
+            )
+    positive = xf.amax(dim=1).clamp_min(0)
+    sp = _scale(positive)
+    add(
+        "max(x) instead of max |x|",
+        "The scale is the largest magnitude: tl.max(tl.abs(x), axis=1). A row whose "
+        "largest value is negative otherwise gets a scale too small, and its values saturate.",
+        saturate(xf / sp[:, None]).float(),
+        sp[:, None],
+    )
+    whole = _scale(amax.max()[None]).expand(M)
+    add(
+        "one scale for all the rows",
+        "sx is per row (per token): the maximum over axis 1 of each row, "
+        "tl.max(tl.abs(x), axis=1), not over the whole tile. A quiet row quantized with a loud row's scale loses "
+        "its precision.",
+        saturate(xf / whole[:, None]).float(),
+        whole[:, None],
+    )
+    q = saturate(v).float()
+    add(
+        "activation scale missing in the epilogue",
+        "Dequantizing multiplies by both scales: acc * sx[:, None] * sw[None, :].",
+        q,
+        torch.ones(M, 1),
+    )
+    return out
+
+
+def block_ks(M: int, N: int, K: int, device: str) -> tuple[int, ...]:
+    """BLOCK_KS, the decode launch's own BLOCK_K here first: where two BLOCK_K give one output (the probe's first
+    tiles may share their maximum), a mistake is named with the one the learner's wrapper most likely launched."""
+    own = int(decode_config(M, N, K, device)["BLOCK_K"])
+    return (own, *(bk for bk in BLOCK_KS if bk != own))
+
+
+def fused_mistakes(x, wq, sw, device: str, block_ks=BLOCK_KS) -> list[Mistake]:
+    """The known wrong outputs of x [M, K], wq, sw (float32 [M, N], each product scaled and rounded to float32 as a
+    kernel's epilogue does): every quantization model, for each BLOCK_K of block_ks shorter than K, and the
+    epilogue's mistakes."""
+    M, K = x.shape
+    wf = wq.double().cpu()
+    swf = sw.float().cpu().reshape(-1)
+    out = []
+    for i, bk in enumerate(block_ks):
+        for name, explanation, q, e in quantization_models(x, bk, device):
+            if i and "BLOCK_K" not in name:
+                continue  # the same for every BLOCK_K: once
+            y = ((q * e) @ wf.T).float() * swf[None, :]
+            out.append(Mistake(name, explanation, y))
+    xq, sx = quantize(x.cpu(), (1, K))
+    ref = reference(xq, sx, wq.cpu(), sw.cpu())
+    zero = x.float().cpu().abs().amax(dim=1) == 0
+    if zero.any():
+        nan_rows = ref.clone()
+        nan_rows[zero] = float("nan")
+        out.append(Mistake(*ZERO_ROW, nan_rows))
+    sx16 = torch.ones(16)
+    sx16[:M] = sx.reshape(-1)
+    cols = torch.arange(wq.shape[0]) % 16
+    out += [
+        Mistake("sx applied along the columns", "sx belongs to the rows m of y: acc * sx[:, None], not "
+                "sx[None, :].", reference(xq, torch.ones(M), wq.cpu(), sw.cpu()) * sx16[cols][None, :]),
+        Mistake("exponent bias not corrected", "e4m3 has bias 7, fp16 bias 15: the decoded tiles are 2^-8 too small, "
+                "so the product is 2^-16 too small (exercise 2's e4m3_to_fp16).", ref * 2.0**-16),
+    ]  # fmt: skip
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# One launch, no PyTorch arithmetic
+
+
+ONE_LAUNCH = (
+    "The exercise is one launch per Linear layer: read x in your kernel, find each row's amax in a first pass over "
+    "K, then divide each x tile by its row's scale and encode it with fp8.e4m3_bits before the dot."
+)
+
+
+def _launches_of(fn, launched: list) -> list:
+    return list(fn.worker.last_launches) if checks.is_remote(fn) else list(launched)
+
+
+def require_one_launch(ops, launches: list) -> None:
+    """Fail when the call computed with PyTorch (calling quantize_fp8 on x: abs, amax, division, clamp, ...) or
+    launched more than one kernel (each distinct launch is recorded once: kernel, argument types, constexprs)."""
+    computed = sorted(
+        {op.name for op in ops if op.name not in checks.MEMORY_OPS and op.name not in checks.MATMUL_OPS}
+    )
+    if computed:
+        raise CheckFailed(
+            f"{WHAT} computed with PyTorch outside its kernel ({', '.join('torch.' + c for c in computed[:8])}"
+            f"{', ...' if len(computed) > 8 else ''}): x quantized so, as quantize_fp8 does, is the string of small "
+            f"launches this exercise removes, so this cell earns nothing. {ONE_LAUNCH}"
+        )
+    names = [str(launch.get("name", "?")) for launch in launches]
+    if len(names) > 1:
+        raise CheckFailed(
+            f"{WHAT} launched {len(names)} kernels ({', '.join(f'`{n}`' for n in names[:4])}): the quantized x and "
+            f"its scales went through memory between them, so this cell earns nothing. {ONE_LAUNCH}"
+        )
+
+
+def run_fused(fn, x, wq, sw, out, fp8_dot: bool, n_passed: int):
+    """One audited call on a path: (y, ops), after require_one_launch."""
+    remote = checks.is_remote(fn)
+    if remote:
+        observe = contextlib.nullcontext([])
+    else:
+        from qmatmul.grader import kernels
+
+        observe = kernels.observe_launches()
+    try:
+        with use_path(fp8_dot), observe as launched:
+            y, ops = checks.run_audited(fn, x, wq, sw, out=out, what=WHAT)
+    except CheckFailed as exc:
+        if not fp8_dot and n_passed > 0 and "not implemented yet" in str(exc):
+            raise CheckFailed(
+                f"{WHAT} passed on the native fp8 path, but its portable path calls e4m3_to_fp16 (exercise 2), "
+                "which is not implemented yet: finish exercise 2, then run this cell again."
+            ) from None
+        raise
+    require_one_launch(ops, _launches_of(fn, launched))
+    return y, ops
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Naming what a wrong output matches
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().cpu().contiguous().view(torch.int16)
+
+
+def same_bits(y: torch.Tensor, want: torch.Tensor) -> torch.Tensor:
+    """Elementwise: y and want (rounded to y's dtype) hold the same bits, are both NaN, or are both zero (a zero's
+    sign says nothing of the codes: it follows the order a tensor core adds the products of zero in)."""
+    w = want.to(y.dtype).cpu()
+    g = y.detach().cpu()
+    special = (torch.isnan(g.float()) & torch.isnan(w.float())) | ((g == 0) & (w == 0))
+    return (_bits(g) == _bits(w)) | special
+
+
+def _match(got: torch.Tensor, mistakes, dtype, rows: torch.Tensor) -> Mistake | None:
+    """The first mistake whose output `got` matches on `rows`: bit for bit, else within the tolerance (the rule of
+    checks.compare)."""
+    fits = [m for m in mistakes if tuple(m.output.shape) == tuple(got.shape)]
+    for m in fits:
+        if bool(same_bits(got[rows], m.output[rows]).all()):
+            return m
+    rtol = checks.tolerance_for(dtype)
+    for m in fits:
+        g, w = got[rows].double(), m.output[rows].double()
+        special = (g == w) | (torch.isnan(g) & torch.isnan(w))
+        if not (checks.mismatch(g, w, rtol) & ~special).any():
+            return m
+    return None
+
+
+def named(report: str, y: torch.Tensor, mistakes, dtype, x: torch.Tensor | None = None, expected=None) -> str:
+    """A failed report led by the known mistake y matches (bit for bit first, else within the tolerance) where the
+    report names none. Rows of x that are all zeros are matched apart: where the other rows match a mistake, or
+    are right, and a zero row is wrong, the zero row's scale is named too (its NaN codes decode differently by path
+    and machine, so no model of them is exact)."""
+    if not isinstance(y, torch.Tensor) or y.dtype != dtype or "known mistake" in report:
+        return report
+    got = y.detach().cpu()
+    M = got.shape[0]
+    everywhere = torch.ones(M, dtype=torch.bool)
+    found = [] if (m := _match(got, mistakes, dtype, everywhere)) is None else [(m.name, m.explanation)]
+    if not found and x is not None and expected is not None and tuple(expected.shape) == tuple(got.shape):
+        zero = x.detach().cpu().float().abs().amax(dim=1) == 0
+        zero_wrong = zero.any() and not bool(same_bits(got[zero], expected[zero]).all())
+        if zero_wrong:
+            others = ~zero
+            right = bool(same_bits(got[others], expected[others]).all())
+            m = None if right or not others.any() else _match(got, mistakes, dtype, others)
+            if right or m is not None:
+                found = ([] if m is None else [(m.name, m.explanation)]) + [ZERO_ROW]
+    if not found:
+        return report
+    head, *rest = report.splitlines()
+    return "\n".join([head, *(f"This matches a known mistake: {n}. {e}" for n, e in found), *rest])
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The check
+
+
+def _check_random(fn, shapes, dtypes, device, g) -> int:
+    n = 0
+    for fp8_dot in checked_paths(device):
+        path = path_name(fp8_dot, device)
+        for i, (M, N, K, extra) in enumerate(shapes):
+            dtype, strided = dtypes[i % len(dtypes)], i % 2 == 1
+            x, wq, sw = random_problem(M, N, K, dtype, device, g, strided=strided, **extra)
+            full, out = common.poisoned_out(M, N, dtype, device, strided)
+            inputs = dict(x=x, wq=wq, sw=sw)
+            before = checks.snapshot(inputs)
+            notes = [str(dtype).replace("torch.", ""), path]
+            if strided:
+                notes.append("strided x and out")
+            if extra.get("zero_row") is not None:
+                notes.append(f"row {extra['zero_row']} all zeros")
+            if extra.get("last_tile_row") is not None:
+                notes.append(f"row {extra['last_tile_row']}'s amax at k = K - 1")
+            ctx = f" (M={M}, N={N}, K={K}, {', '.join(notes)})"
+            y, ops = run_fused(fn, x, wq, sw, out, fp8_dot, n)
+            expected = fused_reference(x, wq, sw)
+            mistakes = fused_mistakes(x, wq, sw, device, block_ks(M, N, K, device))
+            try:
+                checks.verify_kernel_result(y, ops, what=WHAT, inputs=inputs, before=before, out=out, full=full,
+                                            weight_shape=(N, K), dtype=dtype, expected=expected, mistakes=mistakes,
+                                            ctx=ctx)  # fmt: skip
+            except CheckFailed as exc:
+                raise CheckFailed(named(str(exc), y, mistakes, dtype, x, expected)) from None
+            n += 1
+    return n
+
+
+def _probe_report(y, x, expected, bad, device, ctx) -> str:
+    M, N = bad.shape
+    cols = probe_columns(x.shape[1])
+    m, n = (int(i) for i in bad.nonzero()[0])
+    xf = x.float().cpu()
+    xq, sx = quantize(x.cpu(), (1, x.shape[1]))
+    k = cols[n]
+    v = float(xf[m, k] / sx.reshape(-1)[m])
+    head = (f"{WHAT}: {int(bad.sum())} of {M * N} probe outputs differ from the reference bit for bit{ctx}: with "
+            "one-hot weights (wq[n, k_n] = 1, sw = 1) each output is one quantized activation times its row's "
+            "scale, y[m, n] = xq[m, k_n] · sx[m].")  # fmt: skip
+    lines = [
+        head,
+        f"First at [m, n] = [{m}, {n}]: x[{m}, {k}] = {float(xf[m, k]):.9g} in a row whose max |x| is "
+        f"{float(xf[m].abs().max()):.9g}, so sx = {float(sx.reshape(-1)[m]):.9g} and x / sx = {v:.9g}, which "
+        f"rounds to the e4m3 value {float(xq[m, k].float()):g}: y = {float(expected[m, n]):.9g}; got "
+        f"{float(y[m, n].float()):.9g}.",
+        f"Wrong outputs lie {checks.where_2d(bad)}.",
+    ]
+    if device == "cuda":
+        lines.append("On a GPU Triton's `/` on float32 is not correctly rounded: divide with tl.div_rn(a, b), as the "
+                     "reference's IEEE division does, for the scale and for x / sx.")  # fmt: skip
+    return "\n".join(lines)
+
+
+def _check_probes(fn, dtypes, device) -> int:
+    n = 0
+    K = probe_k(device)
+    for fp8_dot in checked_paths(device):
+        path = path_name(fp8_dot, device)
+        for dtype in dtypes:
+            for j, M in enumerate(PROBE_MS):
+                strided = j % 2 == 1
+                x, wq, sw = probe_problem(M, K, dtype, device, strided=strided)
+                N = PROBE_N
+                full, out = common.poisoned_out(M, N, dtype, device, strided)
+                inputs = dict(x=x, wq=wq, sw=sw)
+                before = checks.snapshot(inputs)
+                ctx = (f" (M={M}, N={N}, K={K}, {str(dtype).replace('torch.', '')}, {path}"
+                       f"{', strided x and out' if strided else ''}, the quantization probe)")  # fmt: skip
+                y, ops = run_fused(fn, x, wq, sw, out, fp8_dot, n)
+                expected = fused_reference(x, wq, sw)
+                mistakes = fused_mistakes(x, wq, sw, device, block_ks(M, N, K, device))
+                try:
+                    checks.verify_kernel_result(y, ops, what=WHAT, inputs=inputs, before=before, out=out, full=full,
+                                                weight_shape=(N, K), dtype=dtype, expected=expected, ctx=ctx)  # fmt: skip
+                except CheckFailed as exc:
+                    raise CheckFailed(named(str(exc), y, mistakes, dtype, x, expected)) from None
+                bad = ~same_bits(y, expected)
+                if bad.any():
+                    report = _probe_report(y, x, expected, bad, device, ctx)
+                    raise CheckFailed(named(report, y, mistakes, dtype, x, expected))
+                n += 1
+    return n
+
+
+def check_decode_fused(fn, *, hidden: bool = False, seed: int | None = None) -> None:
+    """Exercise 6: fp8_decode_fused(x, wq, sw, out) equals fp8_decode(*quantize_fp8(x, (1, K)), wq, sw) on the
+    probes (bit for bit) and on random problems (within the tolerance), on both paths where they run, in every
+    activation dtype the device checks, in one launch."""
+    seed, g, device = common.cell(seed)
+    dtypes = common.act_dtypes(device)
+    if not hidden:
+        shapes = [(16, 40, 300, {"zero_row": 3, "last_tile_row": 7}), (5, 72, 200, {})]
+    else:
+        big = device == "cuda"
+        bk = decode_config(16, 128, 4096, device)["BLOCK_K"]
+
+        def ragged_k():
+            k = int(torch.randint(40, 3000 if big else 300, (1,), generator=g))
+            return k + 1 if k % 16 == 0 or k % bk == 0 else k
+
+        def some_n():
+            return int(torch.randint(33, 2000 if big else 200, (1,), generator=g))
+
+        mid = int(torch.randint(2, 16, (1,), generator=g))
+        shapes = [
+            (1, some_n(), ragged_k(), {"last_tile_row": 0}),
+            (mid, some_n(), ragged_k(), {"zero_row": int(torch.randint(0, mid, (1,), generator=g)),
+                                         "last_tile_row": mid - 1}),
+            (16, some_n(), ragged_k(), {"zero_row": 0, "last_tile_row": 15}),
+        ]  # fmt: skip
+    n = _check_probes(
+        fn, dtypes, device
+    )  # first: each quantization mistake is named here, the same on every run
+    n += _check_random(fn, shapes, dtypes, device, g)
+    checks.passed(f"{WHAT}: {n} {'hidden' if hidden else 'visible'} cases match the reference (seed {seed}), the "
+                  "probes bit for bit, in one launch." + skipped_path_note(device))  # fmt: skip
