@@ -149,9 +149,11 @@ def path_name(fp8_dot: bool, device: str) -> str:
 
 
 def _run_path(fn, args, fp8_dot: bool, n_passed: int, what: str):
+    """fn(*args[:-1], out=args[-1]) audited on one path (FP8_DOT forced); a portable path that reaches exercise 2's
+    unfinished decoder after the native one passed says so."""
     try:
         with use_path(fp8_dot):
-            return checks.run_audited(fn, *args[:4], out=args[4], what=what)
+            return checks.run_audited(fn, *args[:-1], out=args[-1], what=what)
     except CheckFailed as exc:
         if not fp8_dot and n_passed > 0 and "not implemented yet" in str(exc):
             raise CheckFailed(

@@ -17,9 +17,9 @@ import torch
 
 from qmatmul import checks
 from qmatmul.checks import CheckFailed, Mistake, common
-from qmatmul.checks.fp8 import checked_paths, path_name, random_matrix, skipped_path_note
+from qmatmul.checks.fp8 import _run_path, checked_paths, path_name, random_matrix, skipped_path_note
 from qmatmul.formats.fp8 import E4M3, E4M3_MAX, quantize, reference, saturate
-from qmatmul.scaffold.fp8 import decode_config, use_path
+from qmatmul.scaffold.fp8 import decode_config
 
 WHAT = "fp8_decode_fused"
 RECIPROCAL = "a reciprocal multiplied where x / sx divides (x · (448 / amax), x · (1 / sx) or the like)"
@@ -408,16 +408,8 @@ def run_fused(fn, x, wq, sw, out, fp8_dot: bool, n_passed: int):
         from qmatmul.grader import kernels
 
         observe = kernels.observe_launches()
-    try:
-        with use_path(fp8_dot), observe as launched:
-            y, ops = checks.run_audited(fn, x, wq, sw, out=out, what=WHAT)
-    except CheckFailed as exc:
-        if not fp8_dot and n_passed > 0 and "not implemented yet" in str(exc):
-            raise CheckFailed(
-                f"{WHAT} passed on the native fp8 path, but its portable path calls e4m3_to_fp16 (exercise 2), "
-                "which is not implemented yet: finish exercise 2, then run this cell again."
-            ) from None
-        raise
+    with observe as launched:
+        y, ops = _run_path(fn, (x, wq, sw, out), fp8_dot, n_passed, WHAT)
     require_one_launch(ops, _launches_of(fn, launched))
     return y, ops
 
