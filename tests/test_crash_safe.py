@@ -37,6 +37,7 @@ CASES = [
      "w4a16_decode", "check_decode", "y_ptr"),  # on the CPU the split-K path: the store is a tl.atomic_add
     ("fp8", "ex4_decode", FULL, NO_ROWS, "fp8_decode", "check_decode", "y_ptr"),
     ("fp8", "ex3_matmul", FULL, NO_ROWS, "fp8_matmul", "check_matmul", "y_ptr"),
+    ("fp8", "ex6_decode_fused", FULL, NO_ROWS, "fp8_decode_fused", "check_decode_fused", "y_ptr"),
     ("mxfp4", "ex3_decode", FULL, NO_ROWS, "mxfp4_decode", "check_decode", "y_ptr"),
     ("nvfp4", "ex3_decode", FULL, NO_ROWS, "nvfp4_decode", "check_decode", "y_ptr"),
 ]  # fmt: skip

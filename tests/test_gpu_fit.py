@@ -130,7 +130,8 @@ T4_CELLS = {
     "mxfp4": [("decode_config", "check_decode", "mxfp4_decode"), ("prefill_config", "check_prefill", "mxfp4_matmul")],
     "nvfp4": [("decode_config", "check_decode", "nvfp4_decode"), ("prefill_config", "check_prefill", "nvfp4_matmul")],
     "fp8": [("decode_config", "check_decode", "fp8_decode"), ("prefill_config", "check_matmul", "fp8_matmul"),
-            ("block_config", "check_block_matmul", "fp8_block_matmul")],
+            ("block_config", "check_block_matmul", "fp8_block_matmul"),
+            ("decode_config", "check_decode_fused", "fp8_decode_fused")],
 }  # fmt: skip
 
 
