@@ -149,6 +149,13 @@ def gemlite_peer(packed, scales, zeros, G, dtype):
     return layer, f"gemlite {gemlite.__version__}"
 
 
+def w4a16_problem(dtype):
+    """problem(M, N, K) -> a function drawing a fresh W4A16 problem's arguments (x, packed, scales, zeros, G) on the
+    GPU: what the rows' rechecks run after timing."""
+    G = w4a16.BANDWIDTH_GROUP
+    return lambda M, N, K: lambda: (*w4a16.random_problem(M, N, K, G, dtype, "cuda", checks.generator(1)), G)
+
+
 MMA_ROW = "expert w4a16 MMA decode, weight repacked at load (qmatmul/kernels/mma_decode.py, Gluon)"
 
 
@@ -160,8 +167,7 @@ def w4a16_rows(sol, record, env, quick: bool = False) -> None:
     g = checks.generator(0, "cuda")
     G = ch.BANDWIDTH_GROUP
 
-    def problem(M, N, K):
-        return lambda: (*ch.random_problem(M, N, K, G, dtype, "cuda", checks.generator(1)), G)
+    problem = w4a16_problem(dtype)
 
     def gemlite_fn(x, p, s, z, G):
         return gemlite_peer(p, s, z, G, dtype)[0](x)
@@ -368,8 +374,7 @@ def layouts_rows(sol, record, env, quick: bool = False) -> None:
     g = checks.generator(0, "cuda")
     G = ch.BANDWIDTH_GROUP
 
-    def problem(M, N, K):
-        return lambda: (*ch.random_problem(M, N, K, G, dtype, "cuda", checks.generator(1)), G)
+    problem = w4a16_problem(dtype)
 
     def learners(x, p, s, z, G):
         return sol.w4a16_mma_decode(x, mma_decode.repack(p), s, z, G, p.shape[0])
