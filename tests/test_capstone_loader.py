@@ -7,7 +7,6 @@ it (lane_decode), the repack cache with a fake repack."""
 import gc
 import json
 import shutil
-import types
 
 import pytest
 import torch
@@ -319,38 +318,13 @@ def test_decode_step_has_the_faster_decodes_rows(capsys):
     )  # the interpreter cannot run it
     runnable = [p.label for p in decode_step.paths(sol, torch.float16, "cpu")]
     assert mma.label not in runnable
-    if hasattr(sol["fp8"], "fp8_decode_fused"):  # the solution's kernel, in the interpreter
-        assert fused.skip == "" and fused.label in runnable
-        g = torch.Generator().manual_seed(0)
-        state, x = fused.make(48, 256, g), torch.randn(2, 256, generator=g).half()
-        checks.compare(
-            fused.call(x, state).float(), fused.reference(x, state).float(), what="fused", rtol=4e-3
-        )
-    else:
-        assert fused.skip == "not in the solution notebook yet" and fused.label not in runnable
+    assert fused.skip == "" and fused.label in runnable  # the solution's kernel, in the interpreter
+    g = torch.Generator().manual_seed(0)
+    state, x = fused.make(48, 256, g), torch.randn(2, 256, generator=g).half()
+    checks.compare(fused.call(x, state).float(), fused.reference(x, state).float(), what="fused", rtol=4e-3)
+    missing = {p.label: p.skip for p in decode_step.paths({}, torch.float16, "cpu", with_skipped=True)}
+    assert missing[decode_step.FP8_FUSED_LABEL] == "the fp8 solution notebook did not load"
+    assert missing[decode_step.MMA_SOLUTION_LABEL] == "the layouts solution notebook did not load"
     chosen = decode_step.runnable_paths(sol, torch.float16, ["mma_decode", "fused"], "cpu")
     assert mma.label not in [p.label for p in chosen]
     assert f"skipped: {mma.label}: {mma.skip}" in capsys.readouterr().out
-
-
-def test_decode_step_fused_row_runs_a_solutions_fp8_decode_fused():
-    """A solution notebook without fp8_decode_fused says so; one with it gets a row that matches its reference
-    (here in the interpreter: the stand-in quantizes x and calls the solution's fp8_decode)."""
-    from tools import decode_step
-
-    s8 = course.load_notebook_code("fp8", name="step_test_fp8_fused")
-    without = types.SimpleNamespace(**{k: v for k, v in vars(s8).items() if k != "fp8_decode_fused"})
-    row = next(p for p in decode_step.paths({"fp8": without}, torch.float16, "cpu", with_skipped=True)
-               if p.label == decode_step.FP8_FUSED_LABEL)  # fmt: skip
-    assert row.skip == "not in the solution notebook yet"
-    assert next(p for p in decode_step.paths({}, torch.float16, "cpu", with_skipped=True)
-                if p.label == decode_step.FP8_FUSED_LABEL).skip == "the fp8 solution notebook did not load"  # fmt: skip
-    without.fp8_decode_fused = lambda x, wq, sw, out=None: s8.fp8_decode(
-        *s8.quantize_fp8(x, (1, x.shape[1])), wq, sw
-    )
-    row = next(p for p in decode_step.paths({"fp8": without}, torch.float16, "cpu")
-               if p.label == decode_step.FP8_FUSED_LABEL)  # fmt: skip
-    g = torch.Generator().manual_seed(0)
-    state = row.make(48, 256, g)
-    x = torch.randn(2, 256, generator=g).half()
-    checks.compare(row.call(x, state).float(), row.reference(x, state).float(), what="fused row", rtol=4e-3)

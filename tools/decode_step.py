@@ -116,15 +116,12 @@ def paths(sol: dict, dtype, device: str = "cuda", with_skipped: bool = False) ->
         out.append(Path_("solution fp8_decode, x quantized by quantize_fp8 each call", "fp8", fp8.timing_weights,
                          lambda x, w: s8.fp8_decode(*fp8_x(x, s8), *w),
                          lambda x, w: fp8.reference(*fp8_x(x, s8), *w)))  # fmt: skip
-    f8, why = sol.get("fp8"), ""  # exercise 6: x quantized inside the decode kernel, one launch
-    fused = getattr(f8, "fp8_decode_fused", None)
-    if f8 is None:
-        why = "the fp8 solution notebook did not load"
-    elif fused is None:
-        why = "not in the solution notebook yet"
-    elif gpu and not fp8_dot:  # as the fp8_decode row: its FP8_DOT path
-        why = "needs a GPU of sm_89 or newer (native fp8 tl.dot)"
-    out.append(Path_(FP8_FUSED_LABEL, "fp8", fp8.timing_weights, lambda x, w: fused(x, *w),
+    f8 = sol.get(
+        "fp8"
+    )  # exercise 6: x quantized inside the decode kernel, one launch; as the fp8_decode row, FP8_DOT
+    why = ("the fp8 solution notebook did not load" if f8 is None
+           else "needs a GPU of sm_89 or newer (native fp8 tl.dot)" if gpu and not fp8_dot else "")  # fmt: skip
+    out.append(Path_(FP8_FUSED_LABEL, "fp8", fp8.timing_weights, lambda x, w: f8.fp8_decode_fused(x, *w),
                      lambda x, w: fp8.reference(*fp8_x(x, f8), *w), skip=why))  # fmt: skip
     if fp8_dot:
         out.append(Path_("torch._scaled_mm rowwise, x quantized in torch ops", "fp8", fp8.timing_weights,
@@ -135,18 +132,25 @@ def paths(sol: dict, dtype, device: str = "cuda", with_skipped: bool = False) ->
         s4 = sol["w4a16"]
         out.append(Path_("solution w4a16_decode", "w4a16", w4, lambda x, w: s4.w4a16_decode(x, *w),
                          lambda x, w: w4a16.reference(x, *w)))  # fmt: skip
-    if gpu and not mma_decode.why_not(dtype, G, 4096):
-        out.append(Path_("expert w4a16 MMA decode (Gluon, repacked at load)", "w4a16",
-                         lambda N, K, g: (lambda p, s, z, G: (p, s, z, G, mma_decode.repack(p)))(*w4(N, K, g)),
-                         lambda x, w: mma_decode.decode(x, w[4], w[1], w[2], w[3], w[0].shape[0]),
-                         lambda x, w: w4a16.reference(x, *w[:4])))  # fmt: skip
-    s6 = sol.get("layouts")
-    why = ("the layouts solution notebook did not load" if s6 is None
-           else mma_decode.why_not(dtype, G, 4096) or ("" if gpu else "needs a CUDA GPU of sm_80 or newer"))  # fmt: skip
-    out.append(Path_(MMA_SOLUTION_LABEL, "w4a16",  # the learner's repack is host code: on a CPU copy, at load
-                     lambda N, K, g: (lambda p, s, z, G: (p, s, z, G, s6.repack(p.cpu()).to(p.device)))(*w4(N, K, g)),
-                     lambda x, w: s6.w4a16_mma_decode(x, w[4], w[1], w[2], w[3], w[0].shape[0]),
-                     lambda x, w: w4a16.reference(x, *w[:4]), skip=why))  # fmt: skip
+
+    def mma_path(
+        label, repack, decode, skip=""
+    ):  # W4A16 through a Gluon MMA decode, the weight repacked at load
+        return Path_(label, "w4a16", lambda N, K, g: (lambda p, s, z, G: (p, s, z, G, repack(p)))(*w4(N, K, g)),
+                     lambda x, w: decode(x, w[4], w[1], w[2], w[3], w[0].shape[0]),
+                     lambda x, w: w4a16.reference(x, *w[:4]), skip=skip)  # fmt: skip
+
+    mma_why = mma_decode.why_not(dtype, G, 4096) or ("" if gpu else "needs a CUDA GPU of sm_80 or newer")
+    if not mma_why:
+        out.append(
+            mma_path(
+                "expert w4a16 MMA decode (Gluon, repacked at load)", mma_decode.repack, mma_decode.decode
+            )
+        )
+    s6 = sol.get("layouts")  # the learner's repack is host code: on a CPU copy
+    out.append(mma_path(MMA_SOLUTION_LABEL, lambda p: s6.repack(p.cpu()).to(p.device),
+                        lambda *a: s6.w4a16_mma_decode(*a),
+                        "the layouts solution notebook did not load" if s6 is None else mma_why))  # fmt: skip
     if gpu and dtype == torch.bfloat16:
         out.append(Path_("torch._weight_int4pack_mm (tinygemm)", "w4a16",
                          lambda N, K, g: (lambda p, s, z, G: (p, s, z, G, w4a16.tinygemm_operands(p, s, z, G)))(*w4(N, K, g)),

@@ -175,10 +175,9 @@ def references(mod, inputs: tuple, weights: list[tuple], calls: int, M: int, N: 
     """(call, its fp32 reference) for every timed call: the calls that share a weight copy in one reference matmul
     (a chapter's reference treats rows independently: each row of x, with its scale, gives one row of y), at most
     REF_ELEMENTS outputs at a time. One reference a call decoded the whole weight 400 times a batch."""
-    copies = len(weights)
+    copies, step = len(weights), max(1, REF_ELEMENTS // (M * N))
     for c in range(copies):
         idx = list(range(c, calls, copies))
-        step = max(1, REF_ELEMENTS // (M * N))
         for j in range(0, len(idx), step):
             part = idx[j : j + step]
             rows = tuple(t[part].flatten(0, 1) for t in inputs)
