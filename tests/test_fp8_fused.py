@@ -394,6 +394,68 @@ def fp8_decode_fused(x, wq, sw, out=None):
         fp8.check_decode_fused(module.fp8_decode_fused, seed=0)
 
 
+def test_one_kernel_launched_twice_earns_nothing():
+    """One kernel, two launches told apart by a flag in memory (the first pass stores the scales, the second decodes):
+    both launches have arguments of the same types, which the launch record once listed as one launch, and this
+    earned the cell's points. Every launch is counted now (demo student fp8/fused_launched_twice: the same through
+    the trusted grader)."""
+    src = (
+        _solution_source()
+        + """
+
+@triton.jit
+def two_pass_kernel(x_ptr, s_ptr, w_ptr, sw_ptr, y_ptr, M, N, K, sxm, sxk, swn, swk, sym, syn, pass_ptr,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, FP8_DOT: tl.constexpr):
+    pid_n = tl.program_id(0)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    if tl.load(pass_ptr) == 0:
+        amax = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            k = k0 + offs_k
+            x = tl.load(x_ptr + offs_m[:, None] * sxm + k[None, :] * sxk,
+                        mask=(offs_m[:, None] < M) & (k[None, :] < K), other=0.0).to(tl.float32)
+            amax = tl.maximum(amax, tl.max(tl.abs(x), axis=1))
+        tl.store(s_ptr + offs_m, tl.where(amax > 0, tl.div_rn(amax, 448.0), 1.0), mask=offs_m < M)
+    else:
+        sx = tl.load(s_ptr + offs_m, mask=offs_m < M, other=1.0)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            k = k0 + offs_k
+            x = tl.load(x_ptr + offs_m[:, None] * sxm + k[None, :] * sxk,
+                        mask=(offs_m[:, None] < M) & (k[None, :] < K), other=0.0).to(tl.float32)
+            xq = fp8.e4m3_bits(tl.div_rn(x, sx[:, None]))
+            w = tl.load(w_ptr + offs_n[None, :] * swn + k[:, None] * swk,
+                        mask=(offs_n[None, :] < N) & (k[:, None] < K), other=0)
+            if FP8_DOT:
+                acc = tl.dot(xq.to(tl.float8e4nv, bitcast=True), w.to(tl.float8e4nv, bitcast=True), acc)
+            else:
+                acc = tl.dot(e4m3_to_fp16(xq), e4m3_to_fp16(w), acc)
+        sw = tl.load(sw_ptr + offs_n, mask=offs_n < N, other=0.0)
+        tl.store(y_ptr + offs_m[:, None] * sym + offs_n[None, :] * syn,
+                 (acc * sx[:, None] * sw[None, :]).to(y_ptr.dtype.element_ty),
+                 mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+def fp8_decode_fused(x, wq, sw, out=None):
+    M, N, K, sw, out = fp8.prepare_fused(x, wq, sw, out)
+    cfg = fp8.decode_config(M, N, K, x.device.type)
+    w8, s = wq.view(torch.uint8), torch.empty(16, dtype=torch.float32, device=x.device)
+    for flag in (torch.zeros(1, dtype=torch.int32, device=x.device), torch.ones(1, dtype=torch.int32, device=x.device)):
+        two_pass_kernel[(triton.cdiv(N, cfg["BLOCK_N"]),)](
+            x, s, w8, sw, out, M, N, K, x.stride(0), x.stride(1), w8.stride(0), w8.stride(1), out.stride(0),
+            out.stride(1), flag, **cfg)
+    return out
+"""
+    )
+    module = _variant("two_passes", src)
+    x, wq, sw = fp8.random_fused_problem(5, 40, 200, torch.float16, "cpu", checks.generator(0))
+    assert torch.equal(module.fp8_decode_fused(x, wq, sw), fp8.fused_reference(x, wq, sw).half())
+    with pytest.raises(CheckFailed, match="launched 2 kernels .*`two_pass_kernel`"):
+        fp8.check_decode_fused(module.fp8_decode_fused, seed=0)
+
+
 def test_plain_division_passes_in_the_interpreter():
     """The interpreter divides exactly with `/` too: the CPU cannot tell it from tl.div_rn (the text says so)."""
     if HAS_GPU:

@@ -27,7 +27,9 @@ __all__ = [
 ]  # fmt: skip
 
 COMPILE_ENV = "QMATMUL_COMPILE_ONLY"  # the compile worker: define the kernels, never pick the interpreter
-MAX_LAUNCHES = 32  # distinct launches one call may report (kernel, argument types, constexprs)
+MAX_LAUNCHES = (
+    32  # distinct launches one call may report (kernel, argument types, constexprs), each with its count
+)
 TARGET_ARCH = 90  # compiled for sm_90 (Hopper): every feature the chapters' kernels use compiles there
 # The ops that write global memory, in Triton's IR and in Gluon's (Triton's ops, plus the NVIDIA dialect's TMA
 # stores): `tl.store`/`gl.store`, the atomics, the tensor descriptors' stores, TMA copies out of shared memory. A store
@@ -126,8 +128,12 @@ def _record(launches: list, fn, arg_names, args, kwargs) -> None:
         "args": {k: _spec(v) for k, v in bound.items()},
         "options": options,
     }
-    if entry not in launches and len(launches) < MAX_LAUNCHES:
-        launches.append(entry)
+    for seen in launches:  # a launch seen before is counted, not listed again
+        if {k: v for k, v in seen.items() if k != "count"} == entry:
+            seen["count"] += 1
+            return
+    if len(launches) < MAX_LAUNCHES:
+        launches.append({**entry, "count": 1})
 
 
 _RECORDING: list | None = None  # the launches of the call being observed (observe_launches), else None
@@ -160,7 +166,8 @@ def install() -> None:
 
 @contextlib.contextmanager
 def observe_launches():
-    """Record every kernel launch inside the block (a list of plain dicts, each distinct launch once)."""
+    """Record every kernel launch inside the block: a list of plain dicts, each distinct launch once with `count`, the
+    times it ran (the same kernel launched twice on arguments of the same types is two launches)."""
     global _RECORDING
     install()
     _RECORDING = launches = []
