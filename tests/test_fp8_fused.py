@@ -456,6 +456,67 @@ def fp8_decode_fused(x, wq, sw, out=None):
         fp8.check_decode_fused(module.fp8_decode_fused, seed=0)
 
 
+def test_a_warm_up_on_a_shapes_first_call_costs_nothing():
+    """An autotuner times its configurations on the first call of a shape (several launches), then launches once:
+    the first call's extra launches are no second pass. (The interpreter cannot run triton.autotune: a wrapper that
+    times two tile sizes itself on a shape's first call stands for it.)"""
+    src = _solution_source().replace(
+        "    w8 = wq.view(torch.uint8)\n",
+        "    w8 = wq.view(torch.uint8)\n"
+        "    if (M, N, K) not in SEEN:  # time another tile once per shape, as triton.autotune would\n"
+        "        SEEN.add((M, N, K))\n"
+        "        fp8_decode_fused_kernel[(triton.cdiv(N, cfg['BLOCK_N']),)](\n"
+        "            x, w8, sw, out, M, N, K, x.stride(0), x.stride(1), w8.stride(0), w8.stride(1), out.stride(0),\n"
+        "            out.stride(1), **{**cfg, 'BLOCK_K': cfg['BLOCK_K'] // 2})\n",
+    )
+    module = _variant("warmed", "SEEN = set()\n\n" + src)
+    fp8.check_decode_fused(module.fp8_decode_fused, seed=0)
+    fp8.check_decode_fused(module.fp8_decode_fused, hidden=True, seed=1)
+
+
+def test_scales_kept_from_a_shapes_first_call_earn_nothing():
+    """Two kernels on a shape's first call, the quantized x kept and decoded alone after: one launch on the call
+    after, with the first x's codes. The second call is on another x, and its answer is wrong."""
+    src = (
+        _solution_source()
+        + """
+
+KEPT = {}
+
+
+@triton.jit
+def quantize_rows_kernel(x_ptr, q_ptr, s_ptr, K, stride_xm, stride_xk, BLOCK_K: tl.constexpr):
+    m = tl.program_id(0)
+    offs = tl.arange(0, BLOCK_K)
+    amax = tl.zeros((BLOCK_K,), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        x = tl.load(x_ptr + m * stride_xm + (k0 + offs) * stride_xk, mask=k0 + offs < K, other=0.0).to(tl.float32)
+        amax = tl.maximum(amax, tl.abs(x))
+    a = tl.max(amax, axis=0)
+    s = tl.where(a > 0, tl.div_rn(a, 448.0), 1.0)
+    tl.store(s_ptr + m, s)
+    for k0 in range(0, K, BLOCK_K):
+        x = tl.load(x_ptr + m * stride_xm + (k0 + offs) * stride_xk, mask=k0 + offs < K, other=0.0).to(tl.float32)
+        tl.store(q_ptr + m * K + k0 + offs, fp8.e4m3_bits(tl.div_rn(x, s)), mask=k0 + offs < K)
+
+
+def fp8_decode_fused(x, wq, sw, out=None):
+    M, K = x.shape
+    if (M, K) not in KEPT:
+        q = torch.empty((M, K), dtype=torch.uint8, device=x.device)
+        s = torch.empty((M,), dtype=torch.float32, device=x.device)
+        quantize_rows_kernel[(M,)](x, q, s, K, x.stride(0), x.stride(1), BLOCK_K=128)
+        KEPT[(M, K)] = (q, s)
+    q, s = KEPT[(M, K)]
+    return fp8_decode(q.view(torch.float8_e4m3fn), s, wq, sw, out=out)
+"""
+    )
+    module = _variant("kept", src)
+    with pytest.raises(CheckFailed, match="a second call on this shape, with another x, after a first call that "
+                                          "launched 2 kernels"):  # fmt: skip
+        fp8.check_decode_fused(module.fp8_decode_fused, seed=0)
+
+
 def test_plain_division_passes_in_the_interpreter():
     """The interpreter divides exactly with `/` too: the CPU cannot tell it from tl.div_rn (the text says so)."""
     if HAS_GPU:

@@ -379,9 +379,15 @@ def _launches_of(fn, launched: list) -> list:
     return list(fn.worker.last_launches) if checks.is_remote(fn) else list(launched)
 
 
-def require_one_launch(ops, launches: list) -> None:
+def launch_count(launches: list) -> int:
+    """How many launches a call's record holds (each record's `count`, bounded below by 1 against a forged one)."""
+    return sum(c if isinstance(c := launch.get("count", 1), int) and c > 1 else 1 for launch in launches)
+
+
+def require_one_launch(ops, launches: list, first: int | None = None) -> None:
     """Fail when the call computed with PyTorch (calling quantize_fp8 on x: abs, amax, division, clamp, ...) or
-    launched more than one kernel (each launch counted, the same kernel twice too)."""
+    launched more than one kernel (each launch counted, the same kernel twice too). first: the launches of the call
+    before it on the same shape, where this is that second call."""
     computed = sorted(
         {op.name for op in ops if op.name not in checks.MEMORY_OPS and op.name not in checks.MATMUL_OPS}
     )
@@ -392,18 +398,22 @@ def require_one_launch(ops, launches: list) -> None:
             f"launches this exercise removes, so this cell earns nothing. {ONE_LAUNCH}"
         )
     names = [str(launch.get("name", "?")) for launch in launches]
-    times = sum(c if isinstance(c := launch.get("count", 1), int) and c > 1 else 1 for launch in launches)
+    times = launch_count(launches)
     if times > 1:
+        how = (
+            f"{times} kernels"
+            if first is None
+            else f"{first} kernels on its first call of this shape and {times} on a second"
+        )
         raise CheckFailed(
-            f"{WHAT} launched {times} kernels ({', '.join(f'`{n}`' for n in names[:4])}): the quantized x and "
-            f"its scales went through memory between them, so this cell earns nothing. {ONE_LAUNCH}"
+            f"{WHAT} launched {how} ({', '.join(f'`{n}`' for n in names[:4])}): the quantized x "
+            f"and its scales went through memory between them, so this cell earns nothing. {ONE_LAUNCH}"
         )
 
 
-def run_fused(fn, x, wq, sw, out, fp8_dot: bool, n_passed: int):
-    """One audited call on a path: (y, ops), after require_one_launch."""
-    remote = checks.is_remote(fn)
-    if remote:
+def _observed(fn, x, wq, sw, out, fp8_dot: bool, n_passed: int):
+    """One audited call on a path: (y, ops, the launches it made)."""
+    if checks.is_remote(fn):
         observe = contextlib.nullcontext([])
     else:
         from qmatmul.grader import kernels
@@ -411,8 +421,38 @@ def run_fused(fn, x, wq, sw, out, fp8_dot: bool, n_passed: int):
         observe = kernels.observe_launches()
     with observe as launched:
         y, ops = _run_path(fn, (x, wq, sw, out), fp8_dot, n_passed, WHAT)
-    require_one_launch(ops, _launches_of(fn, launched))
+    return y, ops, _launches_of(fn, launched)
+
+
+def run_fused(fn, x, wq, sw, out, fp8_dot: bool, n_passed: int):
+    """One audited call on a path: (y, ops), after require_one_launch. A call that launched more than one kernel is
+    followed by a second call on the same shape with other values of x, whose launches then count: what runs only
+    the first time a shape is seen (an autotuner timing its configurations) is no second pass, while a kernel
+    launched twice a call launches twice again, and scales or codes kept from the first call answer the second x
+    wrongly (its rows' magnitudes are other ones)."""
+    y, ops, launches = _observed(fn, x, wq, sw, out, fp8_dot, n_passed)
+    require_one_launch(ops, [])
+    if launch_count(launches) > 1:
+        _second_call(fn, x, wq, sw, fp8_dot, n_passed, first=launch_count(launches))
     return y, ops
+
+
+def _second_call(fn, x, wq, sw, fp8_dot: bool, n_passed: int, first: int) -> None:
+    M, K = x.shape
+    N = wq.shape[0]
+    g = checks.generator(M * 65537 + K)
+    x2 = random_matrix(M, K, g).mul_(torch.rand(M, 1, generator=g) * 8 + 0.1).clamp(-6e4, 6e4).to(x.dtype)
+    x2 = x2.to(x.device)
+    full, out2 = common.poisoned_out(M, N, x.dtype, x.device.type, strided=False)
+    inputs = dict(x=x2, wq=wq, sw=sw)
+    before = checks.snapshot(inputs)
+    y2, ops2, launches2 = _observed(fn, x2, wq, sw, out2, fp8_dot, n_passed)
+    require_one_launch(ops2, launches2, first=first)
+    ctx = (f" (M={M}, N={N}, K={K}: a second call on this shape, with another x, after a first call that launched "
+           f"{first} kernels)")  # fmt: skip
+    checks.verify_kernel_result(y2, ops2, what=WHAT, inputs=inputs, before=before, out=out2, full=full,
+                                weight_shape=(N, K), dtype=x.dtype, expected=fused_reference(x2, wq, sw),
+                                mistakes=[], ctx=ctx)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------------------
