@@ -378,6 +378,9 @@ def step_table(rows) -> list[str]:
     steps = [r for r in rows if r.get("kind") == LLAMA_KIND]
     if not steps:
         return []
+    # by layout and M, bf16 first, then fastest first (the rows of several runs merged in one file)
+    steps.sort(key=lambda r: (r["layout"] != "7 Linears", r["M"], not r["label"].startswith("bf16"),
+                              r.get("us", float("inf"))))  # fmt: skip
     lines = [f"{LLAMA_KIND}: µs per block ({STEP_TIMING}); floor: the bytes at the copy bandwidth", "",
              "| layout | M | path | µs graph | µs eager | floor µs | × bf16 graph | × bf16 eager |",
              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
