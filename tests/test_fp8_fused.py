@@ -357,12 +357,8 @@ def test_a_wrapper_that_quantizes_with_pytorch_earns_nothing():
         fp8.check_decode_fused(module.fp8_decode_fused, seed=0)
 
 
-def test_two_kernel_launches_earn_nothing():
-    """A quantizing kernel of the learner's own, then exercise 4's decode: right numbers, two launches."""
-    src = (
-        _solution_source()
-        + """
-
+# A quantizing kernel of the learner's own (the tests of more than one launch)
+_QUANTIZE_ROWS = """
 @triton.jit
 def quantize_rows_kernel(x_ptr, q_ptr, s_ptr, K, stride_xm, stride_xk, BLOCK_K: tl.constexpr):
     m = tl.program_id(0)
@@ -378,6 +374,16 @@ def quantize_rows_kernel(x_ptr, q_ptr, s_ptr, K, stride_xm, stride_xk, BLOCK_K: 
         x = tl.load(x_ptr + m * stride_xm + (k0 + offs) * stride_xk, mask=k0 + offs < K, other=0.0).to(tl.float32)
         tl.store(q_ptr + m * K + k0 + offs, fp8.e4m3_bits(tl.div_rn(x, s)), mask=k0 + offs < K)
 
+"""
+
+
+def test_two_kernel_launches_earn_nothing():
+    """A quantizing kernel of the learner's own, then exercise 4's decode: right numbers, two launches."""
+    src = (
+        _solution_source()
+        + """
+
+{QUANTIZE_ROWS}
 
 def fp8_decode_fused(x, wq, sw, out=None):
     M, K = x.shape
@@ -387,7 +393,7 @@ def fp8_decode_fused(x, wq, sw, out=None):
     return fp8_decode(q.view(torch.float8_e4m3fn), s, wq, sw, out=out)
 """
     )
-    module = _variant("two_launches", src)
+    module = _variant("two_launches", src.replace("{QUANTIZE_ROWS}", _QUANTIZE_ROWS))
     x, wq, sw = fp8.random_fused_problem(5, 40, 200, torch.float16, "cpu", checks.generator(0))
     assert torch.equal(module.fp8_decode_fused(x, wq, sw), fp8.fused_reference(x, wq, sw).half())
     with pytest.raises(CheckFailed, match="launched 2 kernels .*`quantize_rows_kernel`, `fp8_decode_kernel`"):
@@ -484,21 +490,7 @@ def test_scales_kept_from_a_shapes_first_call_earn_nothing():
 KEPT = {}
 
 
-@triton.jit
-def quantize_rows_kernel(x_ptr, q_ptr, s_ptr, K, stride_xm, stride_xk, BLOCK_K: tl.constexpr):
-    m = tl.program_id(0)
-    offs = tl.arange(0, BLOCK_K)
-    amax = tl.zeros((BLOCK_K,), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        x = tl.load(x_ptr + m * stride_xm + (k0 + offs) * stride_xk, mask=k0 + offs < K, other=0.0).to(tl.float32)
-        amax = tl.maximum(amax, tl.abs(x))
-    a = tl.max(amax, axis=0)
-    s = tl.where(a > 0, tl.div_rn(a, 448.0), 1.0)
-    tl.store(s_ptr + m, s)
-    for k0 in range(0, K, BLOCK_K):
-        x = tl.load(x_ptr + m * stride_xm + (k0 + offs) * stride_xk, mask=k0 + offs < K, other=0.0).to(tl.float32)
-        tl.store(q_ptr + m * K + k0 + offs, fp8.e4m3_bits(tl.div_rn(x, s)), mask=k0 + offs < K)
-
+{QUANTIZE_ROWS}
 
 def fp8_decode_fused(x, wq, sw, out=None):
     M, K = x.shape
@@ -511,7 +503,7 @@ def fp8_decode_fused(x, wq, sw, out=None):
     return fp8_decode(q.view(torch.float8_e4m3fn), s, wq, sw, out=out)
 """
     )
-    module = _variant("kept", src)
+    module = _variant("kept", src.replace("{QUANTIZE_ROWS}", _QUANTIZE_ROWS))
     with pytest.raises(CheckFailed, match="a second call on this shape, with another x, after a first call that "
                                           "launched 2 kernels"):  # fmt: skip
         fp8.check_decode_fused(module.fp8_decode_fused, seed=0)
