@@ -474,3 +474,16 @@ IR = """module attributes {"ttg.num-warps" = 4 : i32} {
 def test_stores_reads_the_ops_not_the_strings(op, writes):
     """kernels.stores: an op that writes global memory, where the IR states an op; never a file name or message."""
     assert kernels.stores(IR.replace("STORE", op)) is writes
+
+
+def test_what_the_layouts_chapter_gives_is_read_as_functions_only():
+    """reach.given_functions over the layouts chapter's GIVEN, which holds NO_GLUON (what the notebook binds to `gluon`
+    without Gluon: an object that answers every attribute with itself). On the H200 it was read as a function whose
+    file name was NO_GLUON again, and the grader's TypeError cost the kernel cell its points (2026-12-05); a CPU never
+    got there (the kernel cells skip)."""
+    from qmatmul import layouts
+    from qmatmul.grader import reach
+
+    got = reach.given_functions(layouts.GIVEN)
+    assert "qmatmul.scaffold.layouts.prepare" in got
+    assert all(name.startswith("qmatmul.") for name in got)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import types
 from pathlib import Path
 
 __all__ = [
@@ -54,15 +55,19 @@ def given_codes(given: dict[str, list[str]]) -> set:
             while obj is not None and not hasattr(obj, "__code__") and hasattr(obj, "fn"):
                 obj = obj.fn  # a JIT function: the Python function it wraps
             code = getattr(obj, "__code__", None)
-            if code is not None:
+            if isinstance(
+                code, types.CodeType
+            ):  # not an object that answers every attribute (layouts.NO_GLUON)
                 codes.add(code)
     return codes
 
 
 def given_functions(given: dict[str, list[str]]) -> set[str]:
     """What the chapter gives, as "module.function" where each function's code lives (the form course_frames and a
-    launch's recorded callers take): `w8a16.as_16bit` is "qmatmul.kernels.gemm.as_16bit"."""
-    return {f"{module_of(code.co_filename)}.{code.co_name}" for code in given_codes(given)}
+    launch's recorded callers take): `w8a16.as_16bit` is "qmatmul.kernels.gemm.as_16bit". What it gives of triton's own
+    (Gluon's `mma_v2`) lives outside the package and is no course function."""
+    return {f"{module}.{code.co_name}" for code in given_codes(given)
+            if (module := module_of(code.co_filename)) is not None}  # fmt: skip
 
 
 def within_given(frame, codes: set) -> bool:
