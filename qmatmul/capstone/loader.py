@@ -2,10 +2,11 @@
 
 `load_kernels()` reads the learner's finished chapter notebooks (../<chapter>/<chapter>.ipynb beside the capstone's),
 checks each quantizer and kernel on a tiny problem, and falls back to the course's reference path (PyTorch:
-dequantize, then matmul) for any that is missing or wrong, saying so. Two faster decodes replace a chapter's where they
-exist and pass the same check: FP8's `fp8_decode_fused` (the activation quantized inside the kernel, one launch), and
-the layouts chapter's Gluon `w4a16_mma_decode` for W4A16 (on a CUDA GPU of sm_80+ with Gluon; the weight repacked once,
-at load: RepackedDecode), chapter 2's decode taking what that kernel cannot.
+dequantize, then matmul) for any that is missing or wrong, saying so. The layouts chapter's Gluon `w4a16_mma_decode`
+replaces W4A16's decode where it passes the same check (on a CUDA GPU of sm_80+ with Gluon; the weight repacked once,
+at load: RepackedDecode), chapter 2's decode taking what that kernel cannot. FP8's `fp8_decode_fused` (the activation
+quantized inside the kernel, one launch) is the decode only where the notebook's `fp8_decode` is missing or wrong: on
+the H200 it ran slower than quantizing x once and calling `fp8_decode`.
 """
 
 from __future__ import annotations
@@ -191,19 +192,26 @@ def _reason(exc: CheckFailed, exercise) -> str:
     return f"exercise {exercise} fails a quick self-check: {text.splitlines()[0][:140]}"
 
 
-def _fp8_fused(
-    fn: Callable, quantize_act: Callable, device: str, decodes: bool
-) -> tuple[Callable | None, str]:
+def _fp8_fused(fn: Callable, quantize_act: Callable, device: str) -> tuple[Callable | None, str]:
     """(FP8's decode as the learner's fp8_decode_fused, the line that says so), or (None, why not) where it fails the
-    self-check (decodes: whether the notebook's fp8_decode passed, and stays the decode)."""
+    self-check. Asked only where the notebook's fp8_decode is missing or wrong."""
     name, exercise = FP8_FUSED
     adapted = _adapt("fp8", "decode", fn, quantize_act, quantizes_x=True)
     try:
         _self_check("fp8", "decode", adapted, device)
     except CheckFailed as exc:
-        instead = "quantizes x, then calls your `fp8_decode`" if decodes else "is the reference path"
-        return None, f"`{name}` not used ({_reason(exc, exercise)}); the decode {instead}"
-    return adapted, f"the decode kernel is your `{name}` (x quantized inside the kernel: one launch)"
+        return None, f"`{name}` not used either ({_reason(exc, exercise)}); the decode is the reference path"
+    return (
+        adapted,
+        f"the decode kernel is your `{name}` (x quantized inside the kernel), as your `fp8_decode` fails",
+    )
+
+
+# Why a working fp8_decode_fused is not the decode where fp8_decode works: measured (docs/decode-step-h200.md).
+FUSED_NOT_TAKEN = (
+    "`fp8_decode_fused` is not used: quantizing x once, then your `fp8_decode`, ran faster on the H200 (every "
+    "program of the one-launch kernel quantizes all of x again; docs/decode-step-h200.md)"
+)
 
 
 def _layouts_why_not(device: str) -> str:
@@ -261,7 +269,7 @@ def load_kernels(folder=None, formats=FORMATS, *, device: str | None = None, ver
     folder: where the chapter folders are (default: $QMATMUL_KERNEL_NOTEBOOKS, else the folder above the
     current one, i.e. notebooks/ when this notebook runs in notebooks/capstone/). Each function is checked on
     a small problem; a missing, unfinished or wrong one is replaced by the course's reference path, and a line
-    says which and why. FP8's decode is `fp8_decode_fused` where the notebook has one that passes; W4A16's is the
+    says which and why. FP8's decode is `fp8_decode_fused` only where `fp8_decode` fails and it passes; W4A16's is the
     layouts chapter's (folder/layouts/layouts.ipynb) where this machine runs it and it passes (RepackedDecode).
     Returns {format: KernelSet} (register it with use_kernels).
     """
@@ -298,12 +306,14 @@ def load_kernels(folder=None, formats=FORMATS, *, device: str | None = None, ver
             if fmt == "fp8" and part == "quantize":
                 quantize_act = lambda x, fn=fn: fn(x, (1, x.shape[1]))  # noqa: E731
         fused = getattr(module, FP8_FUSED[0], None) if fmt == "fp8" else None
-        if fused is not None:
-            adapted, note = _fp8_fused(fused, quantize_act, device, decodes="decode" not in problems)
+        if fused is not None and "decode" in problems:  # a kernel of the learner's before the reference path
+            adapted, note = _fp8_fused(fused, quantize_act, device)
             if adapted is not None:
                 parts["decode"], source["decode"] = adapted, f"yours ({FP8_FUSED[0]})"
                 problems.pop("decode", None)
             notes.append(note)
+        elif fused is not None:
+            notes.append(FUSED_NOT_TAKEN)
         sets[fmt] = KernelSet(fmt, parts["quantize"], parts["prefill"], parts["decode"], source)
         if not problems:
             lines.append(f"{label}: your quantizer, prefill and decode kernels from {shown}")
