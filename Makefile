@@ -10,7 +10,7 @@ export VIRTUAL_ENV := $(abspath $(VENV))
 ASSIGNMENTS := $(notdir $(wildcard solutions/*))
 
 .PHONY: help setup system-deps release demo autograde gradebook feedback exchange students hand-out collect \
-	hand-back export test lint format mutate gpu-check gpu-demo bench figures clean
+	hand-back export test lint format mutate gpu-test gpu-check gpu-demo bench figures clean
 # SANDBOX=1: grade untrusted submissions in bubblewrap (no network, no other students' files, no gradebook).
 SANDBOX_FLAG := $(if $(filter 1,$(SANDBOX)),--sandbox,)
 # The sandbox is also a config value nbgrader_config.py reads from QMATMUL_SANDBOX, so every path honours it.
@@ -47,6 +47,7 @@ help:
 	@echo "                (ASSIGNMENT=w8a16 picks one chapter for autograde, gradebook, feedback and export too)"
 	@echo "make format     ruff format + fixes, and strip outputs from every notebook"
 	@echo "make mutate     mutation-test the grader on every solution (kill rate per chapter)"
+	@echo "make gpu-test   on a CUDA GPU: the GPU's tests (make test hides a GPU: its suite runs in the interpreter)"
 	@echo "make gpu-check  on a CUDA GPU: grade the solution and the demo class's code with the checks directly"
 	@echo "make gpu-demo   on a CUDA GPU without the venv: the demo class through nbgrader with the machine's python"
 	@echo "make bench      on a CUDA GPU: solution kernels beside PyTorch's paths; table in build/bench/bench.md"
@@ -109,8 +110,10 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# The suite is the interpreter's (CPU tensors, Triton's interpreter): on a machine with a CUDA GPU it is hidden, so
+# `make test` runs there as in CI. The GPU's own tests: `make gpu-test`.
 test: lint
-	$(BIN)/python -m pytest -q
+	CUDA_VISIBLE_DEVICES= $(BIN)/python -m pytest -q
 
 format: setup
 	$(BIN)/ruff format .
@@ -121,6 +124,9 @@ mutate: setup
 	$(BIN)/python -m autograder.mutate
 
 # The GPU targets use the machine's own python (its CUDA torch), not the CPU venv.
+gpu-test:
+	$(PYTHON) -m pytest -q -n 0 -p no:cacheprovider tests/test_gpu.py tests/test_mma_decode.py
+
 gpu-check:
 	$(PYTHON) -m autograder.grade_direct
 
