@@ -10,7 +10,8 @@ qmatmul/checks/fp8_casts.py the checks of exercises 1 and 2: the saturating cast
 qmatmul/checks/fp8.py       the checks of exercises 3 and 4 (the GEMM, the decode kernel): grading shapes and
                             thresholds, test inputs, known mistakes, the timed problem
 qmatmul/checks/fp8_block.py the checks of exercise 5 (the block-scaled GEMM): its inputs, mistakes and probes
-qmatmul/checks/fp8_fused.py the checks of exercise 6 (the decode that quantizes x itself): its inputs, mistakes,
+qmatmul/checks/fp8_fused.py the checks of exercise 6 (the decode that quantizes x itself; its probes in
+                            qmatmul/checks/fp8_probes.py): its inputs, mistakes,
                             the probes that read the quantization back bit for bit, the one-launch audit
 qmatmul/teaching/fp8.py     the bits explorer, the bytes per weight, the granularity figure, the predictions,
                             the comparison of the paths
@@ -62,14 +63,13 @@ from qmatmul.checks.fp8_casts import (
     pitfall_matrix,
 )
 from qmatmul.checks.fp8_fused import (
-    PROBE_ROWS,
     check_decode_fused,
     fused_mistakes,
     fused_reference,
-    probe_problem,
     quantization_models,
 )
 from qmatmul.checks.fp8_fused import random_problem as random_fused_problem
+from qmatmul.checks.fp8_probes import PROBE_ROWS, probe_problem
 from qmatmul.formats.fp8 import (
     E4M3,
     E4M3_MAX,

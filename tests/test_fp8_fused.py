@@ -12,7 +12,7 @@ import torch
 from conftest import HAS_GPU
 
 from qmatmul import checks, fp8
-from qmatmul.checks import CheckFailed, fp8_fused
+from qmatmul.checks import CheckFailed, fp8_fused, fp8_probes
 
 E4M3 = torch.float8_e4m3fn
 
@@ -133,8 +133,8 @@ def test_every_known_mistake_differs_from_the_reference_on_the_probes(device, dt
     mistake's output differs from the reference in some output's bits, for every BLOCK_K from 16 to 1024 shorter
     than K, and the first mistake that matches it bit for bit is one of its own name (a name is never shadowed; the
     BLOCK_K it names may be another one of the same output, the check lists the launch's own first)."""
-    K = fp8_fused.probe_k(device)
-    for M in fp8_fused.PROBE_MS:
+    K = fp8_probes.probe_k(device)
+    for M in fp8_probes.PROBE_MS:
         x, wq, sw, ref, mistakes = _probe_outputs(M, K, dtype, device)
         names = {m.name for m in mistakes}
         assert any("first K tile only (BLOCK_K = 1024)" in n for n in names) == (K > 1024)
@@ -163,14 +163,14 @@ def test_the_probe_rows_are_what_their_comment_says():
         amax = xf.abs().amax(dim=1)
         nonzero = amax > 0
         last = nonzero.clone()
-        last[fp8_fused.FIRST_AMAX_ROW] = False
+        last[fp8_probes.FIRST_AMAX_ROW] = False
         assert torch.equal(xf[last, K - 1].abs(), amax[last]) and int((~nonzero).sum()) == 1
-        r = fp8_fused.FIRST_AMAX_ROW
+        r = fp8_probes.FIRST_AMAX_ROW
         assert xf[r, 0].abs() == amax[r] and (xf[r, 1:].abs() < amax[r]).all()
         assert torch.equal(x.half().float(), xf)
         s = torch.where(amax > 0, amax / 448, torch.ones_like(amax))
         midpoint_rows = 0
-        for r, (row_amax, _) in enumerate(fp8_fused.PROBE_ROWS):
+        for r, (row_amax, _) in enumerate(fp8_probes.PROBE_ROWS):
             if row_amax and math.log2(abs(row_amax) / 31).is_integer():  # a midpoint row: amax 31 · 2^e
                 midpoint_rows += 1
                 v = xf[r] / s[r]
