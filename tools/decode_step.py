@@ -116,9 +116,8 @@ def paths(sol: dict, dtype, device: str = "cuda", with_skipped: bool = False) ->
         out.append(Path_("solution fp8_decode, x quantized by quantize_fp8 each call", "fp8", fp8.timing_weights,
                          lambda x, w: s8.fp8_decode(*fp8_x(x, s8), *w),
                          lambda x, w: fp8.reference(*fp8_x(x, s8), *w)))  # fmt: skip
-    f8 = sol.get(
-        "fp8"
-    )  # exercise 6: x quantized inside the decode kernel, one launch; as the fp8_decode row, FP8_DOT
+    # exercise 6: x quantized inside the decode kernel, one launch; on the fp8_decode row's path (FP8_DOT)
+    f8 = sol.get("fp8")
     why = ("the fp8 solution notebook did not load" if f8 is None
            else "needs a GPU of sm_89 or newer (native fp8 tl.dot)" if gpu and not fp8_dot else "")  # fmt: skip
     out.append(Path_(FP8_FUSED_LABEL, "fp8", fp8.timing_weights, lambda x, w: f8.fp8_decode_fused(x, *w),
@@ -133,9 +132,8 @@ def paths(sol: dict, dtype, device: str = "cuda", with_skipped: bool = False) ->
         out.append(Path_("solution w4a16_decode", "w4a16", w4, lambda x, w: s4.w4a16_decode(x, *w),
                          lambda x, w: w4a16.reference(x, *w)))  # fmt: skip
 
-    def mma_path(
-        label, repack, decode, skip=""
-    ):  # W4A16 through a Gluon MMA decode, the weight repacked at load
+    def mma_path(label, repack, decode, skip=""):
+        """W4A16 through a Gluon MMA decode, the weight repacked at load."""
         return Path_(label, "w4a16", lambda N, K, g: (lambda p, s, z, G: (p, s, z, G, repack(p)))(*w4(N, K, g)),
                      lambda x, w: decode(x, w[4], w[1], w[2], w[3], w[0].shape[0]),
                      lambda x, w: w4a16.reference(x, *w[:4]), skip=skip)  # fmt: skip

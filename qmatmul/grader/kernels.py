@@ -27,9 +27,8 @@ __all__ = [
 ]  # fmt: skip
 
 COMPILE_ENV = "QMATMUL_COMPILE_ONLY"  # the compile worker: define the kernels, never pick the interpreter
-MAX_LAUNCHES = (
-    32  # distinct launches one call may report (kernel, argument types, constexprs), each with its count
-)
+# Distinct launches one call may report (kernel, argument types, constexprs), each with its count
+MAX_LAUNCHES = 32
 TARGET_ARCH = 90  # compiled for sm_90 (Hopper): every feature the chapters' kernels use compiles there
 # The ops that write global memory, in Triton's IR and in Gluon's (Triton's ops, plus the NVIDIA dialect's TMA
 # stores): `tl.store`/`gl.store`, the atomics, the tensor descriptors' stores, TMA copies out of shared memory. A store

@@ -55,9 +55,8 @@ def given_codes(given: dict[str, list[str]]) -> set:
             while obj is not None and not hasattr(obj, "__code__") and hasattr(obj, "fn"):
                 obj = obj.fn  # a JIT function: the Python function it wraps
             code = getattr(obj, "__code__", None)
-            if isinstance(
-                code, types.CodeType
-            ):  # not an object that answers every attribute (layouts.NO_GLUON)
+            # a code object, not an object that answers every attribute with itself (layouts.NO_GLUON)
+            if isinstance(code, types.CodeType):
                 codes.add(code)
     return codes
 
