@@ -3,7 +3,7 @@
 qmatmul/formats/fp8.py      the format: saturating cast, block scales, quantizer, dequantizer, references,
                             bytes moved (with the roofline model's dense bytes and flops)
 qmatmul/scaffold/fp8.py     what the learner's code calls, in the learner's process: prepare, prepare_block,
-                            prepare_fused, the launch configurations, the path they choose (use_path forces
+                            prepare_fused, prepare_rows, the launch configurations, the path they choose (use_path forces
                             one), the exact e4m3 encoder e4m3_bits; its __all__ is the chapter's GIVEN
 qmatmul/checks/fp8_casts.py the checks of exercises 1 and 2: the saturating cast, the quantizer (graded under
                             NonSaturatingCasts), the e4m3 -> fp16 decoder
@@ -13,6 +13,8 @@ qmatmul/checks/fp8_block.py the checks of exercise 5 (the block-scaled GEMM): it
 qmatmul/checks/fp8_fused.py the checks of exercise 6 (the decode that quantizes x itself; its probes in
                             qmatmul/checks/fp8_probes.py): its inputs, mistakes,
                             the probes that read the quantization back bit for bit, the one-launch audit
+qmatmul/checks/fp8_rows.py  the check of exercise 7 (the activation quantized once, one program a row): codes and
+                            scales bit for bit, exercise 6's probes, mistakes and audit
 qmatmul/teaching/fp8.py     the bits explorer, the bytes per weight, the granularity figure, the predictions,
                             the comparison of the paths
 """
@@ -70,6 +72,7 @@ from qmatmul.checks.fp8_fused import (
 )
 from qmatmul.checks.fp8_fused import random_problem as random_fused_problem
 from qmatmul.checks.fp8_probes import PROBE_ROWS, probe_problem
+from qmatmul.checks.fp8_rows import check_quantize_rows
 from qmatmul.formats.fp8 import (
     E4M3,
     E4M3_MAX,
@@ -104,6 +107,8 @@ from qmatmul.scaffold.fp8 import (
     prepare,
     prepare_block,
     prepare_fused,
+    prepare_rows,
+    rows_config,
     use_path,
 )
 from qmatmul.teaching.fp8 import (
@@ -129,7 +134,7 @@ __all__ = [
     "naive", "normalize_block", "quantize", "reference", "saturate", "scaled_mm", "bytes_moved_dense", "flops",
     # qmatmul/scaffold/fp8.py
     "block_config", "decode_config", "e4m3_bits", "has_fp8_dot", "imprecise_fp8_accumulation", "out_dtype",
-    "prefill_config", "prepare", "prepare_block", "prepare_fused", "use_path",
+    "prefill_config", "prepare", "prepare_block", "prepare_fused", "prepare_rows", "rows_config", "use_path",
     # qmatmul/checks/fp8_casts.py
     "NonSaturatingCasts", "check_decoder", "check_quantizer", "check_quantizers", "check_saturate", "pitfall_matrix",
     # qmatmul/checks/fp8_block.py
@@ -137,6 +142,8 @@ __all__ = [
     # qmatmul/checks/fp8_fused.py
     "PROBE_ROWS", "check_decode_fused", "fused_mistakes", "fused_reference", "probe_problem", "quantization_models",
     "random_fused_problem",
+    # qmatmul/checks/fp8_rows.py
+    "check_quantize_rows",
     # qmatmul/checks/fp8.py
     "ACCUMULATION_MISTAKE", "BANDWIDTH_MS", "BANDWIDTH_SHAPE", "BANDWIDTH_THRESHOLD", "FOLDED", "PATH_NAMES",
     "PREFILL_SHAPE", "PREFILL_THRESHOLD", "accumulation_hint", "accumulation_problem",

@@ -300,18 +300,20 @@ def launch_count(launches: list) -> int:
     return sum(c if isinstance(c := launch.get("count", 1), int) and c > 1 else 1 for launch in launches)
 
 
-def require_one_launch(ops, launches: list, first: int | None = None) -> None:
+def require_one_launch(ops, launches: list, first: int | None = None, *, what: str = WHAT,
+                       advice: str = ONE_LAUNCH) -> None:  # fmt: skip
     """Fail when the call computed with PyTorch (calling quantize_fp8 on x: abs, amax, division, clamp, ...) or
     launched more than one kernel (each launch counted, the same kernel twice too). first: the launches of the call
-    before it on the same shape, where this is that second call."""
+    before it on the same shape, where this is that second call. what, advice: the exercise's function and how to
+    do it in one launch (exercise 6's by default; exercise 7's in qmatmul/checks/fp8_rows.py)."""
     computed = sorted(
         {op.name for op in ops if op.name not in checks.MEMORY_OPS and op.name not in checks.MATMUL_OPS}
     )
     if computed:
         raise CheckFailed(
-            f"{WHAT} computed with PyTorch outside its kernel ({', '.join('torch.' + c for c in computed[:8])}"
+            f"{what} computed with PyTorch outside its kernel ({', '.join('torch.' + c for c in computed[:8])}"
             f"{', ...' if len(computed) > 8 else ''}): x quantized so, as quantize_fp8 does, is the string of small "
-            f"launches this exercise removes, so this cell earns nothing. {ONE_LAUNCH}"
+            f"launches this exercise removes, so this cell earns nothing. {advice}"
         )
     names = [str(launch.get("name", "?")) for launch in launches]
     times = launch_count(launches)
@@ -322,13 +324,13 @@ def require_one_launch(ops, launches: list, first: int | None = None) -> None:
             else f"{first} kernels on its first call of this shape and {times} on a second"
         )
         raise CheckFailed(
-            f"{WHAT} launched {how} ({', '.join(f'`{n}`' for n in names[:4])}): the quantized x "
-            f"and its scales went through memory between them, so this cell earns nothing. {ONE_LAUNCH}"
+            f"{what} launched {how} ({', '.join(f'`{n}`' for n in names[:4])}): the quantized x "
+            f"and its scales went through memory between them, so this cell earns nothing. {advice}"
         )
 
 
-def _observed(fn, x, wq, sw, out, fp8_dot: bool, n_passed: int):
-    """One audited call on a path: (y, ops, the launches it made)."""
+def _observed(fn, run):
+    """run() -> (result, ops), its launches recorded: (result, ops, the launches it made)."""
     if checks.is_remote(fn):
         observe = contextlib.nullcontext([])
     else:
@@ -336,39 +338,63 @@ def _observed(fn, x, wq, sw, out, fp8_dot: bool, n_passed: int):
 
         observe = kernels.observe_launches()
     with observe as launched:
-        y, ops = _run_path(fn, (x, wq, sw, out), fp8_dot, n_passed, WHAT)
+        y, ops = run()
     return y, ops, _launches_of(fn, launched)
 
 
-def run_fused(fn, x, wq, sw, out, fp8_dot: bool, n_passed: int):
-    """One audited call on a path: (y, ops), after require_one_launch. A call that launched more than one kernel is
-    followed by a second call on the same shape with other values of x, whose launches then count: what runs only
-    the first time a shape is seen (an autotuner timing its configurations) is no second pass, while a kernel
-    launched twice a call launches twice again, and scales or codes kept from the first call answer the second x
-    wrongly (its rows' magnitudes are other ones)."""
-    y, ops, launches = _observed(fn, x, wq, sw, out, fp8_dot, n_passed)
-    require_one_launch(ops, [])
-    if launch_count(launches) > 1:
-        _second_call(fn, x, wq, sw, fp8_dot, n_passed, first=launch_count(launches))
+def another_x(x: torch.Tensor) -> torch.Tensor:
+    """x's shape, dtype and device with other values (rows of other magnitudes), drawn from the shape alone."""
+    M, K = x.shape
+    g = checks.generator(M * 65537 + K)
+    x2 = random_matrix(M, K, g).mul_(torch.rand(M, 1, generator=g) * 8 + 0.1).clamp(-6e4, 6e4).to(x.dtype)
+    return x2.to(x.device)
+
+
+def audited_call(fn, args: tuple, kwargs: dict, *, what: str, advice: str, second, run=None):
+    """One audited call fn(*args, **kwargs) (x first): its result, after require_one_launch. A call that launched
+    more than one kernel is followed by a second call on the same shape with another x (another_x), whose launches
+    then count: what runs only the first time a shape is seen (an autotuner timing its configurations) is no second
+    pass, while a kernel launched twice a call launches twice again, and scales or codes kept from the first call
+    answer the second x wrongly. second(x2, first) -> (that call's kwargs, verify(result, ops)): its outputs and its
+    check (first: how many kernels the first call launched).
+    run(args, kwargs) -> (result, ops): how a call is made (default checks.run_audited)."""
+    run = run or (lambda a, kw: checks.run_audited(fn, *a, what=what, **kw))
+    y, ops, launches = _observed(fn, lambda: run(args, kwargs))
+    require_one_launch(ops, [], what=what, advice=advice)
+    first = launch_count(launches)
+    if first > 1:
+        x2 = another_x(args[0])
+        kwargs2, verify2 = second(x2, first)
+        y2, ops2, launches2 = _observed(fn, lambda: run((x2, *args[1:]), kwargs2))
+        require_one_launch(ops2, launches2, first=first, what=what, advice=advice)
+        verify2(y2, ops2)
     return y, ops
 
 
-def _second_call(fn, x, wq, sw, fp8_dot: bool, n_passed: int, first: int) -> None:
+def run_fused(fn, x, wq, sw, out, fp8_dot: bool, n_passed: int):
+    """One audited call of exercise 6's function on a path: (y, ops) (audited_call; its second call's output must
+    equal the reference for its x)."""
     M, K = x.shape
     N = wq.shape[0]
-    g = checks.generator(M * 65537 + K)
-    x2 = random_matrix(M, K, g).mul_(torch.rand(M, 1, generator=g) * 8 + 0.1).clamp(-6e4, 6e4).to(x.dtype)
-    x2 = x2.to(x.device)
-    full, out2 = common.poisoned_out(M, N, x.dtype, x.device.type, strided=False)
-    inputs = dict(x=x2, wq=wq, sw=sw)
-    before = checks.snapshot(inputs)
-    y2, ops2, launches2 = _observed(fn, x2, wq, sw, out2, fp8_dot, n_passed)
-    require_one_launch(ops2, launches2, first=first)
-    ctx = (f" (M={M}, N={N}, K={K}: a second call on this shape, with another x, after a first call that launched "
-           f"{first} kernels)")  # fmt: skip
-    checks.verify_kernel_result(y2, ops2, what=WHAT, inputs=inputs, before=before, out=out2, full=full,
-                                weight_shape=(N, K), dtype=x.dtype, expected=fused_reference(x2, wq, sw),
-                                mistakes=[], ctx=ctx)  # fmt: skip
+
+    def second(x2, first):
+        full, out2 = common.poisoned_out(M, N, x.dtype, x.device.type, strided=False)
+        inputs = dict(x=x2, wq=wq, sw=sw)
+        before = checks.snapshot(inputs)
+        ctx = (f" (M={M}, N={N}, K={K}: a second call on this shape, with another x, after a first call that "
+               f"launched {first} kernels)")  # fmt: skip
+
+        def verify(y2, ops2):
+            checks.verify_kernel_result(y2, ops2, what=WHAT, inputs=inputs, before=before, out=out2, full=full,
+                                        weight_shape=(N, K), dtype=x.dtype, expected=fused_reference(x2, wq, sw),
+                                        mistakes=[], ctx=ctx)  # fmt: skip
+
+        return dict(out=out2), verify
+
+    def run(a, kw):
+        return _run_path(fn, (*a, kw["out"]), fp8_dot, n_passed, WHAT)
+
+    return audited_call(fn, (x, wq, sw), dict(out=out), what=WHAT, advice=ONE_LAUNCH, second=second, run=run)
 
 
 # ----------------------------------------------------------------------------------------------------------

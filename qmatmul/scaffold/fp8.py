@@ -1,8 +1,8 @@
-"""Chapter FP8's scaffolding, run in the learner's process: `prepare`, `prepare_block` and `prepare_fused`
-(validation and the output), the launch configurations of the three kernels (`prefill_config`, `decode_config`,
+"""Chapter FP8's scaffolding, run in the learner's process: `prepare`, `prepare_block`, `prepare_fused` and
+`prepare_rows` (validation and the output), the launch configurations of the three kernels (`prefill_config`, `decode_config`,
 `block_config`), the path they choose (the native fp8 tl.dot or e4m3 decoded to fp16; the checks force one with
-`use_path`), the scale block the chapter gives (`SCALE_BLOCK`) and exercise 6's exact e4m3 encoder in registers
-(`e4m3_bits`, a @triton.jit helper). `__all__` is the chapter's GIVEN (qmatmul/fp8.py derives it)."""
+`use_path`), the scale block the chapter gives (`SCALE_BLOCK`), exercise 6's exact e4m3 encoder in registers
+(`e4m3_bits`, a @triton.jit helper) and exercise 7's `prepare_rows` and `rows_config` (the activation quantized once). `__all__` is the chapter's GIVEN (qmatmul/fp8.py derives it)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from qmatmul.scaffold import validation
 
 # The names of the course package the learner's graded code may use (grader/static/course_use.py, course_problems).
 __all__ = [
-    "prepare", "prepare_block", "prepare_fused", "prefill_config", "decode_config", "block_config", "SCALE_BLOCK",
-    "e4m3_bits",
+    "prepare", "prepare_block", "prepare_fused", "prepare_rows", "prefill_config", "decode_config", "block_config",
+    "rows_config", "SCALE_BLOCK", "e4m3_bits",
 ]  # fmt: skip
 
 
@@ -155,6 +155,45 @@ def prepare_fused(x, wq, sw, out=None):
     N = wq.shape[0]
     sw = _vector(sw, N, "sw")
     return M, N, K, sw, validation.placed(x, out, M, N, {"wq": wq, "sw": sw})
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Exercise 7: the activation quantized once, in one kernel (one program a row)
+
+
+def prepare_rows(x, xq=None, sx=None):
+    """Validate the input of the row quantizer: x float16/bfloat16 [M, K] (a strided view is fine). The outputs:
+    xq e4m3 [M, K] contiguous and sx float32 [M, 1] contiguous, allocated where not given, else checked. Returns
+    M, K, xq, sx."""
+    validation.require_tensors(x=x)
+    M, K = validation.require_activations(x)
+    for name, t, dtype, shape in (("xq", xq, E4M3, (M, K)), ("sx", sx, torch.float32, (M, 1))):
+        if t is None:
+            continue
+        if (
+            not isinstance(t, torch.Tensor)
+            or t.dtype != dtype
+            or tuple(t.shape) != shape
+            or t.device != x.device
+        ):
+            raise ValueError(f"{name} must be {dtype} of shape {list(shape)} on {x.device}, got "
+                             f"{getattr(t, 'dtype', type(t).__name__)} {list(getattr(t, 'shape', []))}")  # fmt: skip
+        if not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous")
+    xq = torch.empty((M, K), dtype=E4M3, device=x.device) if xq is None else xq
+    sx = torch.empty((M, 1), dtype=torch.float32, device=x.device) if sx is None else sx
+    return M, K, xq, sx
+
+
+def rows_config(M: int, K: int, device: str = "cuda") -> dict:
+    """One program a row, stepping K by BLOCK_K. On a GPU the whole row in one step where it fits (up to 16384
+    values, the warps growing with it): at decode M is 1, one program does all the work, and each step of its loop
+    is a round trip to memory that nothing overlaps. In the interpreter 128 values a step (its cost grows with the
+    tile)."""
+    if device != "cuda":
+        return {"BLOCK_K": max(16, min(128, triton.next_power_of_2(max(K, 1)))), "num_warps": 4}
+    block = max(16, min(16384, triton.next_power_of_2(max(K, 1))))
+    return {"BLOCK_K": block, "num_warps": 4 if block <= 2048 else 8 if block <= 8192 else 16}
 
 
 @triton.jit

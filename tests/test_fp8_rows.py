@@ -1,0 +1,136 @@
+"""FP8 exercise 7 (the activation quantized once, one program a row): the check passes the solution, fails each known
+mistake on every visible run and names it, and gives nothing to a PyTorch quantizer or to two launches."""
+
+import re
+
+import pytest
+import torch
+from conftest import HAS_GPU
+
+from qmatmul import checks, fp8
+from qmatmul.checks import CheckFailed, fp8_fused
+
+
+@pytest.fixture(scope="module")
+def fp8_solution(env):
+    from qmatmul import course
+
+    return course.load_notebook_code("fp8")
+
+
+def _variant(name: str, source: str):
+    from qmatmul import course
+
+    return course.load_notebook_code("fp8", {"ex7_quantize_rows": source}, name=f"rows_{name}")
+
+
+def _solution_source() -> str:
+    from qmatmul import course
+
+    return course.solution_source("ex7_quantize_rows", "fp8")
+
+
+def test_solution_passes_and_equals_quantize_fp8(fp8_solution):
+    for seed in range(2):
+        fp8.check_quantize_rows(fp8_solution.quantize_fp8_rows, seed=seed)
+        fp8.check_quantize_rows(fp8_solution.quantize_fp8_rows, hidden=True, seed=seed)
+    x = fp8.random_fused_problem(20, 1, 333, torch.float16, "cpu", checks.generator(3), zero_row=2)[0]
+    xq, sx = fp8_solution.quantize_fp8_rows(x)
+    want_q, want_s = fp8_solution.quantize_fp8(x, (1, x.shape[1]))
+    assert torch.equal(xq.view(torch.uint8), want_q.view(torch.uint8)) and torch.equal(sx, want_s)
+
+
+SOLUTION_CHANGES = {  # a learner's kernel -> (the mistake it is named as, solution snippet, the learner's)
+    "x * (1 / sx)": (fp8_fused.RECIPROCAL, "tl.div_rn(x, sx)", "x * (1.0 / sx)"),
+    "no zero guard": (fp8_fused.ZERO_ROW[0], "tl.where(amax_row > 0, tl.div_rn(amax_row, 448.0), 1.0)",
+                      "tl.div_rn(amax_row, 448.0)"),
+    "max(x)": ("max(x) instead of max |x|", "tl.maximum(amax, tl.abs(x))", "tl.maximum(amax, x)"),
+    "interpreter cast": ("cast with .to(tl.float8e4nv) in the interpreter", "fp8.e4m3_bits(tl.div_rn(x, sx))",
+                         "tl.div_rn(x, sx).to(tl.float8e4nv).to(tl.uint8, bitcast=True)"),
+    "first tile": ("amax of the first K tile only", "amax = tl.maximum(amax, tl.abs(x))",
+                   "amax = tl.where(k0 == 0, tl.abs(x), amax)"),
+}  # fmt: skip
+ONE_LOOP = """    m = tl.program_id(0)
+    offs_k = tl.arange(0, BLOCK_K)
+    amax = tl.zeros((BLOCK_K,), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        k = k0 + offs_k
+        x = tl.load(x_ptr + m * stride_xm + k * stride_xk, mask=k < K, other=0.0).to(tl.float32)
+        amax = tl.maximum(amax, tl.abs(x))
+        a = tl.max(amax, axis=0)
+        sx = tl.where(a > 0, tl.div_rn(a, 448.0), 1.0)
+        tl.store(xq_ptr + m * K + k, fp8.e4m3_bits(tl.div_rn(x, sx)), mask=k < K)
+    tl.store(sx_ptr + m, sx)
+"""
+
+
+def _mistaken_sources() -> dict[str, tuple[str, str]]:
+    src = _solution_source()
+    out = {}
+    for kernel, (name, old, new) in SOLUTION_CHANGES.items():
+        assert src.count(old) == 1, kernel
+        out[kernel] = (name, src.replace(old, new))
+    head, tail = src[: src.index("    ### BEGIN SOLUTION")], src[src.index("    ### END SOLUTION") :]
+    out["one loop"] = ("amax taken as the loop goes", head + "    ### BEGIN SOLUTION\n" + ONE_LOOP + tail)
+    return out
+
+
+MISTAKES = _mistaken_sources()
+
+
+@pytest.mark.parametrize("kernel", MISTAKES)
+def test_each_known_mistake_fails_every_visible_run_and_is_named(kernel):
+    name, source = MISTAKES[kernel]
+    if "interpreter" in name and HAS_GPU:
+        pytest.skip("a GPU's cast is right")
+    module = _variant("m", source)
+    for seed in range(2):
+        with pytest.raises(CheckFailed, match=f"known mistake: [^\n]*{re.escape(name)}"):
+            fp8.check_quantize_rows(module.quantize_fp8_rows, seed=seed)
+    with pytest.raises(CheckFailed):
+        fp8.check_quantize_rows(module.quantize_fp8_rows, hidden=True, seed=7)
+
+
+def test_an_unmasked_last_tile_is_caught():
+    module = _variant("unmasked", _solution_source().replace("fp8.e4m3_bits(tl.div_rn(x, sx)), mask=k < K)",
+                                                             "fp8.e4m3_bits(tl.div_rn(x, sx)))"))  # fmt: skip
+    with pytest.raises(CheckFailed, match="past|outside"):
+        fp8.check_quantize_rows(module.quantize_fp8_rows, seed=0)
+
+
+def test_a_pytorch_quantizer_earns_nothing():
+    """quantize_fp8's codes copied into the outputs (demo student fp8/fused_calls_quantize_fp8 through the trusted
+    grader: no kernel of its own); here, in the learner's process, with the kernel launched too, the PyTorch
+    arithmetic is named."""
+    src = _solution_source()
+    assert src.count("    return xq, sx") == 1
+    src = src.replace(
+        "    return xq, sx",
+        "    q, s = quantize_fp8(x, (1, K))\n    xq.copy_(q)\n    sx.copy_(s)\n    return xq, sx",
+    )
+    with pytest.raises(CheckFailed, match="computed with PyTorch outside its kernel .*one program a row"):
+        fp8.check_quantize_rows(_variant("torch", src).quantize_fp8_rows, seed=0)
+
+
+def test_two_launches_earn_nothing():
+    """The kernel launched once for the scales and once again for the codes: right outputs, two launches."""
+    src = _solution_source().replace(
+        "    return xq, sx",
+        "    quantize_rows_kernel[(M,)](x, xq.view(torch.uint8), sx, K, x.stride(0), x.stride(1), **cfg)\n"
+        "    return xq, sx",
+    )
+    with pytest.raises(CheckFailed, match="launched 2 kernels .*`quantize_rows_kernel`"):
+        fp8.check_quantize_rows(_variant("twice", src).quantize_fp8_rows, seed=0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (dict(x=torch.zeros(3, 8, dtype=torch.float32)), "float16 or bfloat16"),
+        (dict(x=torch.zeros(3, 8).half(), sx=torch.zeros(3)), r"sx must be torch.float32 of shape \[3, 1\]"),
+        (dict(x=torch.zeros(3, 8).half(), xq=torch.zeros(3, 8)), "xq must be torch.float8_e4m3fn"),
+    ],
+)
+def test_bad_input_gets_a_clear_message(fp8_solution, kwargs, match):
+    with pytest.raises((TypeError, ValueError), match=match):
+        fp8_solution.quantize_fp8_rows(**kwargs)
