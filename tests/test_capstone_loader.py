@@ -1,7 +1,8 @@
 """The capstone's loader takes the learner's faster decode where it exists and works, the layouts chapter's Gluon
 decode for W4A16 on the weight repacked once at load (RepackedDecode), chapter 2's decode taking what that kernel
-cannot; FP8's fp8_decode_fused (x quantized inside the kernel) only where fp8_decode fails (on the H200 it is the
-slower); and tools/decode_step.py's rows of both. On the
+cannot; FP8's activations quantized by exercise 7's one-launch kernel where it passes; FP8's fp8_decode_fused (x
+quantized inside the kernel) only where fp8_decode fails (on the H200 it is the slower); and tools/decode_step.py's
+rows of them. On the
 CPU: fake chapter folders of small notebooks, the layouts kernel stood in for by the chapter's own PyTorch model of
 it (lane_decode), the repack cache with a fake repack."""
 
@@ -105,6 +106,47 @@ def test_fp8_decode_fused_is_refused_with_the_reason(tmp_path, capsys, source, w
     line = next(ln for ln in text.splitlines() if "`fp8_decode_fused`" in ln)
     assert line.startswith(f"FP8: `fp8_decode_fused` not used either ({why}")
     assert line.endswith("; the decode is the reference path")
+
+
+ROWS_WRONG = """def quantize_fp8_rows(x, xq=None, sx=None):  # scales right, codes truncated
+    M, K, xq, sx = fp8.prepare_rows(x, xq, sx)
+    cfg = fp8.rows_config(M, K, x.device.type)
+    quantize_rows_kernel[(M,)](x, xq.view(torch.uint8), sx, K, x.stride(0), x.stride(1), **cfg)
+    xq.view(torch.uint8).bitwise_and_(0xFE)
+    return xq, sx
+"""
+
+
+def test_fp8s_activations_are_quantized_by_the_one_launch_kernel_where_it_passes(
+    tmp_path, capsys, monkeypatch
+):
+    """Exercise 7's quantize_fp8_rows quantizes x for every FP8 kernel call (measured: docs/decode-step-h100.json);
+    a wrong one is refused with the reason, and x goes through PyTorch operations as before."""
+    shutil.copytree(ROOT / "solutions" / "fp8", tmp_path / "fp8")
+    calls = []
+    code = loader._import_code
+
+    def spy(source, name):  # count the notebook's quantize_fp8_rows calls
+        module = code(source, name)
+        rows = module.quantize_fp8_rows
+        module.quantize_fp8_rows = lambda *a, **k: (calls.append(1), rows(*a, **k))[1]
+        return module
+
+    monkeypatch.setattr(loader, "_import_code", spy)
+    ks = capstone.load_kernels(tmp_path, formats=("fp8",), device="cpu")["fp8"]
+    assert "FP8: x is quantized by your `quantize_fp8_rows` (one launch a call)" in capsys.readouterr().out
+    wq, sw = capstone.reference_quantize("fp8", torch.randn(24, 64))
+    x = torch.randn(2, 64).half()
+    calls.clear()
+    checks.compare(ks.decode(x, wq, sw), capstone.reference_matmul("fp8", x, (wq, sw)), what="fp8", rtol=4e-3)
+    assert calls == [1]
+    monkeypatch.setattr(loader, "_import_code", code)
+    _with_cells("fp8", tmp_path / "wrong", ("ex7_rows", ROWS_WRONG))
+    ks = capstone.load_kernels(tmp_path / "wrong", formats=("fp8",), device="cpu")["fp8"]
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if "quantize_fp8_rows" in ln)
+    assert line == ("FP8: `quantize_fp8_rows` not used (exercise 7 fails a quick self-check: codes or scales not "
+                    "bit-exact with the reference quantizer); x is quantized by PyTorch operations")  # fmt: skip
+    assert ks.source["decode"] == "yours (fp8_decode)"
 
 
 def test_a_notebook_without_fp8_decode_fused_says_nothing_of_it(tmp_path, capsys):
@@ -321,6 +363,27 @@ def test_x_the_kernel_cannot_take_goes_to_chapter_2s_decode():
 # tools/decode_step.py's rows of the two
 
 
+def test_a_decode_step_prepares_each_activation_once_a_block():
+    """FP8's x quantized once per activation: q, k and v share one, gate and up another (4 a block in both layouts),
+    and each Linear reads the prepared x of its own activation."""
+    from tools import decode_step
+
+    for layout in decode_step.LAYOUTS.values():
+        prepared, called = [], []
+        path = decode_step.Path_("p", "bf16", lambda N, K, g: (N, K),
+                                 lambda xp, w, called=called: called.append((xp, w)),
+                                 prepare=lambda x, p=prepared: p.append(x) or ("q", len(p)))  # fmt: skip
+        small = {name: (N // 512, K // 512) for name, (N, K) in layout.items()}
+        decode_step.step_fn(
+            path, small, 2, 1, torch.float16, torch.Generator().manual_seed(0), device="cpu"
+        )()
+        assert len(prepared) == 2 * 4
+        by_input = {}
+        for name, (xp, _) in zip([*small] * 2, called, strict=True):
+            by_input.setdefault((decode_step.INPUT_OF[name], xp[1] > 4), set()).add(xp)
+        assert all(len(v) == 1 for v in by_input.values()) and len(by_input) == 8
+
+
 def test_decode_step_has_the_faster_decodes_rows(capsys):
     from tools import decode_step
 
@@ -340,6 +403,10 @@ def test_decode_step_has_the_faster_decodes_rows(capsys):
     g = torch.Generator().manual_seed(0)
     state, x = fused.make(48, 256, g), torch.randn(2, 256, generator=g).half()
     checks.compare(fused.call(x, state).float(), fused.reference(x, state).float(), what="fused", rtol=4e-3)
+    once = rows[decode_step.ROWS_LABEL]  # exercise 7's kernel, then exercise 4's decode
+    assert once.skip == "" and once.label in runnable
+    checks.compare(once.call(once.prepared(x), state).float(), once.reference(x, state).float(), what="rows",
+                   rtol=4e-3)  # fmt: skip
     missing = {p.label: p.skip for p in decode_step.paths({}, torch.float16, "cpu", with_skipped=True)}
     assert missing[decode_step.FP8_FUSED_LABEL] == "the fp8 solution notebook did not load"
     assert missing[decode_step.MMA_SOLUTION_LABEL] == "the layouts solution notebook did not load"

@@ -128,7 +128,7 @@ def test_layer_sweep_launches_reach_the_solution(chapter):
         with sweep_layers.launched_with(chapter, cand):
             assert facade.decode_config(1, 64, 512, "cpu")["BLOCK_N"] == cand["BLOCK_N"]
             checks.compare(
-                path.call(x, state).float(),
+                path.call(path.prepared(x), state).float(),
                 want,
                 what=str(cand),
                 rtol=4 * checks.tolerance_for(torch.float16),

@@ -31,9 +31,15 @@ BLOCK = {"q": (4096, 4096), "k": (1024, 4096), "v": (1024, 4096), "o": (4096, 40
          "gate": (14336, 4096), "up": (14336, 4096), "down": (4096, 14336)}  # fmt: skip
 FUSED = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336)}
 LAYOUTS = {"7 Linears": BLOCK, "fused": FUSED}
+# The activation each Linear reads: q, k and v read one (the attention's normed input), gate and up another; a path
+# that prepares its input (FP8 quantizing x) does it once per activation, as a model would.
+INPUT_OF = {"q": "attn", "k": "attn", "v": "attn", "qkv": "attn", "o": "o", "gate": "mlp", "up": "mlp",
+            "gate_up": "mlp", "down": "down"}  # fmt: skip
 # The learner's faster decodes, as the capstone's loader takes them (qmatmul/capstone/loader.py): FP8's exercise 6 and
 # the layouts chapter's Gluon kernel on the weight repacked once.
 FP8_FUSED_LABEL = "solution fp8_decode_fused (x quantized inside the kernel)"
+QUANTIZE_ONCE_LABEL = "solution fp8_decode, x quantized once per activation by quantize_fp8"
+ROWS_LABEL = "solution fp8_decode, x quantized once per activation by quantize_fp8_rows (exercise 7)"
 MMA_SOLUTION_LABEL = "solution w4a16_mma_decode (layouts chapter, repacked at load)"
 LLAMA_KIND = "llama3-8b block decode"
 LAYER_KIND = "llama3-8b layer decode"
@@ -48,7 +54,8 @@ class Path_:
     """One way to run a Linear: label (starting "solution", "expert", "torch" or "bf16"), the format whose bytes it
     reads, make(N, K, g) -> the layer's state (untimed: quantized weights, repacked once), call(x, state) -> y,
     reference(x, state) -> the fp32 reference or None (bf16 paths are their own reference), skip: why it cannot run
-    here ("" when it can)."""
+    here ("" when it can), prepare(x) -> what call takes as x (run once per activation of the step: INPUT_OF;
+    None: x itself)."""
 
     label: str
     fmt: str
@@ -56,6 +63,10 @@ class Path_:
     call: object
     reference: object = None
     skip: str = ""
+    prepare: object = None
+
+    def prepared(self, x):
+        return x if self.prepare is None else self.prepare(x)
 
 
 def layer_bytes(fmt: str, M: int, N: int, K: int) -> int:
@@ -116,6 +127,12 @@ def paths(sol: dict, dtype, device: str = "cuda", with_skipped: bool = False) ->
         out.append(Path_("solution fp8_decode, x quantized by quantize_fp8 each call", "fp8", fp8.timing_weights,
                          lambda x, w: s8.fp8_decode(*fp8_x(x, s8), *w),
                          lambda x, w: fp8.reference(*fp8_x(x, s8), *w)))  # fmt: skip
+        # x quantized once per activation (q/k/v share it, gate/up too): by quantize_fp8's PyTorch ops, and by
+        # exercise 7's one-launch kernel
+        for label, quantize in ((QUANTIZE_ONCE_LABEL, lambda x, s8=s8: fp8_x(x, s8)),
+                                (ROWS_LABEL, lambda x, s8=s8: s8.quantize_fp8_rows(x))):  # fmt: skip
+            out.append(Path_(label, "fp8", fp8.timing_weights, lambda xp, w: s8.fp8_decode(*xp, *w),
+                             lambda x, w: fp8.reference(*fp8_x(x, s8), *w), prepare=quantize))  # fmt: skip
     # exercise 6: x quantized inside the decode kernel, one launch; on the fp8_decode row's path (FP8_DOT)
     f8 = sol.get("fp8")
     why = ("the fp8 solution notebook did not load" if f8 is None
@@ -195,7 +212,7 @@ def check(path: Path_, layout: dict, M: int, dtype, g) -> str | None:
         state = path.make(N, K, g)
         x = torch.randn(M, K, device="cuda", generator=g).to(dtype)
         try:
-            checks.compare(path.call(x, state).float(), path.reference(x, state).float(), what=f"{name} [{N}, {K}]",
+            checks.compare(path.call(path.prepared(x), state).float(), path.reference(x, state).float(), what=f"{name} [{N}, {K}]",
                            rtol=4 * checks.tolerance_for(dtype))  # fmt: skip
         except CheckFailed as exc:
             return str(exc).splitlines()[0][:200]
@@ -204,14 +221,21 @@ def check(path: Path_, layout: dict, M: int, dtype, g) -> str | None:
     return None
 
 
-def step_fn(path: Path_, layout: dict, blocks: int, M: int, dtype, g):
-    """The decode step: `blocks` blocks of the layout's layers, weights of their own, inputs fixed per K."""
-    layers = [(K, path.make(N, K, g)) for _ in range(blocks) for N, K in layout.values()]
-    xs = {K: torch.randn(M, K, device="cuda", generator=g).to(dtype) for K in {k for _, k in layout.values()}}
+def step_fn(path: Path_, layout: dict, blocks: int, M: int, dtype, g, device: str = "cuda"):
+    """The decode step: `blocks` blocks of the layout's layers, weights of their own, inputs fixed per K, each
+    activation prepared once per block (INPUT_OF: FP8's quantization, shared by q, k and v)."""
+    blocks_ = [
+        [(INPUT_OF[name], K, path.make(N, K, g)) for name, (N, K) in layout.items()] for _ in range(blocks)
+    ]
+    xs = {K: torch.randn(M, K, device=device, generator=g).to(dtype) for K in {k for _, k in layout.values()}}
 
     def step():
-        for K, state in layers:
-            path.call(xs[K], state)
+        for layers in blocks_:
+            ready = {}
+            for key, K, state in layers:
+                if key not in ready:
+                    ready[key] = path.prepared(xs[K])
+                path.call(ready[key], state)
 
     return step
 
@@ -227,7 +251,7 @@ def layer_rows(path: Path_, M: int, dtype, g, copy_bw: float) -> list[dict]:
         states = [path.make(N, K, g) for _ in range(timing.copies_needed(nbytes))]
         x = torch.randn(M, K, device="cuda", generator=g).to(dtype)
         try:
-            ms = timing.graph_ms([lambda s=s, x=x: path.call(x, s) for s in states])
+            ms = timing.graph_ms([lambda s=s, x=x: path.call(path.prepared(x), s) for s in states])
         except Exception as exc:  # noqa: BLE001
             rows.append(
                 dict(kind=LAYER_KIND, label=path.label, M=M, N=N, K=K, error=str(exc).splitlines()[0][:160])

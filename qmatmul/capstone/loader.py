@@ -52,6 +52,9 @@ CHAPTER_FUNCTIONS = {
 # FP8's faster decode, (function name, exercise): x quantized inside the kernel, one launch. The decode where the
 # notebook defines it and it passes the same self-check; nothing is said where the notebook has none.
 FP8_FUSED = ("fp8_decode_fused", 6)
+# FP8's activation quantizer in one launch, (function name, exercise): where the notebook defines it and it passes a
+# quick check, every FP8 kernel call quantizes x with it (quantize_fp8's PyTorch ops otherwise).
+FP8_ROWS = ("quantize_fp8_rows", 7)
 # The layouts chapter (../layouts/layouts.ipynb): W4A16's decode in Gluon, on the weight repacked once.
 LAYOUTS_FUNCTIONS = {"repack": ("repack", "1b"), "decode": ("w4a16_mma_decode", 3)}
 LAYOUTS_SOURCE = "yours (w4a16_mma_decode, repacked at load)"
@@ -207,6 +210,24 @@ def _fp8_fused(fn: Callable, quantize_act: Callable, device: str) -> tuple[Calla
     )
 
 
+def _fp8_rows(fn: Callable, device: str) -> tuple[Callable | None, str]:
+    """(the learner's quantize_fp8_rows as FP8's activation quantizer, the line that says so), or (None, why not):
+    its codes and scales bit for bit those of the reference quantizer on 3 and 20 rows on this device."""
+    name, exercise = FP8_ROWS
+    g = checks.generator(4321)
+    try:
+        for M in (3, 20):
+            x = torch.randn(M, 256, generator=g) * torch.exp(torch.empty(M, 1).uniform_(-3, 3, generator=g))
+            x = x.to(act_dtype(device))
+            got = checks.call_learner(fn, x.to(device), what=name)
+            want = quantize_activation_fp8(x)
+            if not (isinstance(got, tuple | list) and len(got) == 2 and same_stored(tuple(got), want)):
+                raise CheckFailed("codes or scales not bit-exact with the reference quantizer")
+    except CheckFailed as exc:
+        return None, f"`{name}` not used ({_reason(exc, exercise)}); x is quantized by PyTorch operations"
+    return lambda x: tuple(fn(x)), f"x is quantized by your `{name}` (one launch a call)"
+
+
 # Why a working fp8_decode_fused is not the decode where fp8_decode works: measured (docs/decode-step-h200.md).
 FUSED_NOT_TAKEN = (
     "`fp8_decode_fused` is not used: quantizing x once, then your `fp8_decode`, ran faster on the H200 (every "
@@ -290,6 +311,12 @@ def load_kernels(folder=None, formats=FORMATS, *, device: str | None = None, ver
             continue
         quantize_act = quantize_activation_fp8
         problems, notes = {}, []
+        rows = getattr(module, FP8_ROWS[0], None) if fmt == "fp8" else None
+        rows_act = None
+        if rows is not None:
+            rows_act, note = _fp8_rows(rows, device)
+            notes.append(note)
+            quantize_act = rows_act or quantize_act
         for part, (name, exercise) in CHAPTER_FUNCTIONS[fmt].items():
             fn = getattr(module, name, None)
             if fn is None:
@@ -304,7 +331,7 @@ def load_kernels(folder=None, formats=FORMATS, *, device: str | None = None, ver
             parts[part] = adapted
             source[part] = f"yours ({name})"
             if fmt == "fp8" and part == "quantize":
-                quantize_act = lambda x, fn=fn: fn(x, (1, x.shape[1]))  # noqa: E731
+                quantize_act = rows_act or (lambda x, fn=fn: fn(x, (1, x.shape[1])))  # noqa: E731
         fused = getattr(module, FP8_FUSED[0], None) if fmt == "fp8" else None
         if fused is not None and "decode" in problems:  # a kernel of the learner's before the reference path
             adapted, note = _fp8_fused(fused, quantize_act, device)
