@@ -114,3 +114,25 @@ def test_write_rewrites_figures_and_tables_from_the_data(tmp_path, fixed_data):
     figures.write(p)
     assert not figures.problems(p)
     assert "reaches 93 % / 92 %<!--" in p.read_text()
+
+
+def test_a_run_merged_into_the_data_file_replaces_its_rows_and_refuses_another_gpu(tmp_path):
+    """tools.bench --merge (and decode_step's): a run's rows replace those of the same path and shape, other rows
+    stay, the run's meta is kept; a run of another GPU (an H100's, say) is refused, so that no H100 figure is
+    quoted as the H200's."""
+    import json
+
+    from tools import bench
+
+    row = dict(kind="layouts decode", label="solution", M=1, N=8, K=8, us=2.0)
+    other = dict(row, kind="w8a16 decode", us=5.0)
+    data = tmp_path / "bench.json"
+    data.write_text(json.dumps(dict(meta=dict(gpu="NVIDIA H200"), rows=[row, other])))
+    meta = dict(gpu="NVIDIA H200", date="2026-12-05")
+    bench.merge_run(data, [dict(row, us=1.0), dict(row, M=4, us=3.0)], meta, {"layouts decode"})
+    merged = json.loads(data.read_text())
+    assert sorted((r["kind"], r["M"], r["us"]) for r in merged["rows"]) == [
+        ("layouts decode", 1, 1.0), ("layouts decode", 4, 3.0), ("w8a16 decode", 1, 5.0)]  # fmt: skip
+    assert merged["meta"]["bench runs"] == [meta]
+    with pytest.raises(SystemExit, match="holds NVIDIA H200 rows; this run is of NVIDIA H100"):
+        bench.merge_run(data, [row], dict(meta, gpu="NVIDIA H100 80GB HBM3"), {"layouts decode"})

@@ -1,6 +1,7 @@
 """The course's benchmark on a CUDA GPU: solution kernels beside PyTorch's paths, in one process.
 
-    python -m tools.bench [--quick] [--sweep] [--out DIR]
+    python -m tools.bench [--quick] [--sweep] [--out DIR] [CHAPTER ...]
+    python -m tools.bench --merge docs/bench-h200.json [--out DIR]    a run of some chapters into the data file
 
 Decode (M = 1, 4, 16) and prefill (M = 2048, 4096) on Llama-sized weights. Every row is timed two ways: under
 CUDA-graph replay of back-to-back calls that alternate between copies of the weights, together more than three
@@ -40,8 +41,17 @@ def main(argv=None) -> int:
         help="also time a Llama-3-8B decode step through every path (tools/decode_step.py; on by default in a full run)",
     )
     parser.add_argument("--out", default="build/bench")
+    parser.add_argument(
+        "--merge",
+        metavar="JSON",
+        help="write the rows of --out's bench.json into JSON (docs/bench-h200.json)",
+    )
     parser.add_argument("chapters", nargs="*", help="default: every chapter in tools/benchmarks.py")
     args = parser.parse_args(argv)
+    if args.merge:
+        run = json.loads((Path(args.out) / "bench.json").read_text())
+        merge_run(Path(args.merge), run["rows"], run["meta"], {r["kind"] for r in run["rows"]})
+        return 0
 
     import torch
 
@@ -288,6 +298,30 @@ def table(rows) -> list[str]:
             f"{f(r, 'TFLOPs')} | {f(r, 'cublas_frac', 100, '.0f')} | {ok} |"
         )
     return lines
+
+
+def merge_run(
+    bench: Path, rows: list[dict], meta: dict, kinds: set[str], meta_key: str = "bench runs"
+) -> None:
+    """Put a run's rows of `kinds` into the benchmark's data file (docs/bench-h200.json): each replaces the row of
+    the same kind, label, layout, M, N and K it held (a run of some paths keeps the others' rows), dated; the run's
+    meta goes under meta[meta_key] (a list, one entry a run that the file's rows still come from). The same GPU's
+    runs only: the caller checks meta["gpu"]."""
+    data = json.loads(bench.read_text())
+    if meta.get("gpu") != data["meta"].get("gpu"):
+        raise SystemExit(f"{bench} holds {data['meta'].get('gpu')} rows; this run is of {meta.get('gpu')}")
+
+    def key(r):
+        return (r["kind"], r["label"], r["M"], r.get("layout"), r.get("N"), r.get("K"))
+
+    new = [dict(r, date=meta["date"]) for r in rows if r.get("kind") in kinds]
+    replaced = {key(r) for r in new}
+    data["rows"] = [r for r in data["rows"] if r.get("kind") not in kinds or key(r) not in replaced] + new
+    runs = [
+        m for m in data["meta"].get(meta_key, []) if any(r.get("date") == m["date"] for r in data["rows"])
+    ]
+    data["meta"][meta_key] = [*runs, meta]
+    bench.write_text(json.dumps(data, indent=1, default=str) + "\n")
 
 
 if __name__ == "__main__":

@@ -376,23 +376,11 @@ def main(argv=None) -> int:
 
 
 def merge(bench: Path, run: dict) -> None:
-    """Put a run's step rows and layer rows into the benchmark's data file (docs/bench-h200.json): each replaces the
-    row of the same path, layout or shape and M it held (a run of some paths keeps the others' rows); the run's meta
-    goes under meta["llama3-8b"] (a list, one entry a run that the file's rows still come from)."""
-    data = json.loads(bench.read_text())
-    kinds = {LLAMA_KIND, LAYER_KIND}
+    """Put a run's step rows and layer rows into the benchmark's data file (docs/bench-h200.json), as
+    tools.bench.merge_run does; the run's meta goes under meta["llama3-8b"]."""
+    from tools.bench import merge_run
 
-    def key(r):
-        return (r["kind"], r["label"], r["M"], r.get("layout"), r.get("N"), r.get("K"))
-
-    new = [dict(r, date=run["meta"]["date"]) for r in run["rows"] + run["layers"] if r.get("kind") in kinds]
-    replaced = {key(r) for r in new}
-    data["rows"] = [r for r in data["rows"] if r.get("kind") not in kinds or key(r) not in replaced] + new
-    runs = [
-        m for m in data["meta"].get("llama3-8b", []) if any(r.get("date") == m["date"] for r in data["rows"])
-    ]
-    data["meta"]["llama3-8b"] = [*runs, run["meta"]]
-    bench.write_text(json.dumps(data, indent=1, default=str) + "\n")
+    merge_run(bench, run["rows"] + run["layers"], run["meta"], {LLAMA_KIND, LAYER_KIND}, "llama3-8b")
 
 
 def step_table(rows) -> list[str]:
