@@ -3,13 +3,13 @@ torch and ml_dtypes, the interpreter's own cast shown wrong, the probes shown to
 reference on every run, and the check shown to pass the solution and to name each mistake a kernel makes."""
 
 import math
-import re
 
 import ml_dtypes
 import numpy as np
 import pytest
 import torch
 from conftest import HAS_GPU
+from fp8_mistakes import fails_every_visible_run_and_is_named, mistaken_sources
 
 from qmatmul import checks, fp8
 from qmatmul.checks import CheckFailed, fp8_fused, fp8_probes
@@ -297,13 +297,8 @@ SOLUTION_CHANGES = {  # a learner's kernel -> (the mistake it is named as, solut
 def _mistaken_sources() -> dict[str, tuple[str, str]]:
     """A learner's kernel -> (the mistake it is named as, its cell's source)."""
     src = _solution_source()
-    out = {}
-    for kernel, (name, old, new) in SOLUTION_CHANGES.items():
-        assert src.count(old) == 1, kernel
-        out[kernel] = (name, src.replace(old, new))
-    head, tail = src[: src.index("    ### BEGIN SOLUTION")], src[src.index("    ### END SOLUTION") :]
-    for name, loop in ONE_LOOP.items():
-        out[name] = (name, head + "    ### BEGIN SOLUTION\n" + _BODY_START + loop + _BODY_END + tail)
+    bodies = {name: (name, _BODY_START + loop + _BODY_END) for name, loop in ONE_LOOP.items()}
+    out = mistaken_sources(src, SOLUTION_CHANGES, bodies)
     out["truncated"] = ("rounded toward zero (truncated)",
                         _TRUNCATING_ENCODER + src.replace("fp8.e4m3_bits(", "e4m3_truncated("))  # fmt: skip
     return out
@@ -317,12 +312,7 @@ def test_each_known_mistake_fails_every_visible_run_and_is_named(kernel):
     name, source = MISTAKES[kernel]
     if "interpreter" in name and HAS_GPU:
         pytest.skip("a GPU's cast is right")
-    module = _variant("m", source)
-    for seed in range(2):
-        with pytest.raises(CheckFailed, match=f"known mistake: [^\n]*{re.escape(name)}"):
-            fp8.check_decode_fused(module.fp8_decode_fused, seed=seed)
-    with pytest.raises(CheckFailed):
-        fp8.check_decode_fused(module.fp8_decode_fused, hidden=True, seed=7)
+    fails_every_visible_run_and_is_named(fp8.check_decode_fused, _variant("m", source).fp8_decode_fused, name)
 
 
 def test_the_reciprocals_pass_the_random_problems_and_only_the_probes_catch_them():

@@ -1,11 +1,10 @@
 """FP8 exercise 7 (the activation quantized once, one program a row): the check passes the solution, fails each known
 mistake on every visible run and names it, and gives nothing to a PyTorch quantizer or to two launches."""
 
-import re
-
 import pytest
 import torch
 from conftest import HAS_GPU
+from fp8_mistakes import fails_every_visible_run_and_is_named, mistaken_sources
 
 from qmatmul import checks, fp8
 from qmatmul.checks import CheckFailed, fp8_fused
@@ -64,18 +63,8 @@ ONE_LOOP = """    m = tl.program_id(0)
 """
 
 
-def _mistaken_sources() -> dict[str, tuple[str, str]]:
-    src = _solution_source()
-    out = {}
-    for kernel, (name, old, new) in SOLUTION_CHANGES.items():
-        assert src.count(old) == 1, kernel
-        out[kernel] = (name, src.replace(old, new))
-    head, tail = src[: src.index("    ### BEGIN SOLUTION")], src[src.index("    ### END SOLUTION") :]
-    out["one loop"] = ("amax taken as the loop goes", head + "    ### BEGIN SOLUTION\n" + ONE_LOOP + tail)
-    return out
-
-
-MISTAKES = _mistaken_sources()
+MISTAKES = mistaken_sources(_solution_source(), SOLUTION_CHANGES,
+                            {"one loop": ("amax taken as the loop goes", ONE_LOOP)})  # fmt: skip
 
 
 @pytest.mark.parametrize("kernel", MISTAKES)
@@ -83,12 +72,9 @@ def test_each_known_mistake_fails_every_visible_run_and_is_named(kernel):
     name, source = MISTAKES[kernel]
     if "interpreter" in name and HAS_GPU:
         pytest.skip("a GPU's cast is right")
-    module = _variant("m", source)
-    for seed in range(2):
-        with pytest.raises(CheckFailed, match=f"known mistake: [^\n]*{re.escape(name)}"):
-            fp8.check_quantize_rows(module.quantize_fp8_rows, seed=seed)
-    with pytest.raises(CheckFailed):
-        fp8.check_quantize_rows(module.quantize_fp8_rows, hidden=True, seed=7)
+    fails_every_visible_run_and_is_named(
+        fp8.check_quantize_rows, _variant("m", source).quantize_fp8_rows, name
+    )
 
 
 def test_an_unmasked_last_tile_is_caught():
