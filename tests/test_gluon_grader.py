@@ -391,7 +391,15 @@ def test_a_gluon_kernel_that_stores_nothing_computed_nothing(grader, cells):
     "name, said",
     [
         ("python_kernel", "Unsupported function referenced: <function twice"),  # a plain Python function
-        ("torch_kernel", "Unsupported function referenced: <built-in method relu"),  # torch
+        # torch: triton's frontend refuses the call, or (seen in some orders of the suite under -n 2, the compile
+        # worker's state differing) calls it with a triton tensor, which torch refuses; rejected with the reason
+        (
+            "torch_kernel",
+            (
+                "Unsupported function referenced: <built-in method relu",
+                "relu(): argument 'input' (position 1) must be Tensor, not tensor",
+            ),
+        ),
         (
             "warps_kernel",
             "Layout has 8 warps per CTA, but the context requires 4",
@@ -403,7 +411,8 @@ def test_what_gluon_cannot_compile_is_rejected_with_the_compilers_reason(grader,
     "error encountered during parsing"); the grader refuses the kernel with it."""
     launch = record(getattr(cells, name), (1,), *operands(), 100, BLOCK=128)
     reply = compiled(grader, launch)
-    assert reply["status"] == "rejected" and said in reply["message"], reply
+    saids = (said,) if isinstance(said, str) else said
+    assert reply["status"] == "rejected" and any(one in reply["message"] for one in saids), reply
     with pytest.raises(CheckFailed, match=f"your kernel `{name}` is not one Triton's compiler accepts"):
         grader.prove_kernels([launch], name)
 
