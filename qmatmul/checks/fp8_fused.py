@@ -300,12 +300,11 @@ def launch_count(launches: list) -> int:
     return sum(c if isinstance(c := launch.get("count", 1), int) and c > 1 else 1 for launch in launches)
 
 
-def require_one_launch(ops, launches: list, first: int | None = None, *, what: str = WHAT,
-                       advice: str = ONE_LAUNCH) -> None:  # fmt: skip
+def require_one_launch(ops, launches: list, first: int | None = None, *, what: str, advice: str) -> None:
     """Fail when the call computed with PyTorch (calling quantize_fp8 on x: abs, amax, division, clamp, ...) or
     launched more than one kernel (each launch counted, the same kernel twice too). first: the launches of the call
     before it on the same shape, where this is that second call. what, advice: the exercise's function and how to
-    do it in one launch (exercise 6's by default; exercise 7's in qmatmul/checks/fp8_rows.py)."""
+    do it in one launch (exercise 6's WHAT and ONE_LAUNCH; exercise 7's in qmatmul/checks/fp8_rows.py)."""
     computed = sorted(
         {op.name for op in ops if op.name not in checks.MEMORY_OPS and op.name not in checks.MATMUL_OPS}
     )

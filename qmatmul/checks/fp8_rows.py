@@ -48,21 +48,20 @@ def _name_codes(x, codes: torch.Tensor, want: torch.Tensor, device: str) -> list
     """The known mistakes whose codes equal `codes` where they differ from the reference's (bit for bit, NaN codes
     equal): the quantization models of exercise 6, for every BLOCK_K a kernel here may step by."""
     M, K = x.shape
-    found = []
     own = int(rows_config(M, K, device)["BLOCK_K"])  # the wrapper's own step first: where two give one output
     for i, bk in enumerate((own, *(b for b in BLOCK_KS if b != own))):
         for name, explanation, q, _ in quantization_models(x, bk, device):
             if i and "BLOCK_K" not in name:
-                continue
+                continue  # the same for every BLOCK_K: tried once
             model = q.float().to(E4M3).view(torch.uint8)
-            if torch.equal(model, want) or any(n == name for n, _ in found):
-                continue  # a model of the epilogue (its codes are the right ones), or named already
-            if torch.equal(model, codes):
+            if not torch.equal(model, want) and torch.equal(
+                model, codes
+            ):  # (an epilogue's model has right codes)
                 return [(name, explanation)]
     zero = x.float().cpu().abs().amax(dim=1) == 0
     if zero.any() and not torch.equal(codes[zero], want[zero]) and torch.equal(codes[~zero], want[~zero]):
-        found.append(ZERO_ROW)
-    return found
+        return [ZERO_ROW]
+    return []
 
 
 def verify(x, result, full_xq, xq, full_sx, sx, before, device: str, ctx: str) -> None:

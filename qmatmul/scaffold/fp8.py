@@ -167,21 +167,11 @@ def prepare_rows(x, xq=None, sx=None):
     M, K, xq, sx."""
     validation.require_tensors(x=x)
     M, K = validation.require_activations(x)
-    for name, t, dtype, shape in (("xq", xq, E4M3, (M, K)), ("sx", sx, torch.float32, (M, 1))):
-        if t is None:
-            continue
-        if (
-            not isinstance(t, torch.Tensor)
-            or t.dtype != dtype
-            or tuple(t.shape) != shape
-            or t.device != x.device
-        ):
-            raise ValueError(f"{name} must be {dtype} of shape {list(shape)} on {x.device}, got "
-                             f"{getattr(t, 'dtype', type(t).__name__)} {list(getattr(t, 'shape', []))}")  # fmt: skip
+    xq = validation.output(xq, M, K, E4M3, x.device, name="xq")
+    sx = validation.output(sx, M, 1, torch.float32, x.device, name="sx")
+    for name, t in (("xq", xq), ("sx", sx)):
         if not t.is_contiguous():
             raise ValueError(f"{name} must be contiguous")
-    xq = torch.empty((M, K), dtype=E4M3, device=x.device) if xq is None else xq
-    sx = torch.empty((M, 1), dtype=torch.float32, device=x.device) if sx is None else sx
     return M, K, xq, sx
 
 

@@ -120,13 +120,18 @@ def placed(x: torch.Tensor, out, M: int, N: int, weight: dict, **per_tensor) -> 
     return output(out, M, N, x.dtype, x.device)
 
 
-def output(out, M: int, N: int, dtype: torch.dtype, device) -> torch.Tensor:
-    """The [M, N] output: allocated when out is None, else checked."""
+def output(out, M: int, N: int, dtype: torch.dtype, device, name: str = "out") -> torch.Tensor:
+    """The [M, N] output (`name` in messages): allocated when out is None, else checked."""
     if out is None:
         return torch.empty((M, N), dtype=dtype, device=device)
-    if tuple(out.shape) != (M, N) or out.dtype != dtype or out.device != device:
+    if (
+        not isinstance(out, torch.Tensor)
+        or tuple(out.shape) != (M, N)
+        or out.dtype != dtype
+        or out.device != device
+    ):
         raise ValueError(
-            f"out must be {dtype} of shape [{M}, {N}] on {device}, got {out.dtype} {list(out.shape)} "
-            f"on {out.device}"
+            f"{name} must be {dtype} of shape [{M}, {N}] on {device}, got {getattr(out, 'dtype', type(out).__name__)} "
+            f"{list(getattr(out, 'shape', []))} on {getattr(out, 'device', '-')}"
         )
     return out
