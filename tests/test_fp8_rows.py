@@ -120,3 +120,87 @@ def test_two_launches_earn_nothing():
 def test_bad_input_gets_a_clear_message(fp8_solution, kwargs, match):
     with pytest.raises((TypeError, ValueError), match=match):
         fp8_solution.quantize_fp8_rows(**kwargs)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Through the trusted grader (the worker process, nbgrader's path): a cheat the exercise's rules do not name, and two
+# honest styles the solution does not use
+
+
+COPY_KERNEL = """
+@triton.jit
+def copy_kernel(src_ptr, dst_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(dst_ptr + offs, tl.load(src_ptr + offs, mask=offs < n), mask=offs < n)
+
+"""
+GRADED = {  # a submission -> its cell (the test says what each deserves)
+    "numpy quantize, own copy kernel": COPY_KERNEL
+    + """
+def quantize_fp8_rows(x, xq=None, sx=None):
+    M, K, xq, sx = fp8.prepare_rows(x, xq, sx)
+    import numpy as np
+    a = x.float().cpu().numpy()
+    amax = np.abs(a).max(axis=1, keepdims=True)
+    s = np.where(amax > 0, amax / np.float32(448.0), np.float32(1.0)).astype(np.float32)
+    q = torch.from_numpy(np.clip(a / s, -448, 448)).to(torch.float8_e4m3fn).view(torch.uint8).to(x.device)
+    copy_kernel[(triton.cdiv(M * K, 1024),)](q, xq.view(torch.uint8), M * K, BLOCK=1024)
+    sx.copy_(torch.from_numpy(s).to(x.device))
+    return xq, sx
+""",
+    "honest: one tile, x kept in registers": """
+@triton.jit
+def quantize_rows_kernel(x_ptr, xq_ptr, sx_ptr, K, stride_xm, stride_xk, BLOCK_K: tl.constexpr):
+    m = tl.program_id(0)
+    k = tl.arange(0, BLOCK_K)
+    x = tl.load(x_ptr + m * stride_xm + k * stride_xk, mask=k < K, other=0.0).to(tl.float32)
+    a = tl.max(tl.abs(x), axis=0)
+    s = tl.where(a > 0, tl.div_rn(a, 448.0), 1.0)
+    tl.store(sx_ptr + m, s)
+    tl.store(xq_ptr + m * K + k, fp8.e4m3_bits(tl.div_rn(x, s)), mask=k < K)
+
+
+def quantize_fp8_rows(x, xq=None, sx=None):
+    M, K, xq, sx = fp8.prepare_rows(x, xq, sx)
+    quantize_rows_kernel[(M,)](x, xq.view(torch.uint8), sx, K, x.stride(0), x.stride(1),
+                               BLOCK_K=triton.next_power_of_2(K))
+    return xq, sx
+""",
+    "honest: one program for all rows, per-tile maxima": """
+@triton.jit
+def quantize_rows_kernel(x_ptr, xq_ptr, sx_ptr, M, K, stride_xm, stride_xk, BLOCK_K: tl.constexpr):
+    for m in range(0, M):
+        a = 0.0
+        for k0 in range(0, K, BLOCK_K):
+            k = k0 + tl.arange(0, BLOCK_K)
+            x = tl.load(x_ptr + m * stride_xm + k * stride_xk, mask=k < K, other=0.0).to(tl.float32)
+            a = tl.maximum(a, tl.max(tl.abs(x), axis=0))
+        s = tl.where(a > 0, tl.div_rn(a, 448.0), 1.0)
+        tl.store(sx_ptr + m, s)
+        for k0 in range(0, K, BLOCK_K):
+            k = k0 + tl.arange(0, BLOCK_K)
+            x = tl.load(x_ptr + m * stride_xm + k * stride_xk, mask=k < K, other=0.0).to(tl.float32)
+            tl.store(xq_ptr + m * K + k, fp8.e4m3_bits(tl.div_rn(x, s)), mask=k < K)
+
+
+def quantize_fp8_rows(x, xq=None, sx=None):
+    M, K, xq, sx = fp8.prepare_rows(x, xq, sx)
+    quantize_rows_kernel[(1,)](x, xq.view(torch.uint8), sx, M, K, x.stride(0), x.stride(1), BLOCK_K=64)
+    return xq, sx
+""",
+}
+
+
+@pytest.mark.parametrize("name", ["numpy quantize, own copy kernel", "honest: one tile, x kept in registers",
+                                  "honest: one program for all rows, per-tile maxima"])  # fmt: skip
+def test_the_trusted_grader_gives_a_host_quantizer_nothing_and_honest_styles_the_point(name):
+    from autograder import grade_direct
+
+    res = grade_direct.grade("fp8", {"ex7_quantize_rows": GRADED[name]}, cells_filter=["quantize_rows"])
+    (verdict,) = res.values()
+    if name.startswith("honest"):
+        assert verdict.points == 1, verdict.message
+    else:
+        assert verdict.points == 0 and "reads tensor values into Python (.numpy)" in verdict.message, (
+            verdict.message
+        )
