@@ -603,3 +603,44 @@ def test_the_postgresql_recipe_of_course_md_grades_a_class_into_a_new_database(t
         stop = [str(pgscratch.binaries() / "pg_ctl"), "-D", str(home / "qmatmul-pg"), "-m", "immediate", "stop"]  # fmt: skip
         subprocess.run(["runuser", "-u", pgscratch.USER, "--", *stop] if root else stop, capture_output=True)
         shutil.rmtree(home, ignore_errors=True)
+
+
+def test_the_profile_lines_are_what_the_phases_tool_reads(monkeypatch):
+    """QMATMUL_PROFILE=1's lines (the notebook's run in its kernel, each trusted cell, each timed problem, the
+    trusted grading in all) are written by the grader's own functions and read back by `tools.parallel_grading
+    phases`: a change of wording on either side fails here, not on a GPU run."""
+    from types import SimpleNamespace
+
+    from qmatmul.checks import harness
+    from qmatmul.grader import nbhooks, trusted
+    from qmatmul.timing import gpulock
+
+    worker = SimpleNamespace(start_s=0.0, compile_s=0.0)
+    lines = [nbhooks.execute_profile(12.5, 0.5, time.monotonic())]
+    profile = trusted._Profile(worker)
+    worker.start_s, worker.compile_s = 6.0, 2.0
+    monkeypatch.setattr(gpulock, "held_s", gpulock.held_s + 3.0)
+    timed = harness.timed_profile("decode 1x8192x8192", 400, 2, 2, 0.5, 1.5, 0.25)
+    profile.cell(
+        trusted.Verdict(3, "test_decode_bandwidth", 1, 1, f"{timed}\nsomething else\n", None, 14.0),
+        lines.append,
+    )
+    profile.total(lines.append)
+    got = parallel_grading.phases_of("\n".join(f"[AutogradeApp | INFO] {ln}" for ln in lines))
+    assert got is not None, lines
+    assert got["execute"] == 12.5 and got["lock_waits"] == 0.5 and got["before"] is not None
+    assert (got["worker_start"], got["kernels_proven"], got["held_alone"]) == (6.0, 2.0, 3.0)
+    assert (got["weights_built"], got["timed"], got["rechecked"]) == (0.5, 1.5, 0.2)
+    assert got["checks"] == pytest.approx(float(lines[-1].split()[2]) - 8.0, abs=0.05)
+    assert parallel_grading.phases_of("[AutogradeApp | INFO] test_decode: 1/1 (3.0 s)") is None
+
+
+def test_a_parallel_run_whose_figure_moved_more_than_two_points_is_named():
+    """Issue 44's rule: every graded figure of a parallel run within 2 points of the serial run's, cell by cell."""
+    serial = {"w8a16/correct/test_decode_bandwidth": [91, 88], "layouts/correct/test_speed": [77]}
+    assert parallel_grading.figures_apart(serial, {**serial, "layouts/correct/test_speed": [79]}) == []
+    moved = parallel_grading.figures_apart(serial, {**serial, "layouts/correct/test_speed": [74]})
+    assert moved == ["layouts/correct/test_speed: [77] serially, [74] in parallel"]
+    assert parallel_grading.figures_apart(serial, {"w8a16/correct/test_decode_bandwidth": [91, 88]}) == [
+        "layouts/correct/test_speed: [77] serially, None in parallel"
+    ]

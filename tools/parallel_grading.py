@@ -7,6 +7,13 @@
         on a CUDA GPU, no nbgrader needed: the trusted grader (autograder/grade_direct.py) of W8A16 demo
         students, N processes at once (N = 1, 4), with the seconds each held the GPU exclusively; and the
         decode bandwidth figures of the solution graded alone, four at once, four at once without the lock
+    python -m tools.parallel_grading phases LOGDIR [--out FILE] [--label L --jobs N --seconds S [--machine M]]
+        where each notebook's seconds went, from the logs of a run graded with QMATMUL_PROFILE=1 (e.g.
+        `QMATMUL_PROFILE=1 python -m autograder.classroom demo w8a16`, logs in build/demo/logs): a table a
+        chapter (means a notebook); --out: every notebook's phases as JSON; --label: the means kept in the data
+        file's "phases" (the model's output shows them)
+    python -m tools.parallel_grading compare SERIAL_AUTOGRADED PARALLEL_AUTOGRADED
+        the graph-replay figures of two runs of the same notebooks, cell by cell: those more than 2 points apart
     python -m tools.parallel_grading model
         the class-time model (docs/parallel-grading.md holds its table; a test keeps the two in step)
 
@@ -178,6 +185,122 @@ def measure_gpu(machine: str) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------------------
+# Where a notebook's seconds go: the QMATMUL_PROFILE=1 lines of nbgrader's logs
+
+_NUM = r"([\d.]+) s"
+PHASE_LINES = {
+    "execute": re.compile(
+        rf"profile execute: .* in its kernel in {_NUM} \(its start included; {_NUM} waiting to "
+        rf"share the GPU\); the process had run ([\d.]+|\?) s before"
+    ),  # fmt: skip
+    "trusted": re.compile(
+        rf"profile trusted: {_NUM}; worker start {_NUM}, kernels proven in {_NUM}, waited {_NUM} "
+        rf"to share the GPU and {_NUM} for it alone, held it alone {_NUM}"
+    ),  # fmt: skip
+    "timed": re.compile(
+        rf"profile cell \S+: .* built in {_NUM}, timed \(prepare, batches, hand-over\) in {_NUM}, "
+        rf"rechecked in {_NUM}"
+    ),  # fmt: skip
+}
+PHASES = ("before", "execute", "worker_start", "kernels_proven", "checks", "held_alone", "lock_waits",
+          "weights_built", "timed", "rechecked")  # fmt: skip
+
+
+def phases_of(log: str) -> dict | None:
+    """One notebook's phases (seconds) from its nbgrader log, or None when it was not graded with the profile on.
+    checks = the trusted grading less the worker's start and the kernels' proof (the checks' own work: references,
+    calls, comparisons, timed problems); held_alone and the timed problems' parts are inside checks."""
+    ex, tr = PHASE_LINES["execute"].search(log), PHASE_LINES["trusted"].search(log)
+    if not (ex and tr):
+        return None
+    e_s, e_wait = map(float, ex.groups()[:2])
+    before = None if ex.group(3) == "?" else float(ex.group(3))
+    t_s, start, proven, wait_sh, wait_ex, held = map(float, tr.groups())
+    timed = [tuple(map(float, m.groups())) for m in PHASE_LINES["timed"].finditer(log)]
+    return {"before": before, "execute": e_s, "worker_start": start, "kernels_proven": proven,
+            "checks": round(t_s - start - proven, 2), "held_alone": held, "lock_waits": round(e_wait + wait_sh + wait_ex, 2),
+            "weights_built": round(sum(t[0] for t in timed), 2), "timed": round(sum(t[1] for t in timed), 2),
+            "rechecked": round(sum(t[2] for t in timed), 2), "total": round((before or 0.0) + e_s + t_s, 2)}  # fmt: skip
+
+
+def phases(logdir: Path) -> dict:
+    """{assignment: {student: phases}} for every profiled log under logdir/<assignment>/<student>.log."""
+    out: dict = {}
+    for log in sorted(logdir.glob("*/*.log")):
+        got = phases_of(log.read_text(errors="replace"))
+        if got is not None:
+            out.setdefault(log.parent.name, {})[log.stem] = got
+    return out
+
+
+def figures(autograded: Path) -> dict:
+    """{assignment/student/cell: [% of copy, ...]}: the graph-replay figures each graded cell printed, read from
+    the autograded notebooks (autograded/<student>/<assignment>/*.ipynb)."""
+    out = {}
+    for path in sorted(autograded.glob("*/*/*.ipynb")):
+        student, assignment = path.parent.parent.name, path.parent.name
+        for cell in json.loads(path.read_text()).get("cells", []):
+            text = "".join("".join(o.get("text", "")) for o in cell.get("outputs", []))
+            found = [int(x) for x in BANDWIDTH.findall(text)]
+            grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+            if found and grade_id:
+                out[f"{assignment}/{student}/{grade_id}"] = found
+    return out
+
+
+def figures_apart(serial: dict, parallel: dict) -> list[str]:
+    """The cells whose figures differ by more than 2 points between two runs of the same notebooks (issue 44's
+    rule), and those graded in one run only."""
+    bad = []
+    for key in sorted(serial.keys() | parallel.keys()):
+        a, b = serial.get(key), parallel.get(key)
+        if a is None or b is None or len(a) != len(b):
+            bad.append(f"{key}: {a} serially, {b} in parallel")
+        elif max(abs(x - y) for x, y in zip(a, b, strict=True)) > 2:
+            bad.append(f"{key}: {a} serially, {b} in parallel")
+    return bad
+
+
+def phase_means(found: dict) -> dict:
+    """{chapter: {"notebooks": n, phase: mean seconds a notebook}}."""
+    cols = (*PHASES, "total")
+    return {chapter: {"notebooks": len(students), **{c: round(sum(p[c] or 0.0 for p in students.values()) /
+                                                            len(students), 1) for c in cols}}
+            for chapter, students in found.items()}  # fmt: skip
+
+
+def phases_table(means: dict, label: str = "") -> str:
+    """One row a chapter (means: phase_means), or a row a stored run (means: {label: row})."""
+    cols = (*PHASES, "total")
+    lines = [f"| {label or 'chapter'} | notebooks | " + " | ".join(c.replace("_", " ") for c in cols) + " |",
+             "|---|---|" + "---|" * len(cols)]  # fmt: skip
+    for name, row in means.items():
+        lines.append(f"| {name} | {row['notebooks']} | " + " | ".join(f"{row[c]:.1f}" for c in cols) + " |")
+    return "\n".join(lines)
+
+
+def store_phases(
+    found: dict, *, machine: str, jobs: int, seconds: float, label: str, data: Path = DATA
+) -> None:
+    """Keep a profiled run's means in the data file's "phases" (replacing the run of the same machine, label, jobs
+    and chapter)."""
+    whole = json.loads(data.read_text())
+    new = [{"machine": machine, "label": label, "jobs": jobs, "chapter": chapter, "seconds": seconds,
+            "date": dt.date.today().isoformat(), **_versions(), **row}
+           for chapter, row in phase_means(found).items()]  # fmt: skip
+    key = lambda r: (r["machine"], r["label"], r["jobs"], r["chapter"])  # noqa: E731
+    keep = [r for r in whole.get("phases", []) if key(r) not in {key(n) for n in new}]
+    data.write_text(json.dumps({**whole, "phases": keep + new}, indent=1) + "\n")
+
+
+def stored_phases_table(data: Path = DATA) -> str:
+    """The data file's profiled runs, one row each: where a notebook's seconds went (means)."""
+    rows = json.loads(data.read_text()).get("phases", [])
+    return phases_table({f"{r['machine']}, {r['chapter']}, {r['jobs']} job{'s' if r['jobs'] > 1 else ''}: "
+                         f"{r['label']} ({r['seconds']:g} s in all, {r['date']})": r for r in rows}, "run")  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------------------------
 # The model
 
 STUDENTS, GPUS = 300, (1, 8, 64)
@@ -218,6 +341,9 @@ def model_table(data: Path = DATA) -> str:
         lines.append(f"| {g} | {hosts} | {g * best['jobs']} | {rate}/h | {_duration(minutes)} |")
         closing.append(f"{_duration(minutes)} on {g} GPU{'s' if g > 1 else ''}")
     lines += ["", f"By the model, {STUDENTS} students take {', '.join(closing[:-1])} and {closing[-1]}."]
+    if json.loads(data.read_text()).get("phases"):
+        lines += ["", "Where a notebook's seconds went (QMATMUL_PROFILE=1; means a notebook, seconds):", "",
+                  stored_phases_table(data)]  # fmt: skip
     return "\n".join(lines)
 
 
@@ -229,13 +355,15 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("what", choices=["cpu", "gpu", "model", "_grade"])
+    parser.add_argument("what", choices=["cpu", "gpu", "phases", "compare", "model", "_grade"])
     parser.add_argument("rest", nargs="*")
     parser.add_argument("--jobs", default="1,2")
     parser.add_argument("--chapters", default="roofline,w8a16")
     parser.add_argument("--students", default="blank,correct,min_not_max,wrong_axis")
     parser.add_argument("--machine", default=None)
-    parser.add_argument("--out", help="gpu: write the results here")
+    parser.add_argument("--out", help="gpu: write the results here; phases: every notebook's phases")
+    parser.add_argument("--label", help="phases: keep the run's means in the data file under this label")
+    parser.add_argument("--seconds", type=float, default=0.0, help="phases with --label: the run's wall time")
     parser.add_argument("--data", type=Path, default=None, help="also store the rows in this data file")
     args = parser.parse_args(argv)
     if args.what == "_grade":
@@ -255,6 +383,24 @@ def main(argv=None) -> int:
         if args.data:
             _store(res["rows"], args.data)
         return 0
+    if args.what == "phases":
+        found = phases(Path(args.rest[0]) if args.rest else ROOT / "build" / "demo" / "logs")
+        print(phases_table(phase_means(found)))
+        if args.out:
+            Path(args.out).write_text(json.dumps(found, indent=1) + "\n")
+        if args.label:
+            store_phases(found, machine=args.machine or f"cpu-{os.cpu_count()}-core", jobs=int(args.jobs),
+                         seconds=args.seconds, label=args.label, data=args.data or DATA)  # fmt: skip
+        return 0
+    if args.what == "compare":
+        serial, par = (figures(Path(p)) for p in args.rest)
+        bad = figures_apart(serial, par)
+        print(
+            f"{len(serial)} cells with figures serially, {len(par)} in parallel; {len(bad)} more than 2 points apart"
+        )
+        for line in bad:
+            print("  " + line)
+        return 1 if bad else 0
     print(model_table())
     return 0
 

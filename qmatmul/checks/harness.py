@@ -45,7 +45,7 @@ from qmatmul.checks import CheckFailed
 from qmatmul.timing import gpulock
 
 __all__ = [
-    "BATCH_MS", "MAX_CALLS", "GEN_CHUNK", "PROFILE_ENV", "Timed", "calls_for", "weight_copies", "inputs_for",
+    "BATCH_MS", "MAX_CALLS", "GEN_CHUNK", "PROFILE_ENV", "profiling", "Timed", "calls_for", "weight_copies", "inputs_for",
     "outputs_checksum", "time_calls", "not_on_cpu", "check_bandwidth",
 ]  # fmt: skip
 
@@ -56,6 +56,21 @@ REF_ELEMENTS = 1 << 27  # the recheck's reference outputs at a time (float32: 51
 # QMATMUL_PROFILE=1: each timed problem also prints where its grading's seconds went (building the weights, the
 # worker's part, the recheck), for an instructor asking why a chapter grades slowly. Never a verdict.
 PROFILE_ENV = "QMATMUL_PROFILE"
+
+
+def timed_profile(
+    label: str, calls: int, modes: int, copies: int, built: float, timed: float, rechecked: float
+) -> str:
+    """QMATMUL_PROFILE=1's line for one timed problem (tools/parallel_grading.py reads it)."""
+    return (
+        f"profile {label}: {calls} calls x {modes} modes, {copies} weight copies built in {built:.1f} s, timed "
+        f"(prepare, batches, hand-over) in {timed:.1f} s, rechecked in {rechecked:.1f} s"
+    )
+
+
+def profiling() -> bool:
+    """QMATMUL_PROFILE=1: the grader says where its seconds went (never a verdict)."""
+    return os.environ.get(PROFILE_ENV) == "1"
 
 
 @dataclass
@@ -164,10 +179,10 @@ def time_calls(fn, *, what: str, module: str, N: int, K: int, M: int, out_dtype:
         for i, expected in references(mod, inputs, weights, calls, M, N):
             checks.compare(outs[i], expected, what=f"{what} (timed, {mode})", rtol=checks.tolerance_for(out_dtype),
                            poisoned=True, context=f" (call {i} of the timed batch, M={M}, N={N}, K={K})")  # fmt: skip
-    if os.environ.get(PROFILE_ENV) == "1":
-        print(f"profile {label}: {calls} calls x {len(outs_by_mode)} modes, {copies} weight copies built in "
-              f"{t1 - t0:.1f} s, timed (prepare, batches, hand-over) in {t2 - t1:.1f} s, rechecked in "
-              f"{time.perf_counter() - t2:.1f} s")  # fmt: skip
+    if profiling():
+        print(
+            timed_profile(label, calls, len(outs_by_mode), copies, t1 - t0, t2 - t1, time.perf_counter() - t2)
+        )
     return Timed(label, M, nbytes, graph_ms, eager_ms, copy_bw)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
@@ -59,9 +60,11 @@ class ResilientExecute(Execute):
             "1"  # the notebook's kernel inherits it: cells that award nothing may skip
         )
 
+        from qmatmul.checks import harness
         from qmatmul.timing import gpulock
 
         previous = gpulock.active()
+        t0, waited0 = time.monotonic(), gpulock.shared_waited_s
         try:
             return super().preprocess(nb, resources, *args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - DeadKernelError and friends: the notebook's own cells stop here
@@ -71,6 +74,8 @@ class ResilientExecute(Execute):
             resources.setdefault("qmatmul", {})["kernel_stopped"] = f"{type(exc).__name__}: {exc}"
             return nb, resources
         finally:
+            if harness.profiling():
+                self.log.info(execute_profile(time.monotonic() - t0, gpulock.shared_waited_s - waited0, t0))
             if before is None:
                 os.environ.pop(AUTOGRADE_ENV, None)
             else:
@@ -92,6 +97,26 @@ class ResilientExecute(Execute):
                 return super().preprocess_cell(cell, resources, index)
         finally:
             self.timeout = timeout
+
+
+def execute_profile(seconds: float, waited: float, t0: float) -> str:
+    """QMATMUL_PROFILE=1's line for the run of the notebook's own cells (tools/parallel_grading.py reads it)."""
+    return (
+        f"profile execute: the notebook's own cells ran in its kernel in {seconds:.1f} s (its start included; "
+        f"{waited:.1f} s waiting to share the GPU); the process had run {_since_process_start(t0)} s before"
+    )
+
+
+def _since_process_start(t: float) -> str:
+    """Seconds from this process's start to time.monotonic() `t` (its imports, nbgrader's set-up), from Linux's
+    /proc; "?" elsewhere."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        started = uptime - ticks / os.sysconf("SC_CLK_TCK")  # seconds ago
+        return f"{started - (time.monotonic() - t):.1f}"
+    except (OSError, ValueError, IndexError):
+        return "?"
 
 
 class TrustedGrades(NbGraderPreprocessor):

@@ -123,6 +123,8 @@ class Worker:
         self.start_failure: str | None = None  # the cells did not define their functions: no second try
         self.proc = None
         self.starts = 0
+        self.start_s = 0.0  # seconds spent starting it and running the notebook's cells (QMATMUL_PROFILE)
+        self.compile_s = 0.0  # seconds spent proving kernels in the compile worker, its start included
         self.compiler: Worker | None = None  # the compile worker (prove_kernels), started when first needed
         # a launch -> why it is not a kernel of the learner's, or None
         self.proven: dict[str, str | None] = {}
@@ -160,6 +162,13 @@ class Worker:
         if self.start_failure is not None:
             raise CheckFailed(self.start_failure)
         wait, budgeted = self._wait(self.start_timeout, "defining your notebook's functions")
+        t0 = time.monotonic()
+        try:
+            self._start(wait, budgeted)
+        finally:
+            self.start_s += time.monotonic() - t0
+
+    def _start(self, wait: float, budgeted: bool) -> None:
         if self.starts:  # a restart: a new folder, so nothing the last process left there is seen
             shutil.rmtree(self.dir, ignore_errors=True)
             self._new_folder()
@@ -425,6 +434,13 @@ class Worker:
                 raise CheckFailed(f"{what}: {problem}")
 
     def _compile(self, launch: dict, what: str) -> str | None:
+        t0 = time.monotonic()
+        try:
+            return self._compile_in_worker(launch, what)
+        finally:
+            self.compile_s += time.monotonic() - t0
+
+    def _compile_in_worker(self, launch: dict, what: str) -> str | None:
         if self.compiler is None:
             env = {k: v for k, v in (self.env if self.env is not None else os.environ).items()
                    if k != "TRITON_INTERPRET"}  # fmt: skip
@@ -498,7 +514,7 @@ class Worker:
                     "instructor"
                 )
             outs[mode] = got
-        if os.environ.get(harness.PROFILE_ENV) == "1":
+        if harness.profiling():
             print(f"profile {what}: the worker prepared (weights, buffers, first call, graph, warm-up) in "
                   f"{t_prepare:.1f} s; the outputs' hand-over took {t_fetch:.1f} s")  # fmt: skip
         return times.get("graph"), times.get("eager"), outs, seeds

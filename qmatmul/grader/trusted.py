@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 
 from qmatmul import checks, environment
-from qmatmul.checks import CheckFailed, LearnerError
+from qmatmul.checks import CheckFailed, LearnerError, harness
 from qmatmul.grader import notebook, static
 from qmatmul.grader.remote import RemoteFunction, Worker
 from qmatmul.timing import gpulock
@@ -100,6 +100,7 @@ def _grade(cells, *, cwd, wrap, env, timeout, deadline, overrides, only, log) ->
     worker = Worker(notebook.program(cells, overrides), source=learner_source(cells, overrides), release=ns,
                     cwd=cwd, wrap=wrap, env=env, timeout=timeout, deadline=deadline)  # fmt: skip
     verdicts = []
+    profile = _Profile(worker) if log and harness.profiling() else None
     try:
         for cell in notebook.tests(cells):
             if only and not any(o in cell.grade_id for o in only):
@@ -132,12 +133,49 @@ def _grade(cells, *, cwd, wrap, env, timeout, deadline, overrides, only, log) ->
                 log(
                     f"{cell.grade_id}: {v.points:g}/{v.max_points:g} ({v.seconds:.1f} s){' ' + v.message.splitlines()[0][:200] if error else ''}"
                 )
+            if profile:
+                profile.cell(v, log)
         if worker.source is not None and worker.source.escapes and log:
             for f in worker.source.escapes:
                 log(f"flagged: {f.describe()}")
     finally:
         worker.close()
+    if profile:
+        profile.total(log)
     return verdicts
+
+
+class _Profile:
+    """QMATMUL_PROFILE=1: where a notebook's trusted grading spent its seconds, a log line a cell and one in all
+    (the worker's start, which runs the notebook's cells; proving kernels in the compile worker; the GPU lock's
+    waits and exclusive hold; the timed problems' own profile lines). Never a verdict."""
+
+    FIELDS = ("start_s", "compile_s", "shared_waited_s", "waited_s", "held_s")
+
+    def __init__(self, worker: Worker):
+        self.worker, self.t0 = worker, time.monotonic()
+        self.first = self.last = self._now()
+
+    def _now(self) -> dict:
+        src = {"start_s": self.worker, "compile_s": self.worker}
+        return {f: getattr(src.get(f, gpulock), f) for f in self.FIELDS}
+
+    def cell(self, v: Verdict, log) -> None:
+        now = self._now()
+        d = {f: now[f] - self.last[f] for f in self.FIELDS}
+        self.last = now
+        log(f"profile cell {v.grade_id}: {v.seconds:.1f} s; worker start {d['start_s']:.1f} s, kernels proven in "
+            f"{d['compile_s']:.1f} s, waited {d['shared_waited_s']:.1f} s to share the GPU and {d['waited_s']:.1f} s "
+            f"for it alone, held it alone {d['held_s']:.1f} s")  # fmt: skip
+        for line in v.output.splitlines():
+            if line.startswith("profile "):
+                log(f"profile cell {v.grade_id}: {line.removeprefix('profile ')}")
+
+    def total(self, log) -> None:
+        d = {f: self.last[f] - self.first[f] for f in self.FIELDS}
+        log(f"profile trusted: {time.monotonic() - self.t0:.1f} s; worker start {d['start_s']:.1f} s, kernels "
+            f"proven in {d['compile_s']:.1f} s, waited {d['shared_waited_s']:.1f} s to share the GPU and "
+            f"{d['waited_s']:.1f} s for it alone, held it alone {d['held_s']:.1f} s")  # fmt: skip
 
 
 def flags(cells: list[notebook.Cell]) -> list[str]:

@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 __all__ = [
-    "ENV_DIR", "ENV_TIMEOUT", "ENV_OFF", "DEFAULT_DIR", "waited_s", "held_s", "timeout_s", "lock_dir",
+    "ENV_DIR", "ENV_TIMEOUT", "ENV_OFF", "DEFAULT_DIR", "waited_s", "shared_waited_s", "held_s", "timeout_s", "lock_dir",
     "gpu_key", "active", "shared", "cell", "exclusive", "exclusively",
 ]  # fmt: skip
 
@@ -49,6 +49,7 @@ DEFAULT_DIR = "/tmp/qmatmul-gpu-locks"
 _ACTIVE = False
 _LOCK: _GpuLock | None = None
 waited_s = 0.0  # seconds this process waited for its exclusive windows
+shared_waited_s = 0.0  # seconds it waited to share the GPU (behind another grader's timed window)
 held_s = 0.0  # seconds it held the GPU exclusively (the timed windows: what the GPU cannot share)
 
 
@@ -107,6 +108,8 @@ class _GpuLock:
                 time.sleep(0.02)
 
     def acquire(self, mode: str) -> None:
+        global shared_waited_s
+        t0 = time.monotonic()
         gate, rw = (self._open(p) for p in self.paths)
         deadline = time.monotonic() + timeout_s()
         try:
@@ -119,6 +122,8 @@ class _GpuLock:
         os.close(gate)  # releases the gate: the rw lock alone now says who holds the GPU
         self._fds = [rw]
         self.mode = mode
+        if mode == "shared":
+            shared_waited_s += time.monotonic() - t0
 
     def release(self) -> None:
         for fd in self._fds:
