@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder import advice, demo, exchange, parallel, rule, sandbox
+from autograder import advice, demo, exchange, nbgrader_cli, parallel, rule, sandbox
 from autograder.gradebook import gradebook, print_gradebook, reset_database, scored_submissions
 from qmatmul.course import assignments, selected_assignments  # noqa: F401 - assignments: used by its callers
 from qmatmul.grader import notebook
@@ -100,7 +100,7 @@ def nbgrader(
 def nbgrader_command(*args: str, dirs: CourseDirs) -> tuple[list[str], dict]:
     """The nbgrader command line and what it adds to the environment (PATH: nbgrader runs alembic and jupyter,
     which must come from the course's environment)."""
-    cmd = [sys.executable, "-m", "nbgrader", *args, *dirs.flags()]
+    cmd = [*nbgrader_cli.COMMAND, *args, *dirs.flags()]
     env = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
            "QMATMUL_BIN": str(Path(sys.executable).parent)}  # fmt: skip
     if dirs.sandbox and args and args[0] == "autograde":

@@ -17,6 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from autograder import nbgrader_cli
+
 ROOT = Path(__file__).resolve().parent.parent
 EXPECTED = re.compile(
     r"^\[GenerateAssignmentApp \| WARNING\] Removing existing assignment: (?P<path>.+?)\s*$"
@@ -35,7 +37,7 @@ def release(assignments: list[str], flags: tuple = (), cwd: Path = ROOT, err=Non
     err = err or sys.stderr
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     for assignment in assignments:
-        cmd = [sys.executable, "-m", "nbgrader", "generate_assignment", assignment, "--force", *flags]
+        cmd = [*nbgrader_cli.COMMAND, "generate_assignment", assignment, "--force", *flags]
         with subprocess.Popen(cmd, cwd=cwd, env=env, stderr=subprocess.PIPE, text=True) as proc:
             for line in proc.stderr:
                 if not expected(line, assignment):
