@@ -4,6 +4,9 @@
     python -m tools.sass --fit [--write]      every graded launch on every GPU class (docs/gpu-fit.md)
     python -m tools.sass --sweep w4a16,mxfp4,nvfp4   tools/sweep_decode.py's candidates, as candidates() lists them
     python -m tools.sass --tma                 qmatmul.kernels.gemm's TMA GEMM: its K loop per scale mode
+    python -m tools.sass --waves               the layouts chapter's Gluon decode (qmatmul.kernels.mma_decode) as
+                                               config() launches it at M = 1, 4, 16 on the bench's and a Llama-3-8B
+                                               block's shapes: registers, programs a SM, grid, waves, barriers a group
 
 A 4-bit decode kernel at M <= 16 has nothing for the tensor cores to do and too little time per weight for its
 decoding: at the H200's copy bandwidth a weight arrives every 1 / 7.9e12 s, and 132 SMs x 128 lanes x 1.98 GHz
@@ -44,6 +47,7 @@ from qmatmul.teaching.sass import (  # noqa: F401 - re-exported
     main_loop,
     mma_row,
     opcode,
+    resources,
     w4a16_decode_config,
     weights_per_thread,
 )
@@ -345,6 +349,11 @@ def main(argv=None) -> int:
         action="store_true",
         help="instead: qmatmul.kernels.gemm's TMA GEMM, its K loop per mode (tma_rows())",
     )
+    parser.add_argument(
+        "--waves",
+        action="store_true",
+        help="instead: the layouts chapter's Gluon decode at M = 1, 4, 16: registers, programs a SM, waves",
+    )
     parser.add_argument("names", nargs="*", help="rows of kernels() (default: all)")
     args = parser.parse_args(argv)
     os.environ.pop("TRITON_INTERPRET", None)  # compile for the GPU, whatever the shell says
@@ -357,6 +366,13 @@ def main(argv=None) -> int:
         return 0
     if args.fit:
         return fit_report(args.write)
+    if args.waves:
+        print(f"sm_{args.arch}, {SMS} SMs: qmatmul.kernels.mma_decode._w4_mma_kernel as config() launches it")
+        for r in waves_report(args.arch):
+            print(f"M={r['M']:2} {r['N']:5} x {r['K']:5}  regs {r['regs']:3}  shared {r['shared']:5} B  "
+                  f"programs/SM {r['per_sm']}  grid {r['grid']:5}  waves {r['waves']:.2f}  warps/SM {r['warps_per_sm']:2}  "
+                  f"barriers/group {r['barriers']}  instr/weight {r['per_weight']:.2f}  {r['cfg']}")  # fmt: skip
+        return 0
     if args.sweep:
         rows = {k: v for fmt in args.sweep.split(",") for k, v in sweep_rows(fmt).items()}
     else:
@@ -377,6 +393,41 @@ def main(argv=None) -> int:
         print(f"{name:{width}} {r['loop']:5} {r['weights']:7.0f} {r['per_weight']:7.2f} {r['ceiling']:7.0%} "
               f"{r['spills']:6}  {top}")  # fmt: skip
     return 0
+
+
+# An H200's (and an H100 SXM's) SM: 132 of them, 64 K registers, 227 KB of shared memory a block, 64 warps.
+SMS, SM_REGS, SM_SHARED, SM_WARPS, SM_BLOCKS = 132, 65536, 227 * 1024, 64, 32
+WAVE_SHAPES = ((28672, 8192), (8192, 28672), (8192, 8192), (28672, 4096), (14336, 4096), (4096, 14336),
+               (6144, 4096), (4096, 4096), (1024, 4096))  # fmt: skip
+
+
+def waves_report(arch: int = 90, Ms=(1, 4, 16)) -> list[dict]:
+    """Per M: the compiled kernel's registers, shared memory and the programs an SM holds (the tightest of registers,
+    shared memory, warps and blocks), its main loop's barriers and instructions a weight; per shape: config()'s
+    grid and the waves it makes (grid / (SMs x programs an SM)). Occupancy from the compiled resources, not measured."""
+    import math
+
+    from qmatmul.kernels import mma_decode
+
+    fn = jit_functions("mma_decode")._w4_mma_kernel
+    rows = []
+    for M in Ms:
+        row = mma_row(mma_decode.config(M, *WAVE_SHAPES[0]), 8 if M <= 8 else 16)
+        k = compile_kernel(fn, row, arch)
+        res = resources(k.asm["cubin"])
+        loop = main_loop(disassemble(k.asm["cubin"]))
+        warps = row["cfg"]["num_warps"]
+        shared = max(res["static_shared"], k.metadata.shared)
+        per_sm = min(SM_REGS // (res["regs"] * 32 * warps), SM_WARPS // warps, SM_BLOCKS,
+                     SM_SHARED // shared if shared else SM_BLOCKS)  # fmt: skip
+        for N, K in WAVE_SHAPES:
+            cfg = mma_decode.config(M, N, K)
+            grid = math.ceil(N / (16 * cfg["R"] * cfg["num_warps"])) * cfg["SPLIT_K"]
+            rows.append(dict(M=M, N=N, K=K, cfg=cfg, regs=res["regs"], shared=shared, per_sm=per_sm, grid=grid,
+                             waves=grid / (SMS * per_sm), warps_per_sm=min(per_sm, math.ceil(grid / SMS)) * warps,
+                             barriers=sum(opcode(i).startswith("BAR") for i in loop),
+                             per_weight=len(loop) / weights_per_thread(row)))  # fmt: skip
+    return rows
 
 
 FIT_JSON = ROOT / "docs" / "gpu-fit.json"

@@ -39,9 +39,10 @@ def skipped() -> str:
     return mma_decode._missing()
 
 
-def random_problem(M, N, K, G, N_again, dtype, device, g, strided: bool = False):
+def random_problem(M, N, K, G, _N, dtype, device, g, strided: bool = False):
     """x [M, K] (a strided view when `strided`), the course's repack of a random weight's codes, its scales and
-    zeros: the wrapper's arguments before group_size and N."""
+    zeros: the wrapper's arguments before group_size and N. check_kernel hands every entry of a case over, and this
+    chapter's cases end with N once more (the wrapper's last argument, `_N`: the words do not say N)."""
     x, packed, scales, zeros = w4a16.random_problem(M, N, K, G, dtype, device, g, strided)
     return x, repack(packed), scales, zeros
 

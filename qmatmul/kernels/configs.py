@@ -243,9 +243,11 @@ def hopper(kernel: str, **shape) -> Launch:
         return Launch.of(BLOCK_M=16, BLOCK_N=32, BLOCK_K=shape["group_size"], num_warps=4, num_stages=4)
     if kernel == "w8a16.decode" and shape["N"] <= 4096:
         # Graph-timed on the H200 at a Llama-3-8B block's layers (tools/sweep_layers.py, 2026-12-05), % of copy at
-        # M = 1 / 16: 32 columns and 4 stages, 4096 x 4096 with 256 of K 41 / 42, 4096 x 14336 with 1024 of K 54 / 54,
-        # where the tensor-core GPUs' 64 x 512 gave 34 and 44 at M = 1 (docs/decode-step-h200.md); 1024 x 4096 stays
-        # latency-bound (32 programs: 11 / 12). Four stages of 1024 hold 192 KB of shared memory: Hopper's 227 KB.
+        # M = 1 / 16: 32 columns and 4 stages, 4096 x 4096 with 256 of K 41 / 42, 4096 x 14336 54 / 54, where the
+        # tensor-core GPUs' 64 x 512 gave 34 and 44 at M = 1 (docs/decode-step-h200.md); 1024 x 4096 stays
+        # latency-bound (32 programs: 11 / 12). The sweep's note named 1024 of K for 4096 x 14336, but this rule gives
+        # 1024 only from K = 16384: the bench's layer row (54 %, docs/bench-h200.json) is 256 of K, as launched here.
+        # Four stages of 1024 hold 192 KB of shared memory: Hopper's 227 KB.
         long_k = shape["K"] >= 16384
         return Launch.of(BLOCK_M=16, BLOCK_N=32, BLOCK_K=1024 if long_k else 256, num_warps=4, num_stages=4)
     if kernel == "mxfp4.dot_scaled":

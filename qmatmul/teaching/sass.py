@@ -178,6 +178,20 @@ def compile_kernel(fn, row: dict, arch: int = 90):
     )
 
 
+def resources(cubin: bytes) -> dict:
+    """A cubin's registers a thread and static shared memory (bytes), by the cuobjdump that ships with triton."""
+    import triton
+
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        text = subprocess.run([str(tool), "--dump-resource-usage", f.name], check=True, capture_output=True,
+                              text=True).stdout  # fmt: skip
+    m = re.search(r"REG:(\d+).*?SHARED:(\d+)", text)
+    return {"regs": int(m.group(1)), "static_shared": int(m.group(2))}
+
+
 def disassemble(cubin: bytes) -> list[tuple[int, str]]:
     """(address, instruction) pairs of a cubin, by the cuobjdump that ships with triton."""
     import triton
