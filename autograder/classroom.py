@@ -242,11 +242,22 @@ def autograde_class(pairs: list[tuple[str, str]], dirs: CourseDirs, jobs: int = 
         parallel.run_local(work, jobs, done)
     else:
         parallel.run_dask(work, scheduler, done)
-    seconds = time.time() - t0
-    rate = len(work) / seconds * 3600 if seconds else 0.0
-    print(f"graded {len(work) + refused - len(failures)}/{len(work) + refused} in {seconds:.0f} s "
-          f"({rate:.0f} notebooks/hour)")  # fmt: skip
+    print(
+        rate_line(
+            len(work) + refused - len(failures), len(work) + refused, time.time() - t0, rate_of=len(work)
+        )
+    )
     return failures
+
+
+def rate_line(
+    graded: int, notebooks: int, seconds: float, rate_of: int | None = None, serial: bool = False
+) -> str:
+    """A class run's closing line (tools/parallel_grading.py reads it): notebooks an hour over `rate_of` of them
+    (default all; refused ones took no time)."""
+    rate = (notebooks if rate_of is None else rate_of) / seconds * 3600 if seconds else 0.0
+    count = f"{notebooks} notebooks one at a time" if serial else f"{graded}/{notebooks}"
+    return f"graded {count} in {seconds:.0f} s ({rate:.0f} notebooks/hour)"
 
 
 def file_problem(assignment: str, student: str, dirs: CourseDirs) -> rule.FileProblem | None:
@@ -401,8 +412,7 @@ def run_demo(
         print_gradebook(assignment, rows, failures)
         status |= 1 if failures or not expectations_met(students, rows) else 0
     if notebooks:  # the same line as a parallel run's (autograde_class)
-        print(f"\ngraded {notebooks} notebooks one at a time in {seconds:.0f} s ({notebooks / seconds * 3600:.0f} "
-              "notebooks/hour)")  # fmt: skip
+        print("\n" + rate_line(notebooks, notebooks, seconds, serial=True))
     _feedback_and_export(selected, dirs)
     return status
 

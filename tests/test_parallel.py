@@ -644,3 +644,14 @@ def test_a_parallel_run_whose_figure_moved_more_than_two_points_is_named():
     assert parallel_grading.figures_apart(serial, {"w8a16/correct/test_decode_bandwidth": [91, 88]}) == [
         "layouts/correct/test_speed: [77] serially, None in parallel"
     ]
+
+
+def test_the_demo_tool_reads_the_class_runs_closing_line():
+    """`tools.parallel_grading demo` takes notebooks, seconds and the rate from classroom.py's closing line, serial
+    or parallel (classroom.rate_line writes both)."""
+    serial = classroom.rate_line(11, 11, 284.4, serial=True)
+    assert parallel_grading.demo_rate(f"...\n{serial}\n") == (11, 284.0, 139)
+    par = classroom.rate_line(10, 11, 99.6, rate_of=11)
+    assert par == "graded 10/11 in 100 s (398 notebooks/hour)"
+    assert parallel_grading.demo_rate(par) == (11, 100.0, 398)
+    assert parallel_grading.demo_rate("graded nothing") is None

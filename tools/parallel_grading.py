@@ -12,6 +12,10 @@
         `QMATMUL_PROFILE=1 python -m autograder.classroom demo w8a16`, logs in build/demo/logs): a table a
         chapter (means a notebook); --out: every notebook's phases as JSON; --label: the means kept in the data
         file's "phases" (the model's output shows them)
+    python -m tools.parallel_grading demo CHAPTER ... --jobs 1,4 --machine H200 --out DIR [--data FILE]
+        the demo class through the real nbgrader with QMATMUL_PROFILE=1, serially and N at a time on one GPU
+        (QMATMUL_JOBS_PER_GPU=N): notebooks an hour, every expectation, the phases, the figures compared; rows and
+        phases into the data file (default docs/parallel-throughput.json); exit 1 if a figure moved > 2 points
     python -m tools.parallel_grading compare SERIAL_AUTOGRADED PARALLEL_AUTOGRADED
         the graph-replay figures of two runs of the same notebooks, cell by cell: those more than 2 points apart
     python -m tools.parallel_grading model
@@ -48,10 +52,10 @@ def _versions() -> dict:
 
 
 def _store(rows: list[dict], data: Path = DATA) -> None:
-    """Replace the rows of the same (machine, mode, jobs) and keep the others."""
+    """Replace the rows of the same (machine, mode, jobs, chapters) and keep the others."""
     whole = json.loads(data.read_text()) if data.exists() else {}
     old = whole.get("rows", [])
-    key = lambda r: (r["machine"], r["mode"], r["jobs"])  # noqa: E731
+    key = lambda r: (r["machine"], r["mode"], r["jobs"], tuple(r["chapters"]))  # noqa: E731
     new = {key(r) for r in rows}
     merged = [r for r in old if key(r) not in new] + rows
     merged.sort(key=lambda r: (r["machine"], r["mode"], r["jobs"]))
@@ -91,6 +95,77 @@ def measure_cpu(jobs: list[int], chapters: list[str], students: list[str], machi
                      "load_before": round(load, 2), "date": dt.date.today().isoformat(), **_versions()})  # fmt: skip
         print(rows[-1], flush=True)
     return rows
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The demo class through the real nbgrader, serially and N at a time, profiled (a GPU host's run of issue 44)
+
+DEMO_RATE = re.compile(
+    r"graded (?:\d+/)?(\d+)(?: notebooks one at a time)? in (\d+) s \((\d+) notebooks/hour\)"
+)
+
+
+def demo_rate(output: str) -> tuple[int, float, int] | None:
+    """(notebooks, seconds, an hour) from classroom.py's closing line, serial or parallel; None without one."""
+    m = DEMO_RATE.search(output)
+    return (int(m.group(1)), float(m.group(2)), int(m.group(3))) if m else None
+
+
+def measure_demo(chapters: list[str], jobs: list[int], machine: str, out: Path, data: Path,
+                 timeout: float = 3600) -> list[str]:  # fmt: skip
+    """`classroom demo CHAPTERS --jobs N` for each N with QMATMUL_PROFILE=1 (N > 1 with QMATMUL_JOBS_PER_GPU=N, so a
+    GPU host grades N at once), each with a Triton cache of its own (each run compiles as much as the first); its
+    output, logs and autograded notebooks kept in out/jobs-N; a row (notebooks an hour, expectations held) and the
+    phases' means into `data`; then every graded figure of each parallel run against the first run's. Returns the
+    figures more than 2 points apart."""
+    import shutil
+
+    from autograder import classroom
+
+    rows, apart = [], []
+    for n in jobs:
+        here = out / f"jobs-{n}"
+        here.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ, QMATMUL_PROFILE="1", TRITON_CACHE_DIR=str(here / "triton-cache"))
+        if n > 1:
+            env["QMATMUL_JOBS_PER_GPU"] = str(n)
+        cmd = [sys.executable, "-m", "autograder.classroom", "demo", *chapters, "--jobs", str(n)]
+        try:
+            res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+            output, status = res.stdout + res.stderr, res.returncode
+        except subprocess.TimeoutExpired as exc:
+            output, status = (
+                f"{exc.stdout or ''}{exc.stderr or ''}\n(stopped after {timeout:.0f} s)",
+                "timeout",
+            )
+        (here / "demo.txt").write_text(output if isinstance(output, str) else output.decode(errors="replace"))
+        for name in ("logs", "autograded"):
+            if (classroom.DEMO_DIR / name).is_dir():
+                shutil.copytree(classroom.DEMO_DIR / name, here / name, dirs_exist_ok=True)
+        rate = demo_rate(output)
+        held = "Every expectation of the demo files held" in output and "UNEXPECTED" not in output
+        print(f"{n} at a time: exit {status}, {rate}, every expectation held: {held}", flush=True)
+        if rate is None:
+            continue
+        notebooks, seconds, per_hour = rate
+        label = "the demo class, profiled"
+        rows.append({"machine": machine, "mode": "nbgrader", "jobs": n, "gpus": _gpus(), "cpus": os.cpu_count(),
+                     "notebooks": notebooks, "failed": 0 if status == 0 else None, "seconds": seconds,
+                     "per_hour": per_hour, "chapters": chapters, "expectations_held": held,
+                     "date": dt.date.today().isoformat(), **_versions(), "source": f"tools.parallel_grading demo ({label})"})  # fmt: skip
+        store_phases(phases(here / "logs"), machine=machine, jobs=n, seconds=seconds, label=label, data=data)
+        if n != jobs[0]:
+            bad = figures_apart(figures(out / f"jobs-{jobs[0]}" / "autograded"), figures(here / "autograded"))
+            rows[-1]["figures_apart"] = bad
+            apart += bad
+    _store(rows, data)
+    return apart
+
+
+def _gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -355,7 +430,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("what", choices=["cpu", "gpu", "phases", "compare", "model", "_grade"])
+    parser.add_argument("what", choices=["cpu", "gpu", "demo", "phases", "compare", "model", "_grade"])
     parser.add_argument("rest", nargs="*")
     parser.add_argument("--jobs", default="1,2")
     parser.add_argument("--chapters", default="roofline,w8a16")
@@ -392,6 +467,12 @@ def main(argv=None) -> int:
             store_phases(found, machine=args.machine or f"cpu-{os.cpu_count()}-core", jobs=int(args.jobs),
                          seconds=args.seconds, label=args.label, data=args.data or DATA)  # fmt: skip
         return 0
+    if args.what == "demo":
+        apart = measure_demo(args.rest, [int(j) for j in args.jobs.split(",")], args.machine or "H200",
+                             Path(args.out or ROOT / "build" / "throughput"), args.data or DATA)  # fmt: skip
+        for line in apart:
+            print("  more than 2 points apart: " + line)
+        return 1 if apart else 0
     if args.what == "compare":
         serial, par = (figures(Path(p)) for p in args.rest)
         bad = figures_apart(serial, par)
