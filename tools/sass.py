@@ -395,8 +395,8 @@ def main(argv=None) -> int:
     return 0
 
 
-# An H200's (and an H100 SXM's) SM: 132 of them, 64 K registers, 227 KB of shared memory a block, 64 warps.
-SMS, SM_REGS, SM_SHARED, SM_WARPS, SM_BLOCKS = 132, 65536, 227 * 1024, 64, 32
+# An H200's (and an H100 SXM's) SM: 132 of them, 64 K registers, 64 warps, 32 blocks (shared memory: GPUS).
+SMS, SM_REGS, SM_WARPS, SM_BLOCKS = 132, 65536, 64, 32
 WAVE_SHAPES = ((28672, 8192), (8192, 28672), (8192, 8192), (28672, 4096), (14336, 4096), (4096, 14336),
                (6144, 4096), (4096, 4096), (1024, 4096))  # fmt: skip
 
@@ -419,7 +419,7 @@ def waves_report(arch: int = 90, Ms=(1, 4, 16)) -> list[dict]:
         warps = row["cfg"]["num_warps"]
         shared = max(res["static_shared"], k.metadata.shared)
         per_sm = min(SM_REGS // (res["regs"] * 32 * warps), SM_WARPS // warps, SM_BLOCKS,
-                     SM_SHARED // shared if shared else SM_BLOCKS)  # fmt: skip
+                     GPUS[arch][1] // shared if shared else SM_BLOCKS)  # fmt: skip
         for N, K in WAVE_SHAPES:
             cfg = mma_decode.config(M, N, K)
             grid = math.ceil(N / (16 * cfg["R"] * cfg["num_warps"])) * cfg["SPLIT_K"]

@@ -54,9 +54,8 @@ def _name_codes(x, codes: torch.Tensor, want: torch.Tensor, device: str) -> list
             if i and "BLOCK_K" not in name:
                 continue  # the same for every BLOCK_K: tried once
             model = q.float().to(E4M3).view(torch.uint8)
-            if not torch.equal(model, want) and torch.equal(
-                model, codes
-            ):  # (an epilogue's model has right codes)
+            # a model of the epilogue has the right codes: it names nothing here
+            if torch.equal(model, codes) and not torch.equal(model, want):
                 return [(name, explanation)]
     zero = x.float().cpu().abs().amax(dim=1) == 0
     if zero.any() and not torch.equal(codes[zero], want[zero]) and torch.equal(codes[~zero], want[~zero]):

@@ -150,32 +150,29 @@ class _Profile:
     (the worker's start, which runs the notebook's cells; proving kernels in the compile worker; the GPU lock's
     waits and exclusive hold; the timed problems' own profile lines). Never a verdict."""
 
-    FIELDS = ("start_s", "compile_s", "shared_waited_s", "waited_s", "held_s")
-
     def __init__(self, worker: Worker):
         self.worker, self.t0 = worker, time.monotonic()
         self.first = self.last = self._now()
 
     def _now(self) -> dict:
-        src = {"start_s": self.worker, "compile_s": self.worker}
-        return {f: getattr(src.get(f, gpulock), f) for f in self.FIELDS}
+        return {"start_s": self.worker.start_s, "compile_s": self.worker.compile_s,
+                "shared_waited_s": gpulock.shared_waited_s, "waited_s": gpulock.waited_s, "held_s": gpulock.held_s}  # fmt: skip
+
+    def _line(self, head: str, since: dict) -> str:
+        d = {f: v - since[f] for f, v in self.last.items()}
+        return (f"profile {head}; worker start {d['start_s']:.1f} s, kernels proven in {d['compile_s']:.1f} s, "
+                f"waited {d['shared_waited_s']:.1f} s to share the GPU and {d['waited_s']:.1f} s for it alone, "
+                f"held it alone {d['held_s']:.1f} s")  # fmt: skip
 
     def cell(self, v: Verdict, log) -> None:
-        now = self._now()
-        d = {f: now[f] - self.last[f] for f in self.FIELDS}
-        self.last = now
-        log(f"profile cell {v.grade_id}: {v.seconds:.1f} s; worker start {d['start_s']:.1f} s, kernels proven in "
-            f"{d['compile_s']:.1f} s, waited {d['shared_waited_s']:.1f} s to share the GPU and {d['waited_s']:.1f} s "
-            f"for it alone, held it alone {d['held_s']:.1f} s")  # fmt: skip
+        since, self.last = self.last, self._now()
+        log(self._line(f"cell {v.grade_id}: {v.seconds:.1f} s", since))
         for line in v.output.splitlines():
             if line.startswith("profile "):
                 log(f"profile cell {v.grade_id}: {line.removeprefix('profile ')}")
 
     def total(self, log) -> None:
-        d = {f: self.last[f] - self.first[f] for f in self.FIELDS}
-        log(f"profile trusted: {time.monotonic() - self.t0:.1f} s; worker start {d['start_s']:.1f} s, kernels "
-            f"proven in {d['compile_s']:.1f} s, waited {d['shared_waited_s']:.1f} s to share the GPU and "
-            f"{d['waited_s']:.1f} s for it alone, held it alone {d['held_s']:.1f} s")  # fmt: skip
+        log(self._line(f"trusted: {time.monotonic() - self.t0:.1f} s", self.first))
 
 
 def flags(cells: list[notebook.Cell]) -> list[str]:

@@ -178,29 +178,26 @@ def compile_kernel(fn, row: dict, arch: int = 90):
     )
 
 
-def resources(cubin: bytes) -> dict:
-    """A cubin's registers a thread and static shared memory (bytes), by the cuobjdump that ships with triton."""
+def _cuobjdump(cubin: bytes, flag: str) -> str:
+    """What the cuobjdump that ships with triton prints of a cubin with `flag`."""
     import triton
 
     tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        text = subprocess.run([str(tool), "--dump-resource-usage", f.name], check=True, capture_output=True,
-                              text=True).stdout  # fmt: skip
-    m = re.search(r"REG:(\d+).*?SHARED:(\d+)", text)
+        return subprocess.run([str(tool), flag, f.name], check=True, capture_output=True, text=True).stdout
+
+
+def resources(cubin: bytes) -> dict:
+    """A cubin's registers a thread and static shared memory (bytes)."""
+    m = re.search(r"REG:(\d+).*?SHARED:(\d+)", _cuobjdump(cubin, "--dump-resource-usage"))
     return {"regs": int(m.group(1)), "static_shared": int(m.group(2))}
 
 
 def disassemble(cubin: bytes) -> list[tuple[int, str]]:
-    """(address, instruction) pairs of a cubin, by the cuobjdump that ships with triton."""
-    import triton
-
-    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        text = subprocess.run([str(tool), "-sass", f.name], check=True, capture_output=True, text=True).stdout
+    """(address, instruction) pairs of a cubin."""
+    text = _cuobjdump(cubin, "-sass")
     return [(int(a, 16), ins.strip()) for a, ins in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", text)]
 
 
