@@ -733,3 +733,25 @@ def test_every_chapter_gives_what_its_solution_uses():
                 src.defs
             ):
                 assert static.course_problems(src, name, given, set(ns)) == [], (chapter, name)
+
+
+def test_on_a_gpu_the_worker_proves_its_own_kernels_and_under_the_interpreter_a_compile_worker_does(
+    monkeypatch,
+):
+    """A GPU's worker runs its kernels compiled, so it answers the compile itself (no third process starting torch
+    and running the cells again); under the interpreter its kernels are Python and the compile worker answers."""
+    launch = {"name": "k", "args": {}}
+    for gpu, interpret, itself in ((True, None, True), (True, "1", False), (False, None, False)):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda gpu=gpu: gpu)
+        env = {"PATH": "/usr/bin"} | ({"TRITON_INTERPRET": interpret} if interpret else {})
+        w = Worker(PROGRAM, env=env, timeout=20)
+        asked = []
+        monkeypatch.setattr(Worker, "_exchange", lambda self, job, what, timeout=None, asked=asked: asked.append(self)
+                            or {"status": "ok", "stores": True})  # fmt: skip
+        try:
+            assert w.compiles_itself() is itself
+            assert w._compile(launch, "k") is None
+            assert (asked == [w]) is itself and (w.compiler is None) is itself
+        finally:
+            monkeypatch.undo()
+            w.close()

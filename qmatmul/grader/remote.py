@@ -406,8 +406,9 @@ class Worker:
     def prove_kernels(self, launches: list, what: str) -> None:
         """Fail unless the call launched a Triton kernel and every kernel of the notebook's own that it launched
         is one Triton's compiler accepts and that stores something (kernels.py). The course's own kernels (the
-        chapter's GIVEN scaffolding launches some) need no proof. Compiles run in the compile worker, a second
-        process that runs the same cells without the interpreter; each distinct launch is compiled once."""
+        chapter's GIVEN scaffolding launches some) need no proof. Compiles run in the worker itself on a GPU, and under
+        the interpreter in the compile worker, a second process that runs the same cells without it (compiles_itself);
+        each distinct launch is compiled once."""
         if not launches:
             raise CheckFailed(
                 f"{what} launched no Triton kernel: the exercise is a kernel of your own, launched as "
@@ -440,7 +441,18 @@ class Worker:
         finally:
             self.compile_s += time.monotonic() - t0
 
+    def compiles_itself(self) -> bool:
+        """On a CUDA GPU the worker's kernels are Triton's JIT functions (no interpreter), so the worker puts a launch
+        through the front end itself; under the interpreter (a CPU) they run as Python and a compile worker, a second
+        process running the same cells without the interpreter, does it. Either is the learner's process: a reply
+        that lies can only take the points it claims away (a kernel it calls compiled still had to run and match)."""
+        env = self.env if self.env is not None else os.environ
+        return torch.cuda.is_available() and env.get("TRITON_INTERPRET") != "1"
+
     def _compile_in_worker(self, launch: dict, what: str) -> str | None:
+        if self.compiles_itself():
+            reply = self._exchange({"op": "compile", "launch": launch}, what)
+            return self._compile_verdict(reply, launch)
         if self.compiler is None:
             env = {k: v for k, v in (self.env if self.env is not None else os.environ).items()
                    if k != "TRITON_INTERPRET"}  # fmt: skip
@@ -448,6 +460,11 @@ class Worker:
             self.compiler = Worker(self.program, cwd=self.cwd, wrap=self.wrap, env=env, timeout=self.timeout,
                                    start_timeout=self.start_timeout, deadline=self.deadline)  # fmt: skip
         reply = self.compiler._exchange({"op": "compile", "launch": launch}, what)
+        return self._compile_verdict(reply, launch)
+
+    @staticmethod
+    def _compile_verdict(reply: dict, launch: dict) -> str | None:
+        """Why a compile reply shows the launch is not a kernel of the learner's, or None."""
         name = launch.get("name", "?")
         status = reply.get("status")
         if status == "ok" and reply.get("stores") is False:

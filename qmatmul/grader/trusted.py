@@ -147,7 +147,7 @@ def _grade(cells, *, cwd, wrap, env, timeout, deadline, overrides, only, log) ->
 
 class _Profile:
     """QMATMUL_PROFILE=1: where a notebook's trusted grading spent its seconds, a log line a cell and one in all
-    (the worker's start, which runs the notebook's cells; proving kernels in the compile worker; the GPU lock's
+    (the worker's start, which runs the notebook's cells; proving kernels (in the compile worker on a CPU); the GPU lock's
     waits and exclusive hold; the timed problems' own profile lines). Never a verdict."""
 
     def __init__(self, worker: Worker):

@@ -244,7 +244,9 @@ def _serve(shell, job: dict) -> dict:
     _apply_state(job)
     if op == "ping":
         return {"status": "ok"}
-    if op == "compile":  # the compile worker (kernels.COMPILE_ENV): one recorded launch through the front end
+    if (
+        op == "compile"
+    ):  # one recorded launch through the front end (the compile worker; the worker itself on a GPU)
         from qmatmul.grader import kernels
 
         return kernels.compile_kernel(shell.user_ns, job["launch"])
