@@ -446,6 +446,21 @@ def test_the_class_time_model_in_the_docs_is_the_tools():
     )
 
 
+def test_the_model_weighs_each_chapter_by_its_own_rows():
+    """A cheap chapter's fast parallel row is that chapter's rate, not the class's; a run whose expectations failed
+    is no rate at all; a run of several chapters gives each its mean."""
+    row = dict(machine="H200", mode="nbgrader", date="2026-12-06")
+    rows = [
+        dict(row, chapters=["w8a16"], jobs=1, notebooks=8, seconds=272),
+        dict(row, chapters=["roofline"], jobs=4, notebooks=10, seconds=50),
+        dict(row, chapters=["fp8"], jobs=4, notebooks=10, seconds=10, expectations_held=False),
+        dict(row, chapters=["fp8", "mxfp4"], jobs=1, notebooks=10, seconds=400),
+        dict(row, chapters=["nvfp4"], jobs=1, notebooks=1, seconds=1, machine="cpu-2-core"),
+    ]
+    got = {c: per for c, (per, _) in parallel_grading.chapter_seconds(rows).items()}
+    assert got == {"w8a16": 34, "roofline": 5, "fp8": 40, "mxfp4": 40}
+
+
 def test_make_demo_without_jobs_grades_a_notebook_a_core_where_it_can(monkeypatch, capsys):
     """`make demo` on a CPU machine with PostgreSQL grades one notebook a core (up to four); without PostgreSQL
     it grades one at a time and says why; on a CUDA machine one a GPU (classroom.demo_jobs)."""
