@@ -3,11 +3,13 @@ Triton kernel (and tinygemm for W4A16), every configuration checked against the 
 timing.
 
     python -m tools.sweep_mma [--format w4a16|mxfp4|nvfp4] [--out DIR] [--budget-s SECONDS]
-                              [--one-row | --small-m | --waves]
+                              [--one-row | --small-m | --waves | --regcap]
 
 --one-row times M = 1 only, the fp4 formats' block-diagonal kernel (DIAG) beside the per-lane one; --small-m the same
 at M = 1, 2 and 4 (NVFP4: 1 and 2, where its steps of 64 values hold 8 / M blocks), NB and MP as the kernel's wrapper
-chooses them; --waves W4A16 at M = 1 and 4 with K split 6-8 ways, with and without a register cap.
+chooses them; --waves W4A16 at M = 1 and 4 with K split 6-8 ways, with and without a register cap; --regcap W4A16
+at M = 16 as shipped (x through shared memory, two tiles a warp, K split 2 and 8 ways) with and without a cap of 96
+registers (five programs an SM where 124 registers fit four: `python -m tools.sass --waves`).
 
 Writes sweep_mma.json (W4A16) or sweep_mma_<format>.json (rows like tools/sweep_decode.py's) and prints each
 configuration's % of the copy bandwidth at M = 1, 4 and 16 on the three decode shapes.
@@ -64,12 +66,14 @@ def main(argv=None) -> int:
     parser.add_argument("--small-m", action="store_true", help="M = 1, 2, 4 (the fp4 block-diagonal kernel)")
     parser.add_argument("--waves", action="store_true", help="W4A16 at M = 1, 4: x per lane, one tile a warp, K split "
                         "6-8 ways, with and without a cap of 64 registers (eight programs an SM)")  # fmt: skip
+    parser.add_argument("--regcap", action="store_true", help="W4A16 at M = 16 as shipped, with and without a cap "
+                        "of 96 registers (five programs an SM instead of four)")  # fmt: skip
     args = parser.parse_args(argv)
-    ms_timed = (1,) if args.one_row else (1, 4) if args.waves else MS
+    ms_timed = (1,) if args.one_row else (1, 4) if args.waves else (16,) if args.regcap else MS
     if args.small_m:
         ms_timed = (1, 2) if args.format == "nvfp4" else (1, 2, 4)
     # checked at the Ms timed, else at M = 1, 5, 16 before timing and 1, 16 after
-    narrow = args.one_row or args.small_m or args.waves
+    narrow = args.one_row or args.small_m or args.waves or args.regcap
     checked_before = [(m, 128) for m in ms_timed] if narrow else [(1, 128), (5, 64), (16, 128)]
     checked_after = [(m, 128) for m in ms_timed] if narrow else [(1, 128), (16, 64)]
 
@@ -150,9 +154,13 @@ def main(argv=None) -> int:
               flush=True)  # fmt: skip
         print("tinygemm:", timed("tinygemm", lambda x, w, o, N: lambda: torch._weight_int4pack_mm(x, *w[2])),
               flush=True)  # fmt: skip
-    w4_configs = [dict(R=1, num_warps=4, X_SHARED=False, **c) for c in ({}, {"maxnreg": 64})]
-    w4_splits = (6, 7, 8) if args.waves else SPLITS
-    for cfg in fp4_configs(args.one_row, args.small_m) if fp4 else w4_configs if args.waves else configs():
+    if args.regcap:
+        w4_configs = [dict(R=2, num_warps=4, X_SHARED=True, **c) for c in ({}, {"maxnreg": 96})]
+    else:
+        w4_configs = [dict(R=1, num_warps=4, X_SHARED=False, **c) for c in ({}, {"maxnreg": 64})]
+    w4_splits = (6, 7, 8) if args.waves else (2, 8) if args.regcap else SPLITS
+    w4_sweep = w4_configs if args.waves or args.regcap else configs()
+    for cfg in fp4_configs(args.one_row, args.small_m) if fp4 else w4_sweep:
         for split in ((2, *FP4_SPLITS) if args.one_row else FP4_SPLITS) if fp4 else w4_splits:
             if time.time() - t0 > args.budget_s:
                 print("budget spent")
