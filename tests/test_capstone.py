@@ -570,6 +570,48 @@ def test_stack_speed_is_not_measured_without_a_gpu(sol):
         capstone.check_stack_speed(sol.QuantLinear)
 
 
+def test_capture_is_not_graded_without_a_gpu(sol):
+    if torch.cuda.is_available():
+        pytest.skip("graded on a GPU")
+    with pytest.raises(checks.NotMeasured, match="no CUDA GPU"):
+        capstone.check_capture(sol.capture)
+
+
+@pytest.fixture
+def small_capture(monkeypatch):
+    """The capture check's plumbing on a CPU: a three-Linear block small enough for the interpreter, three timed
+    steps, the course's own eager and captured figures given (a CPU cannot capture), the checks as on a GPU."""
+    from qmatmul.capstone import capture
+
+    monkeypatch.setattr(capture, "LLAMA_BLOCK", [(32, 64), (16, 64), (48, 128)])
+    monkeypatch.setattr(capture, "CAPTURE_REPS", 3)
+    monkeypatch.setattr(capture, "stack_device", lambda: "cpu")
+    monkeypatch.setattr(stack, "stack_device", lambda: "cpu")
+    figures = {"course": (1e9, 0.0)}
+    monkeypatch.setattr(capture, "course_us", lambda layers, M, device: figures["course"])
+    return figures
+
+
+def test_capture_check_passes_a_replay_that_runs_the_step_and_names_the_mistakes(small_capture):
+    """Right replays pass; a replay that ignores its inputs (the graph reads the example's tensors), a capture that
+    returns no function, and one slower than the course's eager and captured figures allow, each lose the cell with
+    a message that names the mistake."""
+    capstone.check_capture(lambda step, *example: step, seed=1)
+    with pytest.raises(CheckFailed, match="answered the example's outputs for new inputs"):
+        capstone.check_capture(lambda step, *example: lambda *inputs: step(*example), seed=1)
+    with pytest.raises(CheckFailed, match="must return a function"):
+        capstone.check_capture(lambda step, *example: step(*example), seed=1)
+    small_capture["course"] = (100.0, 10.0)  # the interpreter's step takes far longer than 32.5 µs
+    with pytest.raises(CheckFailed, match=r"a replay may take at most 32 \(it keeps at most 25%"):
+        capstone.check_capture(lambda step, *example: step, seed=1)
+
+
+def test_capture_check_is_not_measured_where_the_gpu_hides_the_launches(small_capture):
+    small_capture["course"] = (105.0, 100.0)
+    with pytest.raises(checks.NotMeasured, match="a capture gains nothing measurable here"):
+        capstone.check_capture(lambda step, *example: step, seed=1)
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Exercise 4, FusedQuantLinear: one quantized weight over the concatenation, one kernel call, one output per Linear
 

@@ -33,6 +33,7 @@ The rooms of this package (this facade holds the names the notebook, the tests a
 """
 
 from qmatmul.capstone import stack  # noqa: F401 - tests patch the stack's device and shape there
+from qmatmul.capstone.capture import CAPTURE_HINT, OVERHEAD_KEPT, check_capture  # noqa: F401 - the facade's names
 from qmatmul.capstone.checks import (  # noqa: F401 - the facade's names
     MODEL_COSINE_BOUND,
     check_quant_linear,

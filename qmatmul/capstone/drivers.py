@@ -1,4 +1,5 @@
-"""What the grader runs in the worker, beside the learner's code: the drive_* functions of exercises 2 to 5.
+"""What the grader runs in the worker, beside the learner's code: the drive_* functions of exercises 2 to 5 and of
+the stack-speed cell.
 
 Under the trusted grader, QuantLinear and quantize_model live in the worker process, and only data crosses. A
 check names a driver (drive_*), which runs in the worker beside the learner's code: it builds and exercises
@@ -514,3 +515,59 @@ def _replay(M: int, xs: dict, reps: int) -> list:
 def _sync(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
+
+
+_CAPTURE: dict = {}  # the learner's replay of the course's block step in this worker (drive_capture's "build")
+
+
+def drive_capture(fn, op: str, seed: int, M: int = 1, probe: int = 0) -> dict:
+    """Where the learner's capture runs. op "build": the course's W8A16 block step on weights from `seed`
+    (capture.make_step), example inputs from seed + 1, replay = fn(step, x, h); then replay on PROBES fresh inputs
+    (from probe, probe + 1, ...), each call's outputs copied out ("p{call}_{layer}"). "run": CAPTURE_REPS steps of
+    the replay on inputs of their own (from `seed`), by capture.run_steps, the device synchronized, the outputs' sum
+    answered; "fetch": those outputs, after the clock stopped; "nothing": the round trip alone."""
+    from qmatmul.capstone import capture
+
+    meta, tensors = {"error": None}, {}
+    device = stack.stack_device() or "cpu"
+    if op == "nothing":
+        return pack(meta, tensors)
+    if op == "fetch":
+        for i, y in enumerate(_CAPTURE.get("last", [])):
+            tensors[f"y{i}"] = y
+        return pack(meta, tensors)
+    if op == "build":
+        _CAPTURE.clear()
+        step = capture.make_step(capture.block_weights(seed, device))
+        try:
+            with torch.no_grad():
+                replay = fn(step, *capture.step_inputs(seed + 1, M, device))
+        except BaseException as exc:  # noqa: BLE001
+            meta["error"] = describe_exception(exc, capture.WHAT)
+            return pack(meta, tensors)
+        if not callable(replay):
+            meta["returned"] = type(replay).__name__
+            return pack(meta, tensors)
+        _CAPTURE.update(replay=replay, M=M)
+        try:
+            for j in range(capture.PROBES):
+                with torch.no_grad():
+                    ys = replay(*capture.step_inputs(probe + j, M, device))
+                for i, y in enumerate(ys):
+                    if isinstance(y, torch.Tensor):
+                        tensors[f"p{j}_{i}"] = y.clone()
+        except BaseException as exc:  # noqa: BLE001
+            meta["error"] = describe_exception(exc, "replay(x, h)")
+        return pack(meta, tensors)
+    inputs = capture.step_inputs(seed, M, device, capture.CAPTURE_REPS)
+    outs = capture.outputs_for(M, capture.CAPTURE_REPS, device)
+    try:
+        with torch.no_grad():
+            capture.run_steps(_CAPTURE["replay"], inputs, outs)
+            meta["checksum"] = stack.steps_checksum(outs)
+            _sync(device)
+    except BaseException as exc:  # noqa: BLE001
+        meta["error"] = describe_exception(exc, "replay(x, h)")
+        return pack(meta, tensors)
+    _CAPTURE["last"] = outs
+    return pack(meta, tensors)
