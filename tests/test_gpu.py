@@ -121,3 +121,26 @@ def test_the_stack_times_every_step_on_inputs_of_its_own():
 
     sol = course.load_notebook_code("capstone", name="capstone_stack_gpu")
     capstone.check_stack_speed(sol.QuantLinear)
+
+
+def test_the_capture_exercise_grades_on_the_gpu(capsys):
+    """Capstone exercise 5 on a GPU, in-process: the solution's capture passes the visible and hidden checks (their
+    timings printed); a capture that hands the step back (eager) loses the cell on time, one whose replay forgets to
+    copy its inputs on the answers, each with the message that names it. Written 2026-12-06."""
+    from qmatmul import capstone, course
+
+    sol = course.load_notebook_code("capstone", name="capstone_capture_gpu")
+    capstone.check_capture(sol.capture)
+    capstone.check_capture(sol.capture, hidden=True)
+    with capsys.disabled():
+        print(capsys.readouterr().out)
+    with pytest.raises(CheckFailed, match="a replay may take at most"):
+        capstone.check_capture(lambda step, *example: step)
+
+    def no_copy(step, *example):
+        replay = sol.capture(step, *example)
+        static = [x.clone() for x in example]
+        return lambda *inputs: replay(*static)
+
+    with pytest.raises(CheckFailed, match="answered the example's outputs for new inputs"):
+        capstone.check_capture(no_copy)
