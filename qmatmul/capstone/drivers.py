@@ -548,7 +548,9 @@ def drive_capture(fn, op: str, seed: int, M: int = 1, probe: int = 0) -> dict:
         if not callable(replay):
             meta["returned"] = type(replay).__name__
             return pack(meta, tensors)
-        _CAPTURE.update(replay=replay, M=M)
+        # the step owns the block's weights, which the graph reads by address: kept alive as long as the replay (a
+        # replay that outlived them would read freed memory, whatever took it since)
+        _CAPTURE.update(replay=replay, step=step, M=M)
         try:
             for j in range(capture.PROBES):
                 with torch.no_grad():
