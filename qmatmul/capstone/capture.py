@@ -52,14 +52,39 @@ def block_weights(seed: int, device: str) -> list:
 
 def make_step(layers: list):
     """step(x [M, 4096], h [M, 14336]) -> the block's seven outputs: q, k, v, o, gate, up read x, down reads h, each
-    through the course's W8A16 decode (the eager step: one Python wrapper and one launch a Linear)."""
+    through the course's W8A16 decode (the eager step: one Python wrapper and one launch a Linear), each launch one
+    that fits this GPU (fitting_launch)."""
     from qmatmul.kernels import expert
 
+    cfgs = [fitting_launch(q, s) for q, s in layers]
+
     def step(x, h):
-        return tuple(expert.w8a16_decode_split(x if K == x.shape[-1] else h, q, s)
-                     for (q, s), (_, K) in zip(layers, LLAMA_BLOCK, strict=True))  # fmt: skip
+        return tuple(expert.w8a16_decode_split(x if q.shape[1] == x.shape[-1] else h, q, s, **cfg)
+                     for (q, s), cfg in zip(layers, cfgs, strict=True))  # fmt: skip
 
     return step
+
+
+def fitting_launch(q: torch.Tensor, s: torch.Tensor) -> dict:
+    """The split-K decode's launch for this weight ({} off a CUDA GPU: the wrapper's own), with as many pipeline stages
+    of the H200's launch as this GPU's shared memory holds: its tiles were tuned on Hopper (four stages of 24 KB at K =
+    4096), which a T4's 64 KB does not hold. Found by launching, the compiler's own OutOfResources the measure."""
+    from triton.runtime.errors import OutOfResources
+
+    from qmatmul.kernels import expert
+
+    if q.device.type != "cuda":
+        return {}
+    N, K = q.shape
+    cfg = expert.w8a16_split_config(N, K, "cuda")
+    x = torch.zeros(1, K, device=q.device, dtype=act_dtype(q.device))
+    for stages in range(cfg["num_stages"], 0, -1):
+        try:
+            expert.w8a16_decode_split(x, q, s, **dict(cfg, num_stages=stages))
+        except OutOfResources:
+            continue
+        return dict(cfg, num_stages=stages)
+    raise RuntimeError(f"the course's W8A16 decode does not fit this GPU's shared memory at [{N}, {K}]")
 
 
 def step_inputs(seed: int, M: int, device: str, steps: int | None = None) -> tuple:
