@@ -215,7 +215,7 @@ def check_capture(capture, *, seed: int | None = None, hidden: bool = False) -> 
                 f"at M = {M} your replay takes {mine:.0f} µs a step: the step run eagerly takes {eager:.0f} µs and "
                 f"captured {graphed:.0f} µs, so a replay may take at most {allowed:.0f} (it keeps at most "
                 f"{OVERHEAD_KEPT:.0%} of the host's launch time). Does replay run the step itself, or capture "
-                "again on every call?"
+                "again on every call, or wait for the GPU (torch.cuda.synchronize, .item())?"
             )
         passed.append(
             f"M = {M}: {mine:.0f} µs a step against {eager:.0f} eagerly ({graphed:.0f} captured by the course)"
