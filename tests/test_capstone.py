@@ -583,7 +583,9 @@ def small_capture(monkeypatch):
     steps, the course's own eager and captured figures given (a CPU cannot capture), the checks as on a GPU."""
     from qmatmul.capstone import capture
 
-    monkeypatch.setattr(capture, "LLAMA_BLOCK", [(32, 64), (16, 64), (48, 128)])
+    block = [(32, 64), (16, 64), (48, 128)]
+    monkeypatch.setattr(capture, "LLAMA_BLOCK", block)
+    monkeypatch.setattr(stack, "LLAMA_BLOCK", block)
     monkeypatch.setattr(capture, "CAPTURE_REPS", 3)
     monkeypatch.setattr(capture, "stack_device", lambda: "cpu")
     monkeypatch.setattr(stack, "stack_device", lambda: "cpu")

@@ -16,7 +16,14 @@ import torch
 from qmatmul import checks, timing, w8a16
 from qmatmul.capstone.crossing import drive, raise_learner
 from qmatmul.capstone.runtime import act_dtype
-from qmatmul.capstone.stack import LLAMA_BLOCK, _sync, _timing_window, stack_device, steps_checksum
+from qmatmul.capstone.stack import (
+    LLAMA_BLOCK,
+    _sync,
+    _timing_window,
+    stack_device,
+    stack_inputs,
+    steps_checksum,
+)
 from qmatmul.checks import CheckFailed
 
 CAPTURE_MS = (1,)  # the visible check's rows; the hidden one adds M = 16
@@ -88,11 +95,9 @@ def fitting_launch(q: torch.Tensor, s: torch.Tensor) -> dict:
 
 
 def step_inputs(seed: int, M: int, device: str, steps: int | None = None) -> tuple:
-    """(x, h): the step's two activations, [M, K] or [steps, M, K] (each step's own)."""
-    g = checks.generator(seed, device)
-    shape = (M,) if steps is None else (steps, M)
-    Ks = sorted({K for _, K in LLAMA_BLOCK})
-    return tuple(torch.randn(*shape, K, device=device, generator=g).to(act_dtype(device)) for K in Ks)
+    """(x, h): the step's two activations, [M, K] or [steps, M, K] (each step's own): the stack cell's inputs
+    (stack.stack_inputs) in the order of their K."""
+    return tuple(stack_inputs(seed, M, device, steps).values())
 
 
 def run_steps(replay, inputs: tuple, outs: list) -> None:
