@@ -18,8 +18,6 @@ from qmatmul.capstone.crossing import drive, raise_learner
 from qmatmul.capstone.runtime import act_dtype
 from qmatmul.capstone.stack import (
     LLAMA_BLOCK,
-    _sync,
-    _timing_window,
     stack_device,
     stack_inputs,
     steps_checksum,
@@ -132,11 +130,11 @@ def course_us(layers: list, M: int, device: str) -> tuple[float, float]:
     figures = []
     for fn in (step, replay):
         run_steps(fn, inputs, outs)  # warm
-        _sync(device)
+        timing.sync(device)
         t0 = time.perf_counter()
         run_steps(fn, inputs, outs)
         steps_checksum(outs)
-        _sync(device)
+        timing.sync(device)
         figures.append((time.perf_counter() - t0) * 1e6 / CAPTURE_REPS)
     return figures[0], figures[1]
 
@@ -207,7 +205,7 @@ def check_capture(capture, *, seed: int | None = None, hidden: bool = False) -> 
         trip = min(_clock(capture, "nothing", 0, M)[0] for _ in range(5))
         _clock(capture, "run", 0, M)  # warm: the loop's first run
         inputs_seed = checks.fresh_seed()
-        with _timing_window():
+        with timing.gpulock.exclusive():
             t, said = _clock(capture, "run", inputs_seed, M)
             eager, graphed = course_us(layers, M, device)
         mine = (t - trip) * 1e6 / CAPTURE_REPS

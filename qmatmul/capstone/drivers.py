@@ -24,7 +24,7 @@ import contextlib
 import torch
 from torch import nn
 
-from qmatmul import checks, w8a16
+from qmatmul import checks, timing, w8a16
 from qmatmul.capstone import stack
 from qmatmul.capstone.crossing import describe_exception, ops_data, pack
 from qmatmul.capstone.formats import FORMATS
@@ -470,7 +470,7 @@ def drive_stack(cls, op: str, seed: int, M: int = 1, reps: int = 1, probe: int =
                 outs = [_step({K: x[i] for K, x in xs.items()}) for i in range(reps)]
             ys = stack.by_layer(outs)
             meta["checksum"] = stack.steps_checksum(ys)
-            _sync(device)
+            timing.sync(device)
     except BaseException as exc:  # noqa: BLE001
         what = "the stack through your QuantLinear"
         meta["error"] = describe_exception(
@@ -510,11 +510,6 @@ def _replay(M: int, xs: dict, reps: int) -> list:
     run, outs = graphs[M, reps]
     run(xs)
     return outs
-
-
-def _sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
 
 
 _CAPTURE: dict = {}  # the learner's replay of the course's block step in this worker (drive_capture's "build")
@@ -567,7 +562,7 @@ def drive_capture(fn, op: str, seed: int, M: int = 1, probe: int = 0) -> dict:
         with torch.no_grad():
             capture.run_steps(_CAPTURE["replay"], inputs, outs)
             meta["checksum"] = stack.steps_checksum(outs)
-            _sync(device)
+            timing.sync(device)
     except BaseException as exc:  # noqa: BLE001
         meta["error"] = describe_exception(exc, "replay(x, h)")
         return pack(meta, tensors)

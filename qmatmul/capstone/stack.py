@@ -159,7 +159,7 @@ def check_stack_speed(cls, *, seed: int | None = None) -> None:
         trip = min(clock("nothing", M, 1)[0] for _ in range(5))
         clock("run:graph", M, STACK_REPS)  # warm: compiles, allocates, captures the graph
         inputs = checks.fresh_seed()
-        with _timing_window():
+        with timing.gpulock.exclusive():
             t_mine, said = clock("run:graph", M, STACK_REPS, inputs)
             dense = dense_stack_us(M, STACK_REPS, device)
         mine = (t_mine - trip) * 1e6 / STACK_REPS
@@ -259,21 +259,9 @@ def dense_stack_us(M: int, reps: int, device: str) -> float:
                 outs[:] = [step({K: x[i] for K, x in xs.items()}) for i in range(reps)]
 
         run()
-        _sync(device)
+        timing.sync(device)
         t0 = time.perf_counter()
         run()
         steps_checksum(by_layer(outs))
-        _sync(device)
+        timing.sync(device)
         return (time.perf_counter() - t0) * 1e6 / reps
-
-
-def _sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
-def _timing_window():
-    """The GPU alone for the timed runs, under the grader (qmatmul.timing.gpulock; nothing elsewhere)."""
-    from qmatmul.timing import gpulock
-
-    return gpulock.exclusive()

@@ -158,13 +158,6 @@ def _call(shell, job: dict) -> dict:
 _BENCH: dict = {}
 
 
-def _sync(device: str) -> None:
-    import torch
-
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
 def _bench_prepare(shell, job: dict) -> dict:
     """Build the timed problem: weight copies from the trusted side's seed, per-call buffers, maybe a graph."""
     import torch
@@ -187,7 +180,7 @@ def _bench_prepare(shell, job: dict) -> dict:
     _BENCH.clear()
     try:
         run(0)
-        _sync(device)
+        timing.sync(device)
     except BaseException as exc:  # noqa: BLE001
         return describe_error(exc)
     graph = None
@@ -196,7 +189,7 @@ def _bench_prepare(shell, job: dict) -> dict:
             graph, _ = timing.capture(lambda: [run(i) for i in range(calls)], warm=lambda: run(1 % calls))
         except BaseException:  # noqa: BLE001 - not capturable: eager only
             graph = None
-            _sync(device)
+            timing.sync(device)
     _BENCH.update(run=run, inputs=inputs, outs=outs, graph=graph, job=job, device=device)
     # One untimed round of everything a timed one does: the first use of the generator, the fill, the graph
     # and the checksum allocate memory and load code, which must not land inside the trusted side's window.
@@ -210,6 +203,7 @@ def _bench_prepare(shell, job: dict) -> dict:
 
 def _bench_go(job: dict) -> dict:
     """The timed batch: fresh inputs from the seed just received, the calls, the whole device synchronized."""
+    from qmatmul import timing
     from qmatmul.checks import harness
 
     b, prep = _BENCH, _BENCH["job"]
@@ -222,7 +216,7 @@ def _bench_go(job: dict) -> dict:
         else:
             for i in range(prep["calls"]):
                 b["run"](i)
-        _sync(b["device"])
+        timing.sync(b["device"])
     except BaseException as exc:  # noqa: BLE001
         return describe_error(exc)
     return {"status": "ok", "checksum": str(harness.outputs_checksum(b["outs"]))}

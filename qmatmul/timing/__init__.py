@@ -15,8 +15,14 @@ from qmatmul.timing import gpulock
 
 __all__ = [
     "median_ms", "copy_bandwidth", "matmul_flops", "time_paths", "Timing", "time_it", "l2_bytes",
-    "copies_needed", "graph_ms", "TwoWay", "time_two_ways", "step_us",
+    "copies_needed", "graph_ms", "TwoWay", "time_two_ways", "step_us", "sync",
 ]  # fmt: skip
+
+
+def sync(device: str) -> None:
+    """Wait for the GPU's queued work where `device` is one (a timed run's clock stops only after it); else nothing."""
+    if device == "cuda":
+        torch.cuda.synchronize()
 
 
 def median_ms(fn, *, warmup_ms: int = 25, rep_ms: int = 100) -> float:
