@@ -838,3 +838,19 @@ def test_learner_kernels_run_inside_the_model(sol, capsys):
     line = [ln for ln in capsys.readouterr().out.splitlines() if "W8A16" in ln][0]
     assert "yours" in line
     assert float(line.split("reference path ")[1].split()[0]) < 2e-3
+
+
+def test_the_recorded_model_times_show_graph_and_eager(monkeypatch, capsys):
+    """Without a GPU the capstone prints the course's H200 figures: a forward's graph / eager µs, "-" where the
+    forward could not be captured, and the older eager-only records as they were."""
+    from qmatmul.capstone import speed
+
+    two = {"16-bit batch 1": [310.0, 5120.0], "16-bit batch 24": [None, 6194.0]}
+    monkeypatch.setattr(speed, "_recorded", lambda: {"env": "H200", "model_us": two})
+    speed._show_recorded("model")
+    out = capsys.readouterr().out
+    assert "graph / eager" in out and "310 / 5120" in out and "- / 6194" in out
+    monkeypatch.setattr(speed, "_recorded", lambda: {"env": "H200", "model_us": {"16-bit batch 1": 5120.0}})
+    speed._show_recorded("model")
+    out = capsys.readouterr().out
+    assert "eager median" in out and "5120" in out and "/" not in out.splitlines()[-1]
