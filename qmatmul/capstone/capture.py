@@ -18,6 +18,7 @@ from qmatmul.capstone.crossing import drive, raise_learner
 from qmatmul.capstone.runtime import act_dtype
 from qmatmul.capstone.stack import (
     LLAMA_BLOCK,
+    NO_WAITING,
     stack_device,
     stack_inputs,
     steps_checksum,
@@ -37,8 +38,7 @@ PROBES = 3  # fresh inputs replayed before the timing, each checked
 CAPTURE_HINT = (
     "A CUDA graph records the GPU work of one call and replays it without Python: warm the step up once first (on a "
     "side stream, so kernels compile and memory is allocated outside the capture), copy new inputs into the "
-    "tensors the graph was captured on, and nothing in the step may wait for the GPU (.item(), .cpu(), "
-    "torch.cuda.synchronize())"
+    f"tensors the graph was captured on, and {NO_WAITING}"
 )
 WHAT = "capture(step, x, h)"
 

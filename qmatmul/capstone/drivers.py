@@ -487,9 +487,7 @@ def _step(xs: dict) -> list:
 
 
 CAPTURE_HINT = (
-    "A CUDA graph records the GPU work of one forward and replays it without Python: a forward that waits for the GPU "
-    "(torch.cuda.synchronize, .item(), .cpu(), printing a tensor's values) or copies between host and GPU cannot be "
-    "captured"
+    f"A CUDA graph records the GPU work of one forward and replays it without Python: {stack.NO_WAITING}"
 )
 
 

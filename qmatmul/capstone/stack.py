@@ -36,6 +36,12 @@ LLAMA_BLOCK = [
     (4096, 14336),
 ]
 STACK_MS = (1, 16)  # the rows timed: one token, and the most the decode kernel takes
+# What a CUDA graph cannot hold, in the words of both capture hints (drivers: the course captures your stack;
+# capture: you capture the course's step).
+NO_WAITING = (
+    "nothing in it may wait for the GPU (torch.cuda.synchronize(), .item(), .cpu(), printing a tensor's values) "
+    "or copy between host and GPU"
+)
 # The learner's QuantLinear stack (W8A16), captured as a CUDA graph as a serving engine runs it, must be this many
 # times faster than the same block in 16-bit nn.Linear (cuBLAS), captured alike in the grader's own process. The
 # H200 measured the course's kernels at 1.22x (M = 1) and 1.20x (M = 16) this way, 2026-12-05 (docs/decode-step-h200.md,
