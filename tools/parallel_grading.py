@@ -139,9 +139,11 @@ def measure_demo(chapters: list[str], jobs: list[int], machine: str, out: Path, 
                 "timeout",
             )
         (here / "demo.txt").write_text(output if isinstance(output, str) else output.decode(errors="replace"))
+        # This run's logs and notebooks alone: an earlier run into the same --out left its own there.
         for name in ("logs", "autograded"):
+            shutil.rmtree(here / name, ignore_errors=True)
             if (classroom.DEMO_DIR / name).is_dir():
-                shutil.copytree(classroom.DEMO_DIR / name, here / name, dirs_exist_ok=True)
+                shutil.copytree(classroom.DEMO_DIR / name, here / name)
         rate = demo_rate(output)
         held = status == 0  # classroom's exit status: every notebook graded and every expectation held
         print(f"{n} at a time: exit {status}, {rate}", flush=True)
