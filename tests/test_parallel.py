@@ -670,3 +670,33 @@ def test_the_demo_tool_reads_the_class_runs_closing_line():
     assert par == "graded 10/11 in 100 s (398 notebooks/hour)"
     assert parallel_grading.demo_rate(par) == (11, 100.0, 398)
     assert parallel_grading.demo_rate("graded nothing") is None
+
+
+def test_a_demo_run_reads_its_own_logs_alone(tmp_path, monkeypatch):
+    """Two `demo` runs into one --out with the same job count (2026-12-06: layouts, then W8A16, eight at a time):
+    the second run's phases are read from its own logs, not from the first run's left beside them."""
+    import shutil
+    import subprocess
+
+    demo_dir = tmp_path / "demo"
+    monkeypatch.setattr(classroom, "DEMO_DIR", demo_dir)
+    data = tmp_path / "pt.json"
+    data.write_text(json.dumps({"rows": [], "phases": []}))
+
+    def graded(chapter):
+        def run(cmd, **kw):
+            (demo_dir / "logs" / chapter).mkdir(parents=True)
+            (demo_dir / "logs" / chapter / "correct.log").write_text("graded")
+            return subprocess.CompletedProcess(cmd, 0, "graded 1/1 in 10 s (360 notebooks/hour)\n", "")
+
+        return run
+
+    seen = []
+    monkeypatch.setattr(
+        parallel_grading, "phases", lambda logdir: seen.append(sorted(logdir.glob("*/*.log"))) or {}
+    )
+    for chapter in ("layouts", "w8a16"):
+        shutil.rmtree(demo_dir, ignore_errors=True)  # classroom's demo starts afresh
+        monkeypatch.setattr(parallel_grading.subprocess, "run", graded(chapter))
+        parallel_grading.measure_demo([chapter], [8], "H100", tmp_path / "out", data)
+    assert [[p.parent.name for p in logs] for logs in seen] == [["layouts"], ["w8a16"]]
