@@ -301,7 +301,7 @@ def step_rows(chosen: list[Path_], ms, blocks: int, dtype, copy_bw: float) -> li
                         floor = sum(layer_bytes(path.fmt, M, N, K) for N, K in layout.values()) / copy_bw
                         row |= dict(us=graph_us / blocks, us_eager=eager_us / blocks, floor_us=floor * 1e6)
                     except Exception as exc:  # noqa: BLE001 - a path that cannot be captured is reported
-                        row["error"] = _reason(exc)
+                        row["error"] = timing.reason(exc)
                     torch.cuda.empty_cache()
                 rows.append(row)
                 base = next((r for r in rows if r["layout"] == layout_name and r["M"] == M and r["fmt"] == "bf16"
@@ -311,10 +311,6 @@ def step_rows(chosen: list[Path_], ms, blocks: int, dtype, copy_bw: float) -> li
                     row["speedup_eager"] = base["us_eager"] / row["us_eager"]
                 print(_line(row), f"({time.perf_counter() - t0:.0f} s)", flush=True)
     return rows
-
-
-def _reason(exc: Exception) -> str:
-    return f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
 
 
 def main(argv=None) -> int:

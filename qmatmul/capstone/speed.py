@@ -39,12 +39,8 @@ def _time_us(fn) -> tuple[float | None, float]:
         return timing.step_us(fn)
     except Exception as exc:  # noqa: BLE001 - reported in the table, not fatal
         torch.cuda.synchronize()
-        print(
-            f"  (not capturable: {type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''})"
-        )
-        fn()
-        torch.cuda.synchronize()
-        return None, timing.median_ms(fn) * 1e3
+        print(f"  (not capturable: {timing.reason(exc)})")
+        return None, timing.median_ms(fn) * 1e3  # do_bench warms up itself
 
 
 def time_model(quantize_model_fn, formats=FORMATS, batches=(1, 24)) -> dict:

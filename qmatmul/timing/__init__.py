@@ -15,7 +15,7 @@ from qmatmul.timing import gpulock
 
 __all__ = [
     "median_ms", "copy_bandwidth", "matmul_flops", "time_paths", "Timing", "time_it", "l2_bytes",
-    "copies_needed", "graph_ms", "TwoWay", "time_two_ways", "step_us", "sync",
+    "copies_needed", "graph_ms", "TwoWay", "time_two_ways", "step_us", "sync", "reason",
 ]  # fmt: skip
 
 
@@ -185,7 +185,8 @@ class TwoWay:
     eager_error: str | None = None
 
 
-def _reason(exc: Exception) -> str:
+def reason(exc: Exception) -> str:
+    """An exception in one line for a table: its type and the first line of its message (160 characters)."""
     first = str(exc).splitlines()[0] if str(exc) else ""
     return f"{type(exc).__name__}: {first}"[:160]
 
@@ -199,11 +200,11 @@ def time_two_ways(fns, *, eager_rep_ms: int = 40) -> TwoWay:
     try:
         result.eager_ms = median_ms(fns[0], warmup_ms=10, rep_ms=eager_rep_ms)
     except Exception as exc:  # noqa: BLE001 - reported in the table
-        result.eager_error = _reason(exc)
+        result.eager_error = reason(exc)
     try:
         result.graph_ms = graph_ms(fns)
     except Exception as exc:  # noqa: BLE001 - a path that cannot be captured is reported, not fatal
-        result.graph_error = _reason(exc)
+        result.graph_error = reason(exc)
         torch.cuda.synchronize()
     return result
 
