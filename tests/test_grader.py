@@ -567,6 +567,20 @@ def test_the_recheck_batches_each_weight_copy_and_still_names_the_call(module, m
                            context=f" (call {i} of the timed batch)")  # fmt: skip
 
 
+def test_a_timed_batch_hands_over_at_most_out_bytes_of_outputs():
+    """FP8's prefill (a 64 MB output a call) timed 58 calls: 3.7 GB a mode handed over from the worker while the cell
+    held the GPU alone (28 s on an H100) and eight notebooks' copies ran the GPU out of memory. A batch's outputs stay
+    within OUT_BYTES; a decode keeps its ~50 ms batch."""
+    from qmatmul.checks import fp8, harness
+
+    M, N, K = fp8.PREFILL_SHAPE
+    prefill = harness.calls_for(fp8.bytes_moved(M, N, K), 4.2e12, est_ms=1.2, out_bytes=M * N * 2)
+    assert prefill == harness.MIN_CALLS and prefill * M * N * 2 <= harness.OUT_BYTES
+    assert harness.calls_for(fp8.bytes_moved(M, N, K), 4.2e12, est_ms=1.2) == 42  # what the cap cut
+    decode = harness.calls_for(28672 * 8192, 4.2e12, out_bytes=28672 * 2)
+    assert decode == harness.calls_for(28672 * 8192, 4.2e12) > 100
+
+
 STATEFUL = [
     *TIMED[:2],
     ("learner", (

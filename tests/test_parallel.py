@@ -355,6 +355,40 @@ def test_a_graded_cell_keeps_the_gpu_from_its_first_window_to_its_end(lock_dir, 
     assert gpulock.held_s > 0
 
 
+def test_shared_work_lets_a_waiting_timing_pass_between_two_jobs(lock_dir, grader_lock):
+    """let_timing_pass (remote.Worker calls it before each job): with no timing waiting it keeps the GPU; with one
+    waiting it gives the GPU up, the timing runs alone, and the shared work goes on after it. Inside a cell after
+    its first window (exclusive) it does nothing."""
+    from qmatmul.timing import gpulock
+
+    events = []
+
+    def timing():
+        grader_lock.acquire("exclusive")  # waits (holding the gate) while this process shares the GPU
+        events.append("timing in")
+        time.sleep(0.2)
+        events.append("timing out")
+        grader_lock.release()
+
+    with gpulock.cell():
+        assert not gpulock.let_timing_pass() and gpulock._LOCK.mode == "shared"  # nobody waits: kept
+        t = threading.Thread(target=timing)
+        t.start()
+        deadline = time.monotonic() + 5
+        while not gpulock._LOCK.timing_waits():
+            assert time.monotonic() < deadline, "the timing never came to the gate"
+            time.sleep(0.01)
+        assert not events  # it waits for this process's shared work
+        assert gpulock.let_timing_pass()
+        events.append("shared again")
+        t.join()
+        assert events == ["timing in", "timing out", "shared again"]
+        assert gpulock._LOCK.mode == "shared" and gpulock.yields >= 1
+        with gpulock.exclusive():
+            pass
+        assert not gpulock.let_timing_pass() and gpulock._LOCK.mode == "exclusive"  # a cell's windows keep it
+
+
 def test_each_timed_go_of_the_protocol_holds_the_gpu_alone(lock_dir, grader_lock, monkeypatch):
     """harness.time_calls through a worker (on the CPU, as test_grader's protocol test): the lock is taken
     exclusively around every go, and a go waits while another grader holds the GPU shared."""

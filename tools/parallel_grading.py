@@ -12,7 +12,8 @@
         `QMATMUL_PROFILE=1 python -m autograder.classroom demo w8a16`, logs in build/demo/logs): a table a
         chapter (means a notebook); --out: every notebook's phases as JSON; --label: the means kept in the data
         file's "phases" (the model's output shows them)
-    python -m tools.parallel_grading demo CHAPTER ... --jobs 1,4 --machine H200 --out DIR [--data FILE]
+    python -m tools.parallel_grading demo CHAPTER ... --jobs 1,4 --machine H200 --out DIR [--data FILE] [--label L]
+        [--timeout S]
         the demo class through the real nbgrader with QMATMUL_PROFILE=1, serially and N at a time on one GPU
         (QMATMUL_JOBS_PER_GPU=N): notebooks an hour, every expectation, the phases, the figures compared; rows and
         phases into the data file (default docs/parallel-throughput.json); exit 1 if a figure moved > 2 points
@@ -41,6 +42,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "docs" / "parallel-throughput.json"
+DEMO_LABEL = "the demo class, profiled"
 BANDWIDTH = re.compile(r"graph replay [\d.]+ µs = (\d+)% of copy")
 
 
@@ -52,10 +54,10 @@ def _versions() -> dict:
 
 
 def _store(rows: list[dict], data: Path = DATA) -> None:
-    """Replace the rows of the same (machine, mode, jobs, chapters) and keep the others."""
+    """Replace the rows of the same (machine, mode, jobs, chapters, label) and keep the others."""
     whole = json.loads(data.read_text()) if data.exists() else {}
     old = whole.get("rows", [])
-    key = lambda r: (r["machine"], r["mode"], r["jobs"], tuple(r["chapters"]))  # noqa: E731
+    key = lambda r: (r["machine"], r["mode"], r["jobs"], tuple(r["chapters"]), r.get("label", ""))  # noqa: E731
     new = {key(r) for r in rows}
     merged = [r for r in old if key(r) not in new] + rows
     merged.sort(key=lambda r: (r["machine"], r["mode"], r["jobs"]))
@@ -112,7 +114,7 @@ def demo_rate(output: str) -> tuple[int, float, int] | None:
 
 
 def measure_demo(chapters: list[str], jobs: list[int], machine: str, out: Path, data: Path,
-                 timeout: float = 3600) -> list[str]:  # fmt: skip
+                 timeout: float = 3600, label: str = DEMO_LABEL) -> list[str]:  # fmt: skip
     """`classroom demo CHAPTERS --jobs N` for each N with QMATMUL_PROFILE=1 (N > 1 with QMATMUL_JOBS_PER_GPU=N, so a
     GPU host grades N at once), each with a Triton cache of its own (each run compiles as much as the first); its
     output, logs and autograded notebooks kept in out/jobs-N; a row (notebooks an hour, expectations held) and the
@@ -150,10 +152,9 @@ def measure_demo(chapters: list[str], jobs: list[int], machine: str, out: Path, 
         if rate is None:
             continue
         notebooks, seconds, per_hour = rate
-        label = "the demo class, profiled"
         rows.append({"machine": machine, "mode": "nbgrader", "jobs": n, "gpus": len(parallel.visible_gpus()),
                      "cpus": os.cpu_count(), "notebooks": notebooks, "seconds": seconds,
-                     "per_hour": per_hour, "chapters": chapters, "expectations_held": held,
+                     "per_hour": per_hour, "chapters": chapters, "expectations_held": held, "label": label,
                      "date": dt.date.today().isoformat(), **_versions(), "source": f"tools.parallel_grading demo ({label})"})  # fmt: skip
         store_phases(phases(here / "logs"), machine=machine, jobs=n, seconds=seconds, label=label, data=data)
         if n != jobs[0]:
@@ -417,7 +418,10 @@ def model_table(data: Path = DATA) -> str:
         ],
     )
     for r in rows:
-        lines.append(f"| {r['machine']} | {r['mode']} ({', '.join(r['chapters'])}) | {r['jobs']} | {r['notebooks']} | "
+        what = ", ".join(r["chapters"]) + (
+            f"; {r['label']}" if r.get("label", DEMO_LABEL) != DEMO_LABEL else ""
+        )
+        lines.append(f"| {r['machine']} | {r['mode']} ({what}) | {r['jobs']} | {r['notebooks']} | "
                      f"{r['seconds']:g} | {r['per_hour']} | {r.get('load_before', '')} | {r['date']} |")  # fmt: skip
     lines += ["", "| chapter | H200 seconds a notebook | from |", "|---|---|---|"]
     for c in chapters:
@@ -462,9 +466,19 @@ def main(argv=None) -> int:
     parser.add_argument("--students", default="blank,correct,min_not_max,wrong_axis")
     parser.add_argument("--machine", default=None)
     parser.add_argument("--out", help="gpu: write the results here; phases: every notebook's phases")
-    parser.add_argument("--label", help="phases: keep the run's means in the data file under this label")
+    parser.add_argument(
+        "--label",
+        help="phases: keep the run's means in the data file under this label; demo: the "
+        "state of the code the run measured (a row of another label is kept beside it)",
+    )
     parser.add_argument("--seconds", type=float, default=0.0, help="phases with --label: the run's wall time")
     parser.add_argument("--data", type=Path, default=None, help="also store the rows in this data file")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=3600,
+        help="demo: stop a run after this many seconds (its logs are kept; `phases` reads them)",
+    )
     args = parser.parse_args(argv)
     if args.what == "_grade":
         assignment, student, cells = args.rest
@@ -494,7 +508,8 @@ def main(argv=None) -> int:
         return 0
     if args.what == "demo":
         apart = measure_demo(args.rest, [int(j) for j in args.jobs.split(",")], args.machine or "H200",
-                             Path(args.out or ROOT / "build" / "throughput"), args.data or DATA)  # fmt: skip
+                             Path(args.out or ROOT / "build" / "throughput"), args.data or DATA, args.timeout,
+                             args.label or DEMO_LABEL)  # fmt: skip
         for line in apart:
             print("  more than 2 points apart: " + line)
         return 1 if apart else 0

@@ -114,7 +114,7 @@ def name_overflowing(report: str, y: torch.Tensor, mistakes, dtype) -> str:
     if "known mistake" in report or not bool(torch.isinf(y.float()).any()):
         return report
     got = y.detach().float().cpu()
-    for m in mistakes:
+    for m in checks.known_mistakes(mistakes):
         if m.output is None or tuple(m.output.shape) != tuple(got.shape):
             continue
         want = m.output.to(dtype).float()
@@ -178,7 +178,7 @@ def _check_kernel(fn, what, shapes, device, g) -> int:
             ctx = (f" (M={M}, N={N}, K={K}, {path}{', strided xq and out' if strided else ''}"
                    f"{', per-tensor activation scale' if per_tensor else ''})")  # fmt: skip
             y, ops = _run_path(fn, (xq, sx, wq, sw, out), fp8_dot, n, what)
-            mistakes = kernel_mistakes(xq, sx, wq, sw, dtype=dtype)
+            mistakes = checks.lazily(kernel_mistakes, xq, sx, wq, sw, dtype=dtype)
             try:
                 checks.verify_kernel_result(y, ops, what=what, inputs=inputs, before=before, out=out, full=full,
                                             weight_shape=(N, K), dtype=dtype, expected=reference(xq, sx, wq, sw),
@@ -234,7 +234,7 @@ def check_fixed(fn, what: str, device: str, M: int, N: int, K: int, problems, re
             try:
                 checks.compare(y, reference(*args), what=what, rtol=checks.tolerance_for(dtype), poisoned=True,
                                context=f" (M={M}, N={N}, K={K}, {path_name(fp8_dot, device)}{note})",
-                               mistakes=mistakes_of(*args, dtype=dtype) if mistakes else ())  # fmt: skip
+                               mistakes=checks.lazily(mistakes_of, *args, dtype=dtype) if mistakes else ())  # fmt: skip
             except CheckFailed as exc:
                 if not explanation:
                     raise

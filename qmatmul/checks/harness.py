@@ -45,12 +45,19 @@ from qmatmul.checks import CheckFailed
 from qmatmul.timing import gpulock
 
 __all__ = [
-    "BATCH_MS", "MAX_CALLS", "GEN_CHUNK", "PROFILE_ENV", "profiling", "Timed", "calls_for", "weight_copies", "inputs_for",
+    "BATCH_MS", "MAX_CALLS", "MIN_CALLS", "OUT_BYTES", "GEN_CHUNK", "PROFILE_ENV", "profiling", "Timed", "calls_for", "weight_copies", "inputs_for",
     "outputs_checksum", "time_calls", "not_on_cpu", "check_bandwidth",
 ]  # fmt: skip
 
 BATCH_MS = 50.0  # aim for a timed batch about this long: the fixed cost of the protocol shrinks with it
 MAX_CALLS = 400
+MIN_CALLS = 8
+# A batch's outputs, every one of them handed over and checked, at most this many bytes. FP8's prefill (a 64 MB
+# output a call) timed 58 calls: 3.7 GB a mode went through a file from the worker to the trusted side, 28 s of
+# hand-over while the cell held the GPU alone, and eight notebooks' copies at once ran the GPU out of memory
+# (H100, 2026-12-06, docs/parallel-grading.md). Capped, a prefill batch is MIN_CALLS calls (about 6 ms): the
+# per-call costs inside the window (input fill, checksum) keep their share, only the round trip's jitter grows.
+OUT_BYTES = 512 << 20
 GEN_CHUNK = 1 << 25  # inputs_for draws at most this many elements at once (one prefill call's [4096, 8192])
 REF_ELEMENTS = 1 << 27  # the recheck's reference outputs at a time (float32: 512 MB)
 # QMATMUL_PROFILE=1: each timed problem also prints where its grading's seconds went (building the weights, the
@@ -103,11 +110,14 @@ def _module(name: str):
     return importlib.import_module(name)
 
 
-def calls_for(nbytes: int, copy_bw: float, est_ms: float | None = None) -> int:
+def calls_for(nbytes: int, copy_bw: float, est_ms: float | None = None, out_bytes: int = 0) -> int:
     """Calls in one batch: about BATCH_MS of work, a call estimated at `est_ms` or at a third of the copy
-    bandwidth."""
+    bandwidth; at most OUT_BYTES of outputs (one call's: `out_bytes`), and never fewer than MIN_CALLS."""
     est_ms = est_ms or nbytes / (copy_bw / 3) * 1e3
-    return max(8, min(MAX_CALLS, math.ceil(BATCH_MS / max(est_ms, 1e-3))))
+    calls = min(MAX_CALLS, math.ceil(BATCH_MS / max(est_ms, 1e-3)))
+    if out_bytes:
+        calls = min(calls, OUT_BYTES // out_bytes)
+    return max(MIN_CALLS, calls)
 
 
 def weight_copies(module: str, N: int, K: int, seed: int, copies: int, device: str) -> list[tuple]:
@@ -157,7 +167,7 @@ def time_calls(fn, *, what: str, module: str, N: int, K: int, M: int, out_dtype:
     seed = checks.fresh_seed() if seed is None else seed
     copy_bw = timing.copy_bandwidth() if device == "cuda" else 1e12
     copies = timing.copies_needed(nbytes, device) if device == "cuda" else 2
-    calls = calls_for(nbytes, copy_bw, est_ms)
+    calls = calls_for(nbytes, copy_bw, est_ms, out_bytes=M * N * out_dtype.itemsize)
     calls -= calls % copies
     label = f"{what} M={M}, N={N}, K={K}"
     mod = _module(module)

@@ -7,7 +7,9 @@ kernel, a correctness test cell) takes it shared: correctness work shares the GP
 is free of it and keeps it free until it is done. A graded cell of the trusted grader (`cell()`) keeps the GPU
 exclusively from its first timed window to its end: its later windows wait for nobody. Giving it back after each
 window made every window wait again for every other grader's running cell, so each performance cell paid that
-wait once per shape and M (a convoy; docs/parallel-grading.md).
+wait once per shape and M (a convoy; docs/parallel-grading.md). The other convoy, a timing waiting for the rest of
+every running correctness cell, is cut where the trusted grader hands the learner's process its next job: there a
+shared holder lets a waiting timing pass (`let_timing_pass`).
 
 The lock is a pair of flock(2) files per physical GPU (named by the GPU's UUID, so processes that see the same
 GPU under different CUDA_VISIBLE_DEVICES indices agree) in QMATMUL_GPU_LOCK_DIR (default /tmp/qmatmul-gpu-locks),
@@ -38,7 +40,7 @@ from pathlib import Path
 
 __all__ = [
     "ENV_DIR", "ENV_TIMEOUT", "ENV_OFF", "DEFAULT_DIR", "waited_s", "shared_waited_s", "held_s", "timeout_s", "lock_dir",
-    "gpu_key", "active", "shared", "cell", "exclusive", "exclusively",
+    "gpu_key", "active", "shared", "cell", "exclusive", "let_timing_pass", "exclusively", "yields",
 ]  # fmt: skip
 
 ENV_DIR = "QMATMUL_GPU_LOCK_DIR"
@@ -51,6 +53,7 @@ _LOCK: _GpuLock | None = None
 waited_s = 0.0  # seconds this process waited for its exclusive windows
 shared_waited_s = 0.0  # seconds it waited to share the GPU (behind another grader's timed window)
 held_s = 0.0  # seconds it held the GPU exclusively (the timed windows: what the GPU cannot share)
+yields = 0  # times its shared work let a waiting timed window pass (let_timing_pass)
 
 
 def timeout_s() -> float:
@@ -124,6 +127,18 @@ class _GpuLock:
         self.mode = mode
         if mode == "shared":
             shared_waited_s += time.monotonic() - t0
+
+    def timing_waits(self) -> bool:
+        """Whether a timed window waits for this GPU: it holds the gate while it waits (a reader passing through
+        the gate reads as one, for the moment it takes)."""
+        gate = self._open(self.paths[0])
+        try:
+            fcntl.flock(gate, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return False
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(gate)  # drops the gate if taken
 
     def release(self) -> None:
         for fd in self._fds:
@@ -208,6 +223,26 @@ def exclusive():
             lock.release()
             if previous == "shared":
                 lock.acquire("shared")
+
+
+def let_timing_pass() -> bool:
+    """Between two operations of shared work (remote.Worker calls it before each job it sends the learner's
+    process): when a timed window waits for this GPU, finish this process's queued work, give the GPU back and
+    take it shared again behind that window. A waiting timing then waits for one operation of each running cell,
+    not for the rest of the cell: with the whole cell held, eight FP8 notebooks on one H100 waited 22-24 s for
+    each performance cell's windows (2026-12-06, docs/parallel-grading.md). Returns whether it let one pass."""
+    global yields
+    lock = _lock()
+    if lock is None or lock.mode != "shared" or not lock.timing_waits():
+        return False
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    lock.release()
+    lock.acquire("shared")
+    yields += 1
+    return True
 
 
 def exclusively(fn):
