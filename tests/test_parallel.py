@@ -389,6 +389,23 @@ def test_shared_work_lets_a_waiting_timing_pass_between_two_jobs(lock_dir, grade
         assert not gpulock.let_timing_pass() and gpulock._LOCK.mode == "exclusive"  # a cell's windows keep it
 
 
+def test_a_compile_holds_nothing_and_the_work_shares_the_gpu_again_after(lock_dir, grader_lock):
+    """off_the_gpu (remote.Worker around a compile): another grader's timing may take the GPU meanwhile; the shared
+    work takes it back afterwards, behind that timing. Inside a cell's exclusive hold it changes nothing."""
+    from qmatmul.timing import gpulock
+
+    with gpulock.cell():
+        with gpulock.off_the_gpu():
+            assert gpulock._LOCK.mode is None
+            grader_lock.acquire("exclusive")  # a timing of another grader runs during the compile
+            threading.Timer(0.2, grader_lock.release).start()
+        assert gpulock._LOCK.mode == "shared" and grader_lock.mode is None  # back only once that timing ended
+        with gpulock.exclusive():
+            pass
+        with gpulock.off_the_gpu():
+            assert gpulock._LOCK.mode == "exclusive"  # held from the cell's first window to its end
+
+
 def test_each_timed_go_of_the_protocol_holds_the_gpu_alone(lock_dir, grader_lock, monkeypatch):
     """harness.time_calls through a worker (on the CPU, as test_grader's protocol test): the lock is taken
     exclusively around every go, and a go waits while another grader holds the GPU shared."""

@@ -453,7 +453,8 @@ class Worker:
 
     def _compile_in_worker(self, launch: dict, what: str) -> str | None:
         if self.compiles_itself():
-            reply = self._exchange({"op": "compile", "launch": launch}, what)
+            with gpulock.off_the_gpu():  # Triton compiles on the CPU: a timing need not wait for it
+                reply = self._exchange({"op": "compile", "launch": launch}, what)
             return self._compile_verdict(reply, launch)
         if self.compiler is None:
             env = {k: v for k, v in (self.env if self.env is not None else os.environ).items()

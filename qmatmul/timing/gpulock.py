@@ -9,7 +9,8 @@ exclusively from its first timed window to its end: its later windows wait for n
 window made every window wait again for every other grader's running cell, so each performance cell paid that
 wait once per shape and M (a convoy; docs/parallel-grading.md). The other convoy, a timing waiting for the rest of
 every running correctness cell, is cut where the trusted grader hands the learner's process its next job: there a
-shared holder lets a waiting timing pass (`let_timing_pass`).
+shared holder lets a waiting timing pass (`let_timing_pass`). Work that runs nothing on the GPU (Triton compiling a
+learner's kernel to prove it is one) holds nothing (`off_the_gpu`).
 
 The lock is a pair of flock(2) files per physical GPU (named by the GPU's UUID, so processes that see the same
 GPU under different CUDA_VISIBLE_DEVICES indices agree) in QMATMUL_GPU_LOCK_DIR (default /tmp/qmatmul-gpu-locks),
@@ -40,7 +41,7 @@ from pathlib import Path
 
 __all__ = [
     "ENV_DIR", "ENV_TIMEOUT", "ENV_OFF", "DEFAULT_DIR", "waited_s", "shared_waited_s", "held_s", "timeout_s", "lock_dir",
-    "gpu_key", "active", "shared", "cell", "exclusive", "let_timing_pass", "exclusively", "yields",
+    "gpu_key", "active", "shared", "cell", "exclusive", "let_timing_pass", "off_the_gpu", "exclusively", "yields",
 ]  # fmt: skip
 
 ENV_DIR = "QMATMUL_GPU_LOCK_DIR"
@@ -201,6 +202,30 @@ def cell():
 
 
 @contextlib.contextmanager
+def off_the_gpu():
+    """Inside shared work, a step that runs nothing on the GPU (a compile): the GPU is given back for it (this
+    process's queued work finished first) and taken shared again after, behind any timing that came meanwhile.
+    Inside a cell's exclusive hold it changes nothing."""
+    lock = _lock()
+    if lock is None or lock.mode != "shared":
+        yield
+        return
+    _finish_queued()
+    lock.release()
+    try:
+        yield
+    finally:
+        lock.acquire("shared")
+
+
+def _finish_queued() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+@contextlib.contextmanager
 def exclusive():
     """A timed window: waits until nothing else of any grader runs on this GPU, and keeps it so."""
     global waited_s, held_s
@@ -235,10 +260,7 @@ def let_timing_pass() -> bool:
     lock = _lock()
     if lock is None or lock.mode != "shared" or not lock.timing_waits():
         return False
-    import torch
-
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
+    _finish_queued()
     lock.release()
     lock.acquire("shared")
     yields += 1
