@@ -32,6 +32,17 @@ ORACLE = json.loads((Path(__file__).parent / "data" / "capstone_oracle.json").re
 # The model, against what sentence-transformers and safetensors computed (tools/capstone_oracle.py)
 
 
+def test_the_weight_counts_the_text_quotes_are_the_models():
+    """The MiniLM and Llama-block weight counts the capstone prints (bytes, memory floors) are the loaded model's
+    Linear weights and the stack's layer shapes."""
+    from qmatmul.capstone.model import LINEAR_WEIGHTS, linear_names
+
+    model = capstone.load_model("course", device="cpu")
+    modules = dict(model.named_modules())
+    assert sum(modules[n].weight.numel() for n in linear_names(model)) == LINEAR_WEIGHTS
+    assert stack.BLOCK_WEIGHTS == sum(N * K for N, K in stack.LLAMA_BLOCK) == 218_103_808
+
+
 def test_course_minilm_gives_sentence_transformers_embeddings():
     """sentence-transformers encoded these sentences from their text (its tokenizer, BERT, pooling): the course's
     MiniLM, given the token ids of the model's own tokenizer (the tokenizers library), must give the same

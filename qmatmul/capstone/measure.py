@@ -11,11 +11,13 @@ import torch
 from qmatmul.capstone.formats import FORMATS, LABELS, weight_bytes_per_weight
 from qmatmul.capstone.grading_kernels import GradingKernels
 from qmatmul.capstone.layers import dense16, weight_bytes
-from qmatmul.capstone.model import embed, linear_names, load_model
+from qmatmul.capstone.model import LINEAR_WEIGHTS, embed, linear_names, load_model
 from qmatmul.capstone.registry import kernel_word, kernels, reference_kernels, using
 from qmatmul.capstone.runtime import autograding
+from qmatmul.capstone.stack import BLOCK_WEIGHTS
 from qmatmul.capstone.stats import cosine, spearman_reference
 from qmatmul.capstone.text import PAIRS, SENTENCES, pair_sentences
+from qmatmul.teaching import roofline_model
 
 RESULTS: list = []
 
@@ -138,10 +140,11 @@ def through_your_kernels(cls, formats=FORMATS, sentence: str | None = None, *, l
 
 def explain_formats(K: int = 384) -> None:
     """Bytes per weight of each format at the model's K, and what that means for this model and for a Llama."""
-    lin = 10.76e6
+    lin, block = LINEAR_WEIGHTS, BLOCK_WEIGHTS
+    copy_bw = roofline_model.H200["copy_bandwidth"]
     print(f"Bytes per weight (scales and zeros included) for rows of K = {K}, and the Linear weights of "
-          "all-MiniLM-L6-v2 (10.8 M) and of one Llama-3-8B block (218 M):")  # fmt: skip
+          f"all-MiniLM-L6-v2 ({lin / 1e6:.1f} M) and of one Llama-3-8B block ({block / 1e6:.0f} M):")  # fmt: skip
     for name in ("16-bit", *FORMATS):
         b = weight_bytes_per_weight(name, K)
-        print(f"  {LABELS[name]:<22}{b:>7.3f} B   MiniLM {lin * b / 1e6:>6.1f} MB   Llama block {218e6 * b / 1e6:>6.0f} MB"
-              f"   memory floor on an H200 (4.25 TB/s): {218e6 * b / 4.25e12 * 1e6:>4.0f} µs")  # fmt: skip
+        print(f"  {LABELS[name]:<22}{b:>7.3f} B   MiniLM {lin * b / 1e6:>6.1f} MB   Llama block {block * b / 1e6:>6.0f} MB"
+              f"   memory floor on the course's H200 ({copy_bw / 1e12:.2f} TB/s): {block * b / copy_bw * 1e6:>4.0f} µs")  # fmt: skip

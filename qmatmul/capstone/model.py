@@ -174,6 +174,10 @@ def load_model(backend: str = "auto", device: str | None = None) -> nn.Module:
     return sentence_transformers_model(device)
 
 
+# all-MiniLM-L6-v2's Linear weights: six layers' q, k, v, o, up and down (384 wide, 1536 inside), and the pooler.
+LINEAR_WEIGHTS = 6 * (4 * 384 * 384 + 2 * 384 * 1536) + 384 * 384
+
+
 def linear_names(model: nn.Module) -> list[str]:
     """The names of the modules that are exactly nn.Linear."""
     return [n for n, m in model.named_modules() if type(m) is nn.Linear]

@@ -13,7 +13,7 @@ from qmatmul import checks
 from qmatmul.capstone import stack
 from qmatmul.capstone.formats import FORMATS, LABELS
 from qmatmul.capstone.layers import dense16
-from qmatmul.capstone.model import load_model
+from qmatmul.capstone.model import LINEAR_WEIGHTS, load_model
 from qmatmul.capstone.registry import kernel_word, kernels, reference_kernels, using
 from qmatmul.capstone.runtime import act_dtype, autograding
 from qmatmul.capstone.stack import STACK_MS
@@ -64,9 +64,12 @@ def time_model(quantize_model_fn, formats=FORMATS, batches=(1, 24)) -> dict:
     print(f"{'format':<22}" + "".join(f"{f'batch {b}':>16}" for b in batches))
     for name, _ in variants:
         print(f"{LABELS[name]:<22}" + "".join(f"{_cell(out[(name, b)]):>16}" for b in batches))
-    lin = 10.76e6
-    print(f"The Linear weights are {lin * 2 / 1e6:.0f} MB in 16 bits: {lin * 2 / 4.25e12 * 1e6:.0f} µs of memory time "
-          "on an H200. The forward takes far longer, even captured: it is made of ~140 small kernels, and their "
+    from qmatmul import timing
+
+    nbytes, copy_bw = 2 * LINEAR_WEIGHTS, timing.copy_bandwidth()
+    print(f"The Linear weights are {nbytes / 1e6:.0f} MB in 16 bits: {nbytes / copy_bw * 1e6:.0f} µs of memory time "
+          f"at this GPU's copy bandwidth ({copy_bw / 1e12:.2f} TB/s, measured now). The forward takes far longer, even "
+          "captured: it is made of ~140 small kernels, and their "
           "count, not the bytes, sets its time. Quantization cannot speed up such a model; it pays where the "
           "weights are large (the Llama block above).")  # fmt: skip
     return out
@@ -109,7 +112,7 @@ def time_llama_stack(cls, formats=FORMATS, ms=STACK_MS, blocks: int = 2) -> dict
     ]
     for M in ms:
         out[("16-bit", M)] = run(dense, M)
-    floors["16-bit"] = 2 * sum(N * K for N, K in stack.LLAMA_BLOCK)
+    floors["16-bit"] = 2 * stack.BLOCK_WEIGHTS
     del dense
     for fmt in formats:
         layers = [m for _ in range(blocks) for m in stack.llama_stack(cls, fmt, "cuda", g)]

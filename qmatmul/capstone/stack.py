@@ -35,6 +35,7 @@ LLAMA_BLOCK = [
     (14336, 4096),
     (4096, 14336),
 ]
+BLOCK_WEIGHTS = sum(N * K for N, K in LLAMA_BLOCK)  # 218 M
 STACK_MS = (1, 16)  # the rows timed: one token, and the most the decode kernel takes
 # What a CUDA graph cannot hold, in the words of both capture hints (drivers: the course captures your stack;
 # capture: you capture the course's step).
