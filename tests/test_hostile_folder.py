@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from qmatmul.grader import notebook
-from qmatmul.grader.files import read_regular
+from qmatmul.grader.files import read_regular, read_tensor
 from qmatmul.grader.remote import Worker, import_path
 
 PROGRAM = [
@@ -76,6 +76,28 @@ def test_the_trusted_side_never_reads_through_a_link(tmp_path):
     os.mkfifo(fifo)
     with pytest.raises(OSError):
         read_regular(fifo)
+
+
+def test_timed_outputs_are_read_as_the_trusted_side_expects_them_or_not_at_all(tmp_path):
+    """read_tensor (a timed batch's outputs, raw bytes): the shape and dtype are the trusted side's; a file of another
+    size, a link or a FIFO is refused, never read as something else."""
+    want = torch.arange(24, dtype=torch.float32).reshape(2, 3, 4).to(torch.bfloat16)
+    path = tmp_path / "outs"
+    want.view(torch.uint8).numpy().tofile(path)
+    assert torch.equal(read_tensor(path, (2, 3, 4), torch.bfloat16, "cpu"), want)
+    for shape in ((2, 3, 5), (2, 3, 3)):
+        with pytest.raises(OSError, match="bytes, not the"):
+            read_tensor(path, shape, torch.bfloat16, "cpu")
+    secret = tmp_path / "gradebook.db"
+    secret.write_bytes(bytes(48))
+    link = tmp_path / "link"
+    link.symlink_to(secret)
+    with pytest.raises(OSError):
+        read_tensor(link, (2, 3, 4), torch.bfloat16, "cpu")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError):
+        read_tensor(fifo, (2, 3, 4), torch.bfloat16, "cpu")
 
 
 def test_a_link_left_in_the_workers_folder_is_not_followed_on_restart(tmp_path):
