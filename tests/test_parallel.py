@@ -701,6 +701,40 @@ def test_the_profile_lines_are_what_the_phases_tool_reads(monkeypatch):
     assert parallel_grading.phases_of("[AutogradeApp | INFO] test_decode: 1/1 (3.0 s)") is None
 
 
+def test_phases_read_elsewhere_keep_the_runs_own_machine_and_versions(tmp_path, monkeypatch):
+    """A run cut by a device's limit is read with `phases LOGDIR --label` on another machine: the entry takes the
+    machine, date and versions of the run's own record (run.json beside the logs, as `demo` writes it), not of the
+    machine that reads the logs."""
+    from types import SimpleNamespace
+
+    from qmatmul.grader import nbhooks, trusted
+
+    worker = SimpleNamespace(start_s=1.0, compile_s=0.5)
+    lines = [nbhooks.execute_profile(12.5, 0.5, time.monotonic())]
+    profile = trusted._Profile(worker)
+    profile.cell(trusted.Verdict(3, "test_decode", 1, 1, "", None, 4.0), lines.append)
+    profile.total(lines.append)
+    run = tmp_path / "jobs-8"
+    (run / "logs" / "fp8").mkdir(parents=True)
+    (run / "logs" / "fp8" / "correct.log").write_text(
+        "\n".join(f"[AutogradeApp | INFO] {ln}" for ln in lines)
+    )
+    record = {
+        "machine": "H200",
+        "date": "2026-12-06",
+        "python": "3.12.3",
+        "torch": "2.11.0+cu130",
+        "triton": "3.6.0",
+    }
+    (run / "run.json").write_text(json.dumps(record))
+    data = tmp_path / "data.json"
+    data.write_text(json.dumps({"rows": [], "phases": []}))
+    parallel_grading.main(["phases", str(run / "logs"), "--label", "cut at 250 s", "--jobs", "8", "--seconds", "250",
+                           "--data", str(data)])  # fmt: skip
+    (entry,) = json.loads(data.read_text())["phases"]
+    assert {k: entry[k] for k in record} == record and entry["chapter"] == "fp8" and entry["jobs"] == 8
+
+
 def test_a_parallel_run_whose_figure_moved_more_than_two_points_is_named():
     """Issue 44's rule: every graded figure of a parallel run within 2 points of the serial run's, cell by cell."""
     serial = {"w8a16/correct/test_decode_bandwidth": [91, 88], "layouts/correct/test_speed": [77]}

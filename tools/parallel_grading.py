@@ -128,6 +128,10 @@ def measure_demo(chapters: list[str], jobs: list[int], machine: str, out: Path, 
     for n in jobs:
         here = out / f"jobs-{n}"
         here.mkdir(parents=True, exist_ok=True)
+        # What the run was, beside its logs: `phases` read elsewhere (a run cut by a device's limit) reads it back.
+        run = {"machine": machine, "label": label, "jobs": n, "chapters": chapters, "date": dt.date.today().isoformat(),
+               **_versions()}  # fmt: skip
+        (here / "run.json").write_text(json.dumps(run, indent=1) + "\n")
         env = dict(os.environ, QMATMUL_PROFILE="1", TRITON_CACHE_DIR=str(here / "triton-cache"))
         if n > 1:
             env["QMATMUL_JOBS_PER_GPU"] = str(n)
@@ -352,13 +356,21 @@ def phases_table(means: dict, label: str = "") -> str:
 
 
 def store_phases(
-    found: dict, *, machine: str, jobs: int, seconds: float, label: str, data: Path = DATA
+    found: dict,
+    *,
+    machine: str,
+    jobs: int,
+    seconds: float,
+    label: str,
+    data: Path = DATA,
+    run: dict | None = None,
 ) -> None:
     """Keep a profiled run's means in the data file's "phases" (replacing the run of the same machine, label, jobs
-    and chapter)."""
+    and chapter). `run`: the run's own record (its date and versions; measure_demo's run.json), else this process's."""
     whole = json.loads(data.read_text())
-    new = [{"machine": machine, "label": label, "jobs": jobs, "chapter": chapter, "seconds": seconds,
-            "date": dt.date.today().isoformat(), **_versions(), **row}
+    made = {"date": dt.date.today().isoformat(), **_versions()}
+    made |= {k: run[k] for k in ("date", "python", "torch", "triton") if run and k in run}
+    new = [{"machine": machine, "label": label, "jobs": jobs, "chapter": chapter, "seconds": seconds, **made, **row}
            for chapter, row in phase_means(found).items()]  # fmt: skip
     key = lambda r: (r["machine"], r["label"], r["jobs"], r["chapter"])  # noqa: E731
     keep = [r for r in whole.get("phases", []) if key(r) not in {key(n) for n in new}]
@@ -498,13 +510,17 @@ def main(argv=None) -> int:
             _store(res["rows"], args.data)
         return 0
     if args.what == "phases":
-        found = phases(Path(args.rest[0]) if args.rest else ROOT / "build" / "demo" / "logs")
+        logdir = Path(args.rest[0]) if args.rest else ROOT / "build" / "demo" / "logs"
+        found = phases(logdir)
         print(phases_table(phase_means(found)))
         if args.out:
             Path(args.out).write_text(json.dumps(found, indent=1) + "\n")
         if args.label:
-            store_phases(found, machine=args.machine or f"cpu-{os.cpu_count()}-core", jobs=int(args.jobs),
-                         seconds=args.seconds, label=args.label, data=args.data or DATA)  # fmt: skip
+            record = logdir.parent / "run.json"  # a demo run's own record, where it left one
+            run = json.loads(record.read_text()) if record.exists() else None
+            machine = args.machine or (run or {}).get("machine") or f"cpu-{os.cpu_count()}-core"
+            store_phases(found, machine=machine, jobs=int(args.jobs), seconds=args.seconds, label=args.label,
+                         data=args.data or DATA, run=run)  # fmt: skip
         return 0
     if args.what == "demo":
         apart = measure_demo(args.rest, [int(j) for j in args.jobs.split(",")], args.machine or "H200",
