@@ -8,7 +8,6 @@ mistake the output matches, if any.
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 import secrets
 import traceback
@@ -19,6 +18,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from qmatmul.checks import traffic
+from qmatmul.checks.mistakes import Mistake, known_mistakes, lazily
 from qmatmul.grader import static
 
 __all__ = [
@@ -468,27 +468,6 @@ def verify_kernel_result(
 def tolerance_for(dtype: torch.dtype) -> float:
     """Relative tolerance for an output stored in `dtype` (two units in its last place)."""
     return {torch.float16: 2.0**-9, torch.bfloat16: 2.0**-6, torch.float32: 2.0**-18}.get(dtype, 2.0**-6)
-
-
-@dataclass
-class Mistake:
-    """A known wrong answer: if the learner's output matches `output`, the report names it."""
-
-    name: str
-    explanation: str
-    output: torch.Tensor | None
-
-
-def known_mistakes(mistakes) -> Sequence[Mistake]:
-    """A check's known mistakes: a sequence, or a callable that makes them (lazily()). Each is a whole alternative
-    product, needed only to name a wrong result: made eagerly, they were a third of the layouts chapter's decode
-    cell on an H100 (5.5 of 16.5 s, 2026-12-06), for results that were right."""
-    return mistakes() if callable(mistakes) else mistakes
-
-
-def lazily(make, *args, **kwargs):
-    """make(*args, **kwargs), called the first time a failed check asks for it (known_mistakes) and then kept."""
-    return functools.cache(functools.partial(make, *args, **kwargs))
 
 
 def index_ranges(indices: Sequence[int], limit: int = 6) -> str:
