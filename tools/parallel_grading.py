@@ -159,8 +159,11 @@ def measure_demo(chapters: list[str], jobs: list[int], machine: str, out: Path, 
         rows.append({"machine": machine, "mode": "nbgrader", "jobs": n, "gpus": len(parallel.visible_gpus()),
                      "cpus": os.cpu_count(), "notebooks": notebooks, "seconds": seconds,
                      "per_hour": per_hour, "chapters": chapters, "expectations_held": held, "label": label,
-                     "date": dt.date.today().isoformat(), **_versions(), "source": f"tools.parallel_grading demo ({label})"})  # fmt: skip
-        store_phases(phases(here / "logs"), machine=machine, jobs=n, seconds=seconds, label=label, data=data)
+                     **{k: run[k] for k in ("date", "python", "torch", "triton")},
+                     "source": f"tools.parallel_grading demo ({label})"})  # fmt: skip
+        store_phases(
+            phases(here / "logs"), machine=machine, jobs=n, seconds=seconds, label=label, data=data, run=run
+        )
         if n != jobs[0]:
             bad = figures_apart(figures(out / f"jobs-{jobs[0]}" / "autograded"), figures(here / "autograded"))
             rows[-1]["figures_apart"] = bad

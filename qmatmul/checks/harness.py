@@ -45,8 +45,8 @@ from qmatmul.checks import CheckFailed
 from qmatmul.timing import gpulock
 
 __all__ = [
-    "BATCH_MS", "MAX_CALLS", "MIN_CALLS", "OUT_BYTES", "GEN_CHUNK", "PROFILE_ENV", "profiling", "Timed", "calls_for", "weight_copies", "inputs_for",
-    "outputs_checksum", "time_calls", "not_on_cpu", "check_bandwidth",
+    "BATCH_MS", "MAX_CALLS", "MIN_CALLS", "OUT_BYTES", "GEN_CHUNK", "PROFILE_ENV", "profiling", "Timed", "calls_for",
+    "weight_copies", "inputs_for", "outputs_checksum", "time_calls", "not_on_cpu", "check_bandwidth",
 ]  # fmt: skip
 
 BATCH_MS = 50.0  # aim for a timed batch about this long: the fixed cost of the protocol shrinks with it

@@ -504,9 +504,8 @@ class Worker:
             self._exchange({"op": "ping"}, what)
             rtt.append(time.perf_counter() - t0)
         times, outs, seeds = {}, {}, {}
-        device = (
-            "cuda" if torch.cuda.is_available() else "cpu"
-        )  # where the worker keeps the batch (worker.py)
+        # where the worker keeps the batch (worker.py's bench_prepare)
+        device = "cuda" if torch.cuda.is_available() else "cpu"
         for mode in ("graph", "eager") if reply.get("graph") else ("eager",):
             seeds[mode] = secrets.randbits(31)
             with window():

@@ -41,7 +41,7 @@ from pathlib import Path
 
 __all__ = [
     "ENV_DIR", "ENV_TIMEOUT", "ENV_OFF", "DEFAULT_DIR", "waited_s", "shared_waited_s", "held_s", "timeout_s", "lock_dir",
-    "gpu_key", "active", "shared", "cell", "exclusive", "let_timing_pass", "off_the_gpu", "exclusively", "yields",
+    "gpu_key", "active", "shared", "cell", "exclusive", "let_timing_pass", "off_the_gpu", "exclusively",
 ]  # fmt: skip
 
 ENV_DIR = "QMATMUL_GPU_LOCK_DIR"
@@ -54,7 +54,6 @@ _LOCK: _GpuLock | None = None
 waited_s = 0.0  # seconds this process waited for its exclusive windows
 shared_waited_s = 0.0  # seconds it waited to share the GPU (behind another grader's timed window)
 held_s = 0.0  # seconds it held the GPU exclusively (the timed windows: what the GPU cannot share)
-yields = 0  # times its shared work let a waiting timed window pass (let_timing_pass)
 
 
 def timeout_s() -> float:
@@ -129,17 +128,21 @@ class _GpuLock:
         if mode == "shared":
             shared_waited_s += time.monotonic() - t0
 
+    def could_take(self, which: int, how: int) -> bool:
+        """Whether paths[which] could be locked `how` (fcntl.LOCK_EX or LOCK_SH) now: taken and dropped at once."""
+        fd = self._open(self.paths[which])
+        try:
+            fcntl.flock(fd, how | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            return False
+        finally:
+            os.close(fd)  # drops the lock if taken
+
     def timing_waits(self) -> bool:
         """Whether a timed window waits for this GPU: it holds the gate while it waits (a reader passing through
         the gate reads as one, for the moment it takes)."""
-        gate = self._open(self.paths[0])
-        try:
-            fcntl.flock(gate, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return False
-        except BlockingIOError:
-            return True
-        finally:
-            os.close(gate)  # drops the gate if taken
+        return not self.could_take(0, fcntl.LOCK_EX)
 
     def release(self) -> None:
         for fd in self._fds:
@@ -256,14 +259,12 @@ def let_timing_pass() -> bool:
     take it shared again behind that window. A waiting timing then waits for one operation of each running cell,
     not for the rest of the cell: with the whole cell held, eight FP8 notebooks on one H100 waited 22-24 s for
     each performance cell's windows (2026-12-06, docs/parallel-grading.md). Returns whether it let one pass."""
-    global yields
     lock = _lock()
     if lock is None or lock.mode != "shared" or not lock.timing_waits():
         return False
     _finish_queued()
     lock.release()
     lock.acquire("shared")
-    yields += 1
     return True
 
 
