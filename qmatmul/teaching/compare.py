@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from qmatmul import timing
+from qmatmul import environment, timing
 from qmatmul.teaching import plots
 from qmatmul.teaching.roofline_model import bytes_moved_dense
 
@@ -14,8 +14,10 @@ def compare_paths(env, rows, fns: Callable, recorded: dict, *, M: int, shape, wh
     """Bytes and time of each path (rows: label, bytes moved) at one M; plotted and printed.
 
     On a GPU fns() builds one zero-argument function per row, each timed with the L2 flushed (a path that fails
-    shows as "not measured"); without one, the H200's recorded µs by label, where known.
+    shows as "not measured"); without one, the H200's recorded µs by label, where known. Not under the autograder.
     """
+    if environment.autograding():
+        return None
     N, K = shape
     if not env.has_gpu:
         times = [recorded.get(label) for label, _ in rows]

