@@ -168,9 +168,16 @@ def print_gradebook(assignment: str, rows: list[dict], failures: dict | None = N
             brief = textwrap.shorten(msg, 300, placeholder=" …")  # whole in the student's feedback
             print(f"  {r['student']} · {c.removeprefix('test_')}: {brief}")
     for c in sorted(unmeasured):
-        print(
-            f"  (everyone) · {c.removeprefix('test_')}: not measured on this machine (no CUDA GPU): no points"
-        )
+        said = [r["messages"][c] for r in rows if r["messages"].get(c, "").startswith("NotMeasured")]
+        why = textwrap.shorten(said[0].removeprefix("NotMeasured: "), 200, placeholder=" …") if said else ""
+        print(f"  (everyone) · {c.removeprefix('test_')}: not measured on this machine, no points ({why})")
+        scored = [r["student"] for r in rows if r["scores"][c][0] > 0]
+        if (
+            scored
+        ):  # a check said "not measured" for some notebooks and graded others: its rule is not the machine's
+            print(f"  WARNING · {c.removeprefix('test_')}: not measured for {len(said)} notebook(s) but scored for "
+                  f"{len(scored)} ({', '.join(scored[:3])}{', ...' if len(scored) > 3 else ''}): the totals above "
+                  "count those points over a maximum without the cell")  # fmt: skip
     for r in rows:
         if r.get("reason"):
             print(f"  {r['student']}: {r['reason']}")

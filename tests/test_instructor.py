@@ -131,7 +131,22 @@ def test_the_gradebook_summary_shortens_a_message_at_a_word(capsys):
     line = next(x for x in out.splitlines() if x.startswith("  ada · prefill: "))
     assert line.endswith(" …") and len(line) <= len("  ada · prefill: ") + 300
     assert line.removesuffix(" …").split()[-1] in hint.split()
-    assert "(everyone) · speed: not measured on this machine" in out
+    assert "(everyone) · speed: not measured on this machine, no points (no GPU)" in out
+    assert "WARNING" not in out
+
+
+def test_the_gradebook_warns_of_a_cell_not_measured_for_some_and_scored_for_others(capsys):
+    """A check whose "not measured" depends on the notebook (the capstone's capture gap, timed while other graders
+    shared the GPU, 2026-12-06) leaves totals over a maximum without the cell: the summary says so."""
+    from autograder import classroom
+
+    rows = [{"student": s, "scores": {"test_capture": (got, 2.0)}, "total": got, "max": 0.0, "unmeasured": ["test_capture"],
+             "messages": {"test_capture": why} if why else {}}
+            for s, got, why in [("ada", 2.0, ""), ("bob", 0.0, "NotMeasured: a capture gains nothing measurable here")]]  # fmt: skip
+    classroom.print_gradebook(CHAPTER, rows)
+    out = capsys.readouterr().out
+    assert "(everyone) · capture: not measured on this machine, no points (a capture gains nothing" in out
+    assert "WARNING · capture: not measured for 1 notebook(s) but scored for 1 (ada)" in out
 
 
 def test_stamp_uses_the_files_time_in_nbgraders_format(tmp_path):
