@@ -502,9 +502,12 @@ def test_the_model_weighs_each_chapter_by_its_own_rows():
         dict(row, chapters=["fp8"], jobs=4, notebooks=10, seconds=10, expectations_held=False),
         dict(row, chapters=["fp8", "mxfp4"], jobs=1, notebooks=10, seconds=400),
         dict(row, chapters=["nvfp4"], jobs=1, notebooks=1, seconds=1, machine="cpu-2-core"),
+        dict(row, chapters=["layouts"], jobs=8, notebooks=10, seconds=60, machine="H100"),
     ]
     got = {c: per for c, (per, _) in parallel_grading.chapter_seconds(rows).items()}
-    assert got == {"w8a16": 34, "roofline": 5, "fp8": 40, "mxfp4": 40}
+    assert got == {"w8a16": 34, "roofline": 5, "fp8": 40, "mxfp4": 40, "layouts": 6}
+    missed = {c: per for c, (per, _) in parallel_grading.chapter_seconds(rows, held=False).items()}
+    assert missed == {"fp8": 1}  # the bound the model takes for a chapter without a held run (if slower)
 
 
 def test_make_demo_without_jobs_grades_a_notebook_a_core_where_it_can(monkeypatch, capsys):
