@@ -620,6 +620,21 @@ def test_capture_check_passes_a_replay_that_runs_the_step_and_names_the_mistakes
         capstone.check_capture(lambda step, *example: lambda *inputs: step(*example), seed=1)
     with pytest.raises(CheckFailed, match="must return a function"):
         capstone.check_capture(lambda step, *example: step(*example), seed=1)
+
+    def constant(
+        step, *example
+    ):  # what a replay that no longer refers to its freed inputs answered on the H100
+        ys = [torch.ones_like(y) for y in step(*example)]
+        return lambda *inputs: ys
+
+    with pytest.raises(
+        CheckFailed, match="answered the same outputs for 3 different inputs .* keep those tensors"
+    ):
+        capstone.check_capture(constant, seed=1)
+    with pytest.raises(
+        CheckFailed, match=r"(?s)differ from the reference.* copy new inputs into the tensors the graph"
+    ):
+        capstone.check_capture(lambda step, *example: lambda *inputs: [y + 1 for y in step(*inputs)], seed=1)
     small_capture["course"] = (100.0, 10.0)  # the interpreter's step takes far longer than 32.5 µs
     with pytest.raises(CheckFailed, match=r"a replay may take at most 32 \(it keeps at most 25%"):
         capstone.check_capture(lambda step, *example: step, seed=1)

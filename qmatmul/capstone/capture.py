@@ -187,14 +187,22 @@ def check_capture(capture, *, seed: int | None = None, hidden: bool = False) -> 
             try:
                 _compare(ys, _reference(layers, inputs), f"replay(x, h) on new inputs (call {j + 1}, M = {M})",
                          device)  # fmt: skip
-            except CheckFailed:
+            except CheckFailed as exc:
                 if _close(ys, _reference(layers, step_inputs(seed + 1, M, device)), device):
                     raise CheckFailed(
                         f"replay(x, h) answered the example's outputs for new inputs (M = {M}): the graph reads the "
                         "tensors it was captured on, so copy each new input into them (`static.copy_(x)`) before "
                         "replaying"
                     ) from None
-                raise
+                if _same_outputs(got):
+                    raise CheckFailed(
+                        f"replay(x, h) answered the same outputs for {PROBES} different inputs (M = {M}), and not the "
+                        "step's: the graph reads the tensors it was captured on, so copy each new input into them "
+                        "(`static.copy_(x)`) before replaying, and keep those tensors alive as long as the replay "
+                        "(a replay that no longer refers to them lets them be freed, and the graph reads whatever "
+                        "takes their memory)"
+                    ) from None
+                raise CheckFailed(f"{exc} {CAPTURE_HINT}") from None
         trip = min(_clock(capture, "nothing", 0, M)[0] for _ in range(5))
         _clock(capture, "run", 0, M)  # warm: the loop's first run
         inputs_seed = checks.fresh_seed()
@@ -226,6 +234,18 @@ def check_capture(capture, *, seed: int | None = None, hidden: bool = False) -> 
             f"M = {M}: {mine:.0f} µs a step against {eager:.0f} eagerly ({graphed:.0f} captured by the course)"
         )
     checks.passed(f"your capture replays the block right on fresh inputs and fast: {'; '.join(passed)}")
+
+
+def _same_outputs(got: dict) -> bool:
+    """Whether the replays of the PROBES different inputs answered bit for bit the same outputs (the step's never do)."""
+    calls = [[got.get(f"p{j}_{i}") for i in range(len(LLAMA_BLOCK))] for j in range(PROBES)]
+    if any(not isinstance(y, torch.Tensor) for ys in calls for y in ys):
+        return False
+    return all(
+        a.shape == b.shape and torch.equal(a, b)
+        for ys in calls[1:]
+        for a, b in zip(calls[0], ys, strict=True)
+    )
 
 
 def _close(got: list, want: list, device: str) -> bool:
