@@ -76,11 +76,12 @@ def run_local(jobs: list[Job], n: int, on_done: Callable[[Result], None]) -> lis
     slots: queue.Queue = queue.Queue()
     for i in range(n):
         slots.put(gpus[i % len(gpus)] if gpus else None)
+    threads = max(1, (os.cpu_count() or 1) // n)  # each job's share of the cores (grade_job)
 
     def one(job):
         gpu = slots.get()
         try:
-            return grade_job(job, gpu)
+            return grade_job(job, gpu, threads)
         finally:
             slots.put(gpu)
 

@@ -165,12 +165,15 @@ def test_a_gpu_host_grades_one_notebook_a_gpu(capsys, monkeypatch):
 
 def test_a_hung_or_failing_job_costs_only_itself(capsys, monkeypatch):
     """The pool's own rules, without nbgrader: a job past its timeout is killed (its process group with it),
-    a failing one is reported, the others finish; progress counts the whole class; slots take GPUs in turn."""
+    a failing one is reported, the others finish; progress counts the whole class; slots take GPUs in turn; each
+    job's processes get their share of the cores (16 cores, 2 jobs: OMP_NUM_THREADS=8)."""
     import sys
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
     code = {"hang": "import time; time.sleep(60)", "fail": "raise SystemExit(3)",
-            "ok": "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])"}  # fmt: skip
+            "ok": "import os; assert os.environ['OMP_NUM_THREADS'] == '8'; print(os.environ['CUDA_VISIBLE_DEVICES'])"}  # fmt: skip
     jobs = [parallel.Job("w8a16", name, [sys.executable, "-c", src], {}, str(ROOT), 3.0)
             for name, src in [("hang", code["hang"]), ("fail", code["fail"]), ("ok1", code["ok"]), ("ok2", code["ok"])]]  # fmt: skip
     t0 = time.time()

@@ -81,12 +81,17 @@ class Result:
     extra: dict = field(default_factory=dict)
 
 
-def grade_job(job: Job, gpu: str | None = None) -> Result:
-    """Run one job on this host (a pool thread or a Dask worker)."""
+def grade_job(job: Job, gpu: str | None = None, threads: int | None = None) -> Result:
+    """Run one job on this host (a pool thread or a Dask worker). `threads`: the CPU threads each of its processes'
+    torch and numpy may use (OMP_NUM_THREADS, unless the host's environment sets it): a pool of N jobs gives each its
+    share of the cores, where each process would otherwise start one thread a core (eight jobs of three processes
+    on 16 cores: 384 threads)."""
     env = dict(os.environ, **job.env)
     env["PATH"] = f"{job.env.get('QMATMUL_BIN', '')}{os.pathsep}{os.environ.get('PATH', '')}"
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpu
+    if threads is not None and "OMP_NUM_THREADS" not in env:
+        env["OMP_NUM_THREADS"] = str(threads)
     t0 = time.time()
     res = run_command(job.cmd, cwd=job.cwd, env=env, timeout=job.timeout)
     where = socket.gethostname() + (
