@@ -166,11 +166,13 @@ def autograde(assignment: str, students: list[str], dirs: CourseDirs) -> dict:
     return failures
 
 
-def autograde_at_once(assignment: str, dirs: CourseDirs) -> dict:
-    """Every submission of `assignment` in one `nbgrader autograde` run, as nbgrader's own command and Formgrader
-    grade: each student saves nbgrader's and torch's imports (about 8 s on a CPU), but there is no progress line, no
-    journal and one timeout for them all. Returns {"the class": why} when the run failed, else {}."""
-    res = nbgrader("autograde", assignment, "--force", dirs=dirs, timeout=STUDENT_TIMEOUT)
+def autograde_at_once(assignment: str, dirs: CourseDirs, exclude: tuple[str, ...] = ()) -> dict:
+    """Every submission of `assignment` (but those of the students in `exclude`) in one `nbgrader autograde` run,
+    as nbgrader's own command and Formgrader grade: each student saves nbgrader's and torch's imports (about 8 s on
+    a CPU), but there is no progress line, no journal and one timeout for them all. Returns {"the class": why}
+    when the run failed, else {}."""
+    skip = (f"--CourseDirectory.student_id_exclude={','.join(exclude)}",) if exclude else ()
+    res = nbgrader("autograde", assignment, "--force", *skip, dirs=dirs, timeout=STUDENT_TIMEOUT)
     why = nbgrader_failure(assignment, "the class", res.returncode, res.stderr, dirs)
     return {"the class": why} if why else {}
 

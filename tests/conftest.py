@@ -4,7 +4,16 @@ import os
 from pathlib import Path
 
 import pytest
-import torch
+
+# One thread a process for torch's and numpy's thread pools, set before they load: `make test` runs two xdist
+# workers on a 2-core machine, and each grading runs a notebook kernel, a worker and a compile worker beside
+# pytest itself. With their default pools (a thread per core in every process), their threads spun against
+# each other: two gradings at once took twice as long as with one thread a process (two capstone demo students
+# graded directly, twice at once: 97 s against 47). Child processes (nbgrader, its kernels, the workers, the
+# sandbox) inherit it. A value already set is kept.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import torch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 if not torch.cuda.is_available():
