@@ -404,6 +404,24 @@ def test_a_compile_holds_nothing_and_the_work_shares_the_gpu_again_after(lock_di
             assert gpulock._LOCK.mode == "exclusive"  # held from the cell's first window to its end
 
 
+def test_the_wait_to_share_again_after_a_compile_is_a_lock_wait_not_proving_time(monkeypatch):
+    """QMATMUL_PROFILE's "kernels proven" is the compile's own seconds: the wait behind another grader's timing to
+    take the GPU back after it (off_the_gpu) is counted once, as a lock wait (an H100 run read 23 s of "proving" a
+    FP8 notebook, those waits counted twice)."""
+    from qmatmul.grader.remote import Worker
+    from qmatmul.timing import gpulock
+
+    def compile_behind_a_timing(launch, what):
+        time.sleep(0.35)  # 0.05 s compiling, then 0.3 s waiting to share the GPU again, as acquire counts it
+        monkeypatch.setattr(gpulock, "shared_waited_s", gpulock.shared_waited_s + 0.3)
+
+    w = object.__new__(Worker)
+    w.compile_s = 0.0
+    monkeypatch.setattr(w, "_compile_in_worker", compile_behind_a_timing, raising=False)
+    w._compile({"name": "k"}, "k")
+    assert 0.03 < w.compile_s < 0.2, w.compile_s
+
+
 def test_each_timed_go_of_the_protocol_holds_the_gpu_alone(lock_dir, grader_lock, monkeypatch):
     """harness.time_calls through a worker (on the CPU, as test_grader's protocol test): the lock is taken
     exclusively around every go, and a go waits while another grader holds the GPU shared."""

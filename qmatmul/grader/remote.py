@@ -437,11 +437,12 @@ class Worker:
                 raise CheckFailed(f"{what}: {problem}")
 
     def _compile(self, launch: dict, what: str) -> str | None:
-        t0 = time.monotonic()
+        # The proof's own seconds: the wait to share the GPU again after it (off_the_gpu) is the lock's, not twice
+        t0, waited0 = time.monotonic(), gpulock.shared_waited_s
         try:
             return self._compile_in_worker(launch, what)
         finally:
-            self.compile_s += time.monotonic() - t0
+            self.compile_s += time.monotonic() - t0 - (gpulock.shared_waited_s - waited0)
 
     def compiles_itself(self) -> bool:
         """On a CUDA GPU the worker's kernels are Triton's JIT functions (no interpreter), so the worker puts a launch
