@@ -49,8 +49,10 @@ def released(assignment: str, tmp_path_factory) -> classroom.CourseDirs:
     return _CACHE[key]
 
 
-# Each assignment's tests share one release and one grading: keep them on one xdist worker.
-PER_ASSIGNMENT = [pytest.param(a, marks=pytest.mark.xdist_group(a)) for a in ASSIGNMENTS]
+# Each assignment's tests share one release and one grading: keep them on one xdist worker. The group is this
+# file's own: named after the chapter alone it merged with test_capstone.py's "capstone" and test_parallel.py's
+# "roofline" groups, which share nothing with it, and put both on one worker.
+PER_ASSIGNMENT = [pytest.param(a, marks=pytest.mark.xdist_group(f"notebooks-{a}")) for a in ASSIGNMENTS]
 
 
 @pytest.mark.parametrize("assignment", PER_ASSIGNMENT)
