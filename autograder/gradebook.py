@@ -171,10 +171,9 @@ def print_gradebook(assignment: str, rows: list[dict], failures: dict | None = N
         said = [r["messages"][c] for r in rows if r["messages"].get(c, "").startswith("NotMeasured")]
         why = textwrap.shorten(said[0].removeprefix("NotMeasured: "), 200, placeholder=" …") if said else ""
         print(f"  (everyone) · {c.removeprefix('test_')}: not measured on this machine, no points ({why})")
+        # a check that said "not measured" for some notebooks and graded others: its rule is not the machine's
         scored = [r["student"] for r in rows if r["scores"][c][0] > 0]
-        if (
-            scored
-        ):  # a check said "not measured" for some notebooks and graded others: its rule is not the machine's
+        if scored:
             print(f"  WARNING · {c.removeprefix('test_')}: not measured for {len(said)} notebook(s) but scored for "
                   f"{len(scored)} ({', '.join(scored[:3])}{', ...' if len(scored) > 3 else ''}): the totals above "
                   "count those points over a maximum without the cell")  # fmt: skip
