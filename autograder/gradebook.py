@@ -140,6 +140,8 @@ def gradebook(assignment: str, dirs: CourseDirs) -> list[dict]:
 
 
 def print_gradebook(assignment: str, rows: list[dict], failures: dict | None = None) -> None:
+    from autograder import rule
+
     if not rows:
         print(f"{assignment}: nothing graded yet")
         return
@@ -168,8 +170,12 @@ def print_gradebook(assignment: str, rows: list[dict], failures: dict | None = N
             brief = textwrap.shorten(msg, 300, placeholder=" …")  # whole in the student's feedback
             print(f"  {r['student']} · {c.removeprefix('test_')}: {brief}")
     for c in sorted(unmeasured):
-        said = [r["messages"][c] for r in rows if r["messages"].get(c, "").startswith("NotMeasured")]
-        why = textwrap.shorten(said[0].removeprefix("NotMeasured: "), 200, placeholder=" …") if said else ""
+        said = [r["messages"][c] for r in rows if r["messages"].get(c, "").startswith(rule.NOT_MEASURED)]
+        why = (
+            textwrap.shorten(said[0].removeprefix(f"{rule.NOT_MEASURED}: "), 200, placeholder=" …")
+            if said
+            else ""
+        )
         print(f"  (everyone) · {c.removeprefix('test_')}: not measured on this machine, no points ({why})")
         # a check that said "not measured" for some notebooks and graded others: its rule is not the machine's
         scored = [r["student"] for r in rows if r["scores"][c][0] > 0]

@@ -621,9 +621,8 @@ def test_capture_check_passes_a_replay_that_runs_the_step_and_names_the_mistakes
     with pytest.raises(CheckFailed, match="must return a function"):
         capstone.check_capture(lambda step, *example: step(*example), seed=1)
 
-    def constant(
-        step, *example
-    ):  # what a replay that no longer refers to its freed inputs answered on the H100
+    # what a replay that no longer refers to the tensors it was captured on answered on the H100: the same outputs
+    def constant(step, *example):
         ys = [torch.ones_like(y) for y in step(*example)]
         return lambda *inputs: ys
 
