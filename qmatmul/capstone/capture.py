@@ -35,6 +35,9 @@ OVERHEAD_KEPT = 0.25
 # host's and capture gains nothing measurable here: the speed part is not measured.
 MEASURABLE_GAP = 0.2
 PROBES = 3  # fresh inputs replayed before the timing, each checked
+TIMED_ROUNDS = (
+    3  # timed rounds of the learner's replay and the course's two steps: the fastest of each counts
+)
 CAPTURE_HINT = (
     "A CUDA graph records the GPU work of one call and replays it without Python: warm the step up once first (on a "
     "side stream, so kernels compile and memory is allocated outside the capture), copy new inputs into the "
@@ -205,10 +208,7 @@ def check_capture(capture, *, seed: int | None = None, hidden: bool = False) -> 
                 raise CheckFailed(f"{exc} {CAPTURE_HINT}") from None
         trip = min(_clock(capture, "nothing", 0, M)[0] for _ in range(5))
         _clock(capture, "run", 0, M)  # warm: the loop's first run
-        inputs_seed = checks.fresh_seed()
-        with timing.gpulock.exclusive():
-            t, said = _clock(capture, "run", inputs_seed, M)
-            eager, graphed = course_us(layers, M, device)
+        mine, eager, graphed = _timed_rounds(capture, M, layers, device, trip)
         # Whether a capture gains anything is the machine's, decided on the course's step alone on the GPU: timed
         # while other graders shared it, the captured step read 330 µs against 157 alone (H100, eight notebooks at
         # a time, 2026-12-06), and one student of a class was "not measured" while the others were graded.
@@ -218,8 +218,6 @@ def check_capture(capture, *, seed: int | None = None, hidden: bool = False) -> 
                 f"{eager:.0f} µs a step, captured {graphed:.0f} µs): a capture gains nothing measurable here"
             )
             return
-        mine = (t - trip) * 1e6 / CAPTURE_REPS
-        _check_run(capture, said, inputs_seed, M, layers, device)
         allowed = graphed + OVERHEAD_KEPT * (eager - graphed)
         print(f"M = {M}: your replay {mine:.0f} µs a step; the course's step eagerly {eager:.0f} µs, captured "
               f"{graphed:.0f} µs")  # fmt: skip
@@ -254,6 +252,28 @@ def _close(got: list, want: list, device: str) -> bool:
     except CheckFailed:
         return False
     return True
+
+
+def _timed_rounds(capture, M: int, layers: list, device: str, trip: float) -> tuple[float, float, float]:
+    """(the learner's replay, the course's eager step, the course's captured step), µs a step: TIMED_ROUNDS rounds of
+    the three, each round one exclusive window, the fastest of each kept. All three loops are host-bound, and the
+    host is shared with the other graders: eight notebooks at a time on one H100 (2026-12-06), one round read a
+    correct replay at 465 µs against the course's 657 eager and 163 captured, and a replay that runs the step
+    eagerly at 449 against 621 (a host descheduled mid-loop reads as a slow replay). The fastest round is each
+    loop's time with the least of that; the learner's fastest round is the one whose outputs are checked (each new
+    fastest is fetched and compared before the next round overwrites it)."""
+    mine = eager = graphed = float("inf")
+    for _ in range(TIMED_ROUNDS):
+        inputs_seed = checks.fresh_seed()
+        with timing.gpulock.exclusive():
+            t, said = _clock(capture, "run", inputs_seed, M)
+            e, g = course_us(layers, M, device)
+        eager, graphed = min(eager, e), min(graphed, g)
+        us = (t - trip) * 1e6 / CAPTURE_REPS
+        if us < mine:
+            _check_run(capture, said, inputs_seed, M, layers, device)
+            mine = us
+    return mine, eager, graphed
 
 
 def _clock(capture, op: str, seed: int, M: int) -> tuple[float, dict]:

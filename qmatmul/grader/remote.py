@@ -508,39 +508,47 @@ class Worker:
         # where the worker keeps the batch (worker.py's bench_prepare)
         device = "cuda" if torch.cuda.is_available() else "cpu"
         for mode in ("graph", "eager") if reply.get("graph") else ("eager",):
-            seeds[mode] = secrets.randbits(31)
-            with window():
-                t0 = time.perf_counter()
-                done = self._exchange({"op": "bench_go", "mode": mode, "seed": seeds[mode]}, what)
-                elapsed = time.perf_counter() - t0
-            try:
-                self._raise_for(done, name)
-            except LearnerError as exc:
-                raise CheckFailed(checks.learner_error_message(exc, what)) from None
-            times[mode] = max(elapsed - min(rtt), 1e-7) * 1e3 / calls
-            path = self.dir / f"outs-{secrets.token_hex(8)}.pt"
-            t_fetch -= time.perf_counter()
-            self._exchange({"op": "bench_fetch", "result": str(path)}, what)
-            try:
-                got = read_tensor(path, (calls, M, N), getattr(torch, out_dtype), device)
-            except Exception as exc:  # noqa: BLE001
-                raise CheckFailed(
-                    f"{what}: its timed outputs could not be read ({type(exc).__name__})"
-                ) from None
-            finally:
-                path.unlink(missing_ok=True)
-            t_fetch += time.perf_counter()
-            if str(harness.outputs_checksum(got)) != done.get("checksum"):
-                raise CheckFailed(
-                    f"{what}: the process running your code said the timed batch was done before its outputs were "
-                    "(the outputs handed over afterwards differ from those it answered with): flagged for your "
-                    "instructor"
-                )
-            outs[mode] = got
+            # harness.TIMED_ROUNDS goes, each on fresh inputs; the fastest counts, and each new fastest is fetched
+            # and checked before the next go overwrites its outputs, so the go that counts is always checked.
+            for _ in range(harness.TIMED_ROUNDS):
+                go_seed = secrets.randbits(31)
+                with window():
+                    t0 = time.perf_counter()
+                    done = self._exchange({"op": "bench_go", "mode": mode, "seed": go_seed}, what)
+                    elapsed = time.perf_counter() - t0
+                try:
+                    self._raise_for(done, name)
+                except LearnerError as exc:
+                    raise CheckFailed(checks.learner_error_message(exc, what)) from None
+                ms = max(elapsed - min(rtt), 1e-7) * 1e3 / calls
+                if mode in times and ms >= times[mode]:
+                    continue
+                outs.pop(mode, None)  # the slower go's outputs, freed before the next are read
+                t_fetch -= time.perf_counter()
+                got = self._fetch_outputs(what, (calls, M, N), out_dtype, device)
+                t_fetch += time.perf_counter()
+                if str(harness.outputs_checksum(got)) != done.get("checksum"):
+                    raise CheckFailed(
+                        f"{what}: the process running your code said the timed batch was done before its outputs "
+                        "were (the outputs handed over afterwards differ from those it answered with): flagged for "
+                        "your instructor"
+                    )
+                times[mode], outs[mode], seeds[mode] = ms, got, go_seed
         if harness.profiling():
             print(f"profile {what}: the worker prepared (weights, buffers, first call, graph, warm-up) in "
                   f"{t_prepare:.1f} s; the outputs' hand-over took {t_fetch:.1f} s")  # fmt: skip
         return times.get("graph"), times.get("eager"), outs, seeds
+
+    def _fetch_outputs(self, what: str, shape: tuple, out_dtype: str, device: str) -> torch.Tensor:
+        """The timed batch's outputs, handed over through a file of this grading's own folder."""
+        path = self.dir / f"outs-{secrets.token_hex(8)}.pt"
+        self._exchange({"op": "bench_fetch", "result": str(path)}, what)
+        try:
+            return read_tensor(path, shape, getattr(torch, out_dtype), device)
+        except Exception as exc:  # noqa: BLE001
+            raise CheckFailed(f"{what}: its timed outputs could not be read ({type(exc).__name__})") from None
+        finally:
+            path.unlink(missing_ok=True)
 
 
 class RemoteFunction:
