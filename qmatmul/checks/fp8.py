@@ -33,7 +33,11 @@ PREFILL_SHAPE = (4096, 8192, 8192)  # M, N, K
 # Prefill grading: a fraction of torch._scaled_mm (row-wise) TFLOP/s measured in the same process, between what
 # the solution and the naive dequantize-then-matmul path reach on the H200 (docs/bench-h200.json, quoted in course.md):
 # 57 % and 35 % graph-timed on 2026-12-02, after the solution began promoting its partial sums on Hopper (66 % before).
-PREFILL_THRESHOLD = 0.42
+# Through the trusted protocol the solution reads less: 48 % on the H200 alone; eight notebooks at a time on one H100
+# (2026-12-06) 45-48 % in one run, 40-45 % in the next (one timed go of 8 calls), 44-49 % with the fastest of three
+# goes (harness.TIMED_ROUNDS). At 42 % a correct student lost the cell on one of those runs: 40 % keeps 4 points
+# below the lowest correct reading and 5 above the naive path and a kernel whose promoted sums spill (about 33 %).
+PREFILL_THRESHOLD = 0.40
 # Recorded on the course's H200 (docs/bench-h200.json, eager) at M = 1, N x K = 28672 x 8192.
 _FP16_PATH_ON_H200 = recorded.figure(
     "fp8 decode", "solution fp8_decode, fp16 path", 1, *BANDWIDTH_SHAPE, "copy_eager"

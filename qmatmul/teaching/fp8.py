@@ -9,7 +9,7 @@ import math
 import torch
 
 from qmatmul import checks
-from qmatmul.checks.fp8 import BANDWIDTH_SHAPE, random_matrix, timing_problem
+from qmatmul.checks.fp8 import BANDWIDTH_SHAPE, PREFILL_THRESHOLD, random_matrix, timing_problem
 from qmatmul.formats.fp8 import (
     E4M3,
     E4M3_MAX,
@@ -207,6 +207,7 @@ def claims() -> dict[str, float]:
         "quiet factor": 1 / QUIET_FACTOR,
         "e4m3 normal range": E4M3_MAX / E4M3_MIN_NORMAL,
         "fp8 over bf16": h200["fp8_flops"] / h200["bf16_flops"],
+        "prefill bar": 100 * PREFILL_THRESHOLD,  # the grading's, quoted where the text states the bar
     }
 
 
