@@ -183,6 +183,13 @@ def print_gradebook(assignment: str, rows: list[dict], failures: dict | None = N
             print(f"  WARNING · {c.removeprefix('test_')}: not measured for {len(said)} notebook(s) but scored for "
                   f"{len(scored)} ({', '.join(scored[:3])}{', ...' if len(scored) > 3 else ''}): the totals above "
                   "count those points over a maximum without the cell")  # fmt: skip
+    # a check that said "not measured" for some notebooks where the machine measured others: those earn 0 of it
+    for c in sorted({c for r in rows for c in r["messages"]} - unmeasured):
+        said = [r["student"] for r in rows if r["messages"].get(c, "").startswith(rule.NOT_MEASURED)]
+        if said:
+            print(f"  WARNING · {c.removeprefix('test_')}: not measured for {len(said)} notebook(s) "
+                  f"({', '.join(said[:3])}{', ...' if len(said) > 3 else ''}) where this machine measured others: "
+                  "each of those earns 0 of its points")  # fmt: skip
     for r in rows:
         if r.get("reason"):
             print(f"  {r['student']}: {r['reason']}")

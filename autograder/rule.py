@@ -3,7 +3,7 @@ nothing. The export (autograder/export.py), the gradebook print (autograder/grad
 (autograder/preprocessors.py, autograder/feedback.py) all count with it.
 
     error_names(cells)                 grade_id -> the name of the error a graded cell's output holds, or None
-    unmeasurable(errors)               the cells the grading machine could not measure, for the whole class
+    unmeasurable(errors)               the cells the grading machine could not measure (none passed), for the class
     tally(cells, scores, ...)          one student's chapter: points, bonus, max, not measured, percent, statuses
     submission_problem(folder, names)  what is wrong with a submitted folder's files, or None
     restored_cells(notebook)           the graded test cells the student deleted, restored from the release
@@ -13,7 +13,11 @@ nothing. The export (autograder/export.py), the gradebook print (autograder/grad
 machine could not measure (a performance cell without a CUDA GPU, FP8's without fp8 tensor cores). Which cells
 those are is a fact about the machine, not about a student: a cell is unmeasurable when any graded notebook of the
 chapter reported it so, and then it leaves the maximum of every student alike, whether they submitted, submitted
-nothing or submitted a file that could not be graded. "Reported it so" is structural: the cell's error is named
+nothing or submitted a file that could not be graded. A cell that some notebook passed on the same machine is
+measurable there, whatever another notebook's check said: a "not measured" decided from what a notebook's run
+made the GPU do (the capstone's capture cell times the course's step to see whether a capture gains anything, and
+a submission could keep the GPU busy meanwhile) then costs that notebook the cell's points and no one else
+anything. "Reported it so" is structural: the cell's error is named
 `NotMeasured`, the class of the exception the trusted grader caught in its own process (qmatmul/grader/trusted.py:
 the checks raise it from what that process sees of the machine). The name is written by TrustedGrades; an error of
 the learner's code is always named CheckFailed there, so no text a student's code prints or raises (a message
@@ -55,9 +59,13 @@ def error_names(cells: Iterable) -> dict[str, str | None]:
 
 
 def unmeasurable(errors: Iterable[Mapping[str, str | None]]) -> set[str]:
-    """The cells (grade ids) that any graded notebook could not measure on the grading machine. `errors`: for each
-    graded notebook of the chapter, grade_id -> its error's name (error_names)."""
-    return {cell for names in errors for cell, name in names.items() if name == NOT_MEASURED}
+    """The cells (grade ids) that a graded notebook could not measure on the grading machine and that no graded
+    notebook passed there. `errors`: for each graded notebook of the chapter, grade_id -> its error's name
+    (error_names; None where the cell ran to its end, which a performance cell does only having measured)."""
+    errors = list(errors)
+    said = {cell for names in errors for cell, name in names.items() if name == NOT_MEASURED}
+    measured = {cell for names in errors for cell, name in names.items() if name is None}
+    return said - measured
 
 
 def score_of(grade) -> float | None:

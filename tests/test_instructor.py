@@ -135,18 +135,34 @@ def test_the_gradebook_summary_shortens_a_message_at_a_word(capsys):
     assert "WARNING" not in out
 
 
-def test_the_gradebook_warns_of_a_cell_not_measured_for_some_and_scored_for_others(capsys):
+def test_a_cell_one_notebook_passed_is_measurable_for_the_class_whatever_another_said():
+    """rule.unmeasurable: a cell leaves the class's maximum when a notebook could not measure it and none passed it.
+    Before, any one notebook's "not measured" took it out of every maximum: the capstone's capture cell decides it
+    from the course's step timed in the learner's window, which the learner's own process could keep busy."""
+    from autograder import rule
+
+    nm = rule.NOT_MEASURED
+    on_a_cpu = [{"test_capture": nm, "test_fit": None}, {"test_capture": nm, "test_fit": "CheckFailed"}]
+    assert rule.unmeasurable(on_a_cpu) == {"test_capture"}
+    one_busy = [{"test_capture": None}, {"test_capture": nm}, {"test_capture": "CheckFailed"}]
+    assert rule.unmeasurable(one_busy) == set()
+    assert rule.unmeasurable(iter(one_busy)) == set()  # a generator, as the gradebook passes it
+    assert rule.unmeasurable([{"test_capture": "CheckFailed"}, {"test_capture": nm}]) == {"test_capture"}
+
+
+def test_the_gradebook_warns_of_a_cell_not_measured_for_some_where_it_measured_others(capsys):
     """A check whose "not measured" depends on the notebook (the capstone's capture gap, timed while other graders
-    shared the GPU, 2026-12-06) leaves totals over a maximum without the cell: the summary says so."""
+    shared the GPU, 2026-12-06): the cell stays in the maximum (rule.unmeasurable), the notebook earns 0 of it, and
+    the summary says so."""
     from autograder import classroom
 
-    rows = [{"student": s, "scores": {"test_capture": (got, 2.0)}, "total": got, "max": 0.0, "unmeasured": ["test_capture"],
+    rows = [{"student": s, "scores": {"test_capture": (got, 2.0)}, "total": got, "max": 2.0, "unmeasured": [],
              "messages": {"test_capture": why} if why else {}}
             for s, got, why in [("ada", 2.0, ""), ("bob", 0.0, "NotMeasured: a capture gains nothing measurable here")]]  # fmt: skip
     classroom.print_gradebook(CHAPTER, rows)
     out = capsys.readouterr().out
-    assert "(everyone) · capture: not measured on this machine, no points (a capture gains nothing" in out
-    assert "WARNING · capture: not measured for 1 notebook(s) but scored for 1 (ada)" in out
+    assert "bob · capture: NotMeasured: a capture gains nothing" in out and "(everyone)" not in out
+    assert "WARNING · capture: not measured for 1 notebook(s) (bob) where this machine measured others" in out
 
 
 def test_stamp_uses_the_files_time_in_nbgraders_format(tmp_path):
