@@ -9,6 +9,7 @@
     --scheduler ADDRESS  grade on a Dask cluster (tcp://host:8786) instead of this host's pool
     --resume             skip the submissions already graded from the same files (the journal); for the demo,
                          go on with an interrupted one (one notebook at a time) instead of starting afresh
+    --students A,B       demo: grade only these demo students of each chapter (e.g. correct)
 
 Run from the repository root (nbgrader reads nbgrader_config.py there). Submitted notebooks are never
 modified: nbgrader copies them to the autograded folder and grades the copies. The gradebook is read back and
@@ -347,10 +348,15 @@ def students_in(dirs: CourseDirs, assignment: str) -> list[str]:
 # ----------------------------------------------------------------------------------------------------------
 
 
-def release_demo(assignment: str, dirs: CourseDirs) -> list | None:
-    """Release one chapter and build its demo students' submissions: the students ([] where it has none), or
-    None if the release failed (nbgrader's error printed)."""
-    students = demo.students(assignment)
+def demo_students(assignment: str, only: list[str] | None = None) -> list:
+    """The chapter's demo students, or those of them named in `only` (`demo --students`)."""
+    return [st for st in demo.students(assignment) if only is None or st.name in only]
+
+
+def release_demo(assignment: str, dirs: CourseDirs, only: list[str] | None = None) -> list | None:
+    """Release one chapter and build its demo students' submissions (those named in `only`, if given): the
+    students ([] where it has none), or None if the release failed (nbgrader's error printed)."""
+    students = demo_students(assignment, only)
     if not students:
         return []
     print(f"Releasing {assignment} (nbgrader generate_assignment) ...", flush=True)
@@ -364,10 +370,15 @@ def release_demo(assignment: str, dirs: CourseDirs) -> list | None:
 
 
 def run_demo(
-    selected: list[str], sandbox: bool = False, jobs: int = 1, scheduler=None, resume: bool = False
+    selected: list[str],
+    sandbox: bool = False,
+    jobs: int = 1,
+    scheduler=None,
+    resume: bool = False,
+    only: list[str] | None = None,
 ) -> int:
-    """Release the chapters into build/demo, grade the demo class, print each gradebook against the students'
-    expectations. `resume` goes on with an interrupted demo one notebook at a time (a call's time limit on a GPU
+    """Release the chapters into build/demo, grade the demo class (the students named in `only`, if given), print
+    each gradebook against the students' expectations. `resume` goes on with an interrupted demo one notebook at a time (a call's time limit on a GPU
     box, say): what build/demo holds stays, and only the notebooks not graded to the end are graded."""
     dirs = dataclasses.replace(DEMO_DIRS, sandbox=sandbox, db_url=os.environ.get("QMATMUL_DEMO_DB_URL", ""))
     if resume and (jobs > 1 or scheduler is not None):
@@ -389,15 +400,17 @@ def run_demo(
                 flush=True,
             )
             with pgscratch.server() as url:
-                return _run_demo_parallel(selected, dataclasses.replace(dirs, db_url=url), jobs, scheduler)
+                return _run_demo_parallel(
+                    selected, dataclasses.replace(dirs, db_url=url), jobs, scheduler, only
+                )
     if jobs > 1 or scheduler is not None:
-        return _run_demo_parallel(selected, dirs, jobs, scheduler)
+        return _run_demo_parallel(selected, dirs, jobs, scheduler, only)
     if dirs.db_url and not resume:
         reset_database(dirs.db_url)
     status, notebooks, seconds = 0, 0, 0.0
     for assignment in selected:
         kept = resume and (ROOT / dirs.release / assignment).is_dir()
-        students = demo.students(assignment) if kept else release_demo(assignment, dirs)
+        students = demo_students(assignment, only) if kept else release_demo(assignment, dirs, only)
         if students is None:
             return 1
         if not students:
@@ -427,14 +440,14 @@ def _feedback_and_export(selected: list[str], dirs: CourseDirs) -> None:
         print(f"\nGrades exported to {DEMO_DIR.relative_to(ROOT)}/grades.csv; feedback in {dirs.feedback}/")
 
 
-def _run_demo_parallel(selected: list[str], dirs: CourseDirs, jobs: int, scheduler) -> int:
+def _run_demo_parallel(selected: list[str], dirs: CourseDirs, jobs: int, scheduler, only=None) -> int:
     """The demo class, every chapter released first, then every submission graded N at once."""
     if dirs.url.startswith("sqlite"):
         autograde_class([], dirs, jobs, scheduler)  # says why not, and exits
     reset_database(dirs.url)
     pairs, released = [], {}
     for assignment in selected:
-        students = release_demo(assignment, dirs)
+        students = release_demo(assignment, dirs, only)
         if students is None:
             return 1
         released[assignment] = students
@@ -508,13 +521,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scheduler", default=os.environ.get("QMATMUL_SCHEDULER") or None,
                         help="a Dask scheduler's address (tcp://host:8786): grade on its workers")  # fmt: skip
     parser.add_argument("--resume", action="store_true", help="skip what was graded from the same files")
+    parser.add_argument(
+        "--students",
+        help="demo: grade only these demo students (comma-separated), e.g. correct: a serial and a parallel run "
+        "of the same notebooks for tools/parallel_grading.py's figure comparison",
+    )
     args = parser.parse_args(argv)
     if args.jobs is not None and args.jobs < 1:
         parser.error("--jobs takes a number of at least 1")
     selected = selected_assignments(args.assignments, parser.error)
     if args.command == "demo":
         jobs = args.jobs or (1 if args.scheduler or args.resume else demo_jobs())
-        return run_demo(selected, args.sandbox, jobs, args.scheduler, resume=args.resume)
+        only = args.students.split(",") if args.students else None
+        return run_demo(selected, args.sandbox, jobs, args.scheduler, resume=args.resume, only=only)
     args.jobs = args.jobs or 1
     dirs = CourseDirs(sandbox=args.sandbox, db_url=os.environ.get("QMATMUL_DB_URL", ""))
     if args.command == "autograde":

@@ -22,7 +22,7 @@ import time
 import pytest
 from conftest import HAS_GPU, ROOT, skip_unless_required
 
-from autograder import classroom, parallel, pgscratch
+from autograder import classroom, demo, parallel, pgscratch
 from tools import parallel_grading
 
 CHAPTER = "roofline"
@@ -524,11 +524,39 @@ def test_the_model_weighs_each_chapter_by_its_own_rows():
         dict(row, chapters=["fp8", "mxfp4"], jobs=1, notebooks=10, seconds=400),
         dict(row, chapters=["nvfp4"], jobs=1, notebooks=1, seconds=1, machine="cpu-2-core"),
         dict(row, chapters=["layouts"], jobs=8, notebooks=10, seconds=60, machine="H100"),
+        # the correct students alone (demo --students, for the figures' comparison): no rate of the class
+        dict(row, chapters=["layouts"], jobs=8, notebooks=1, seconds=1, machine="H100", students=["correct"]),
     ]
     got = {c: per for c, (per, _) in parallel_grading.chapter_seconds(rows).items()}
     assert got == {"w8a16": 34, "roofline": 5, "fp8": 40, "mxfp4": 40, "layouts": 6}
     missed = {c: per for c, (per, _) in parallel_grading.chapter_seconds(rows, held=False).items()}
     assert missed == {"fp8": 1}  # the bound the model takes for a chapter without a held run (if slower)
+
+
+def test_a_demo_of_some_students_grades_those_and_says_so_in_its_row(tmp_path, monkeypatch):
+    """`classroom demo --students correct` (through `parallel_grading demo --students`): the same notebooks serially
+    and in parallel, for the 2-point comparison of their figures; its row names them, so the model leaves it out."""
+    import subprocess
+
+    assert [st.name for st in classroom.demo_students("w8a16", ["correct", "naive", "nobody"])] == [
+        "correct",
+        "naive",
+    ]
+    assert len(classroom.demo_students("w8a16")) == len(demo.students("w8a16"))
+    monkeypatch.setattr(classroom, "DEMO_DIR", tmp_path / "demo")
+    data = tmp_path / "pt.json"
+    data.write_text(json.dumps({"rows": [], "phases": []}))
+    cmds = []
+
+    def run(cmd, **kw):
+        cmds.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, "graded 1/1 in 10 s (360 notebooks/hour)\n", "")
+
+    monkeypatch.setattr(parallel_grading.subprocess, "run", run)
+    monkeypatch.setattr(parallel_grading, "phases", lambda logdir: {})
+    parallel_grading.measure_demo(["w8a16"], [1], "H100", tmp_path / "out", data, students=["correct"])
+    assert cmds[0][-2:] == ["--students", "correct"]
+    assert json.loads(data.read_text())["rows"][0]["students"] == ["correct"]
 
 
 def test_make_demo_without_jobs_grades_a_notebook_a_core_where_it_can(monkeypatch, capsys):

@@ -13,7 +13,7 @@
         chapter (means a notebook); --out: every notebook's phases as JSON; --label: the means kept in the data
         file's "phases" (the model's output shows them)
     python -m tools.parallel_grading demo CHAPTER ... --jobs 1,4 --machine H200 --out DIR [--data FILE] [--label L]
-        [--timeout S]
+        [--timeout S] [--students correct]
         the demo class through the real nbgrader with QMATMUL_PROFILE=1, serially and N at a time on one GPU
         (QMATMUL_JOBS_PER_GPU=N): notebooks an hour, every expectation, the phases, the figures compared; rows and
         phases into the data file (default docs/parallel-throughput.json); exit 1 if a figure moved > 2 points
@@ -68,6 +68,9 @@ def _store(rows: list[dict], data: Path = DATA) -> None:
 # The CPU machine: the real nbgrader, N at a time
 
 
+CPU_STUDENTS = "blank,correct,min_not_max,wrong_axis"  # `cpu`'s demo students of each chapter
+
+
 def measure_cpu(jobs: list[int], chapters: list[str], students: list[str], machine: str) -> list[dict]:
     from autograder import classroom, demo, pgscratch
 
@@ -114,7 +117,7 @@ def demo_rate(output: str) -> tuple[int, float, int] | None:
 
 
 def measure_demo(chapters: list[str], jobs: list[int], machine: str, out: Path, data: Path,
-                 timeout: float = 3600, label: str = DEMO_LABEL) -> list[str]:  # fmt: skip
+                 timeout: float = 3600, label: str = DEMO_LABEL, students: list[str] | None = None) -> list[str]:  # fmt: skip
     """`classroom demo CHAPTERS --jobs N` for each N with QMATMUL_PROFILE=1 (N > 1 with QMATMUL_JOBS_PER_GPU=N, so a
     GPU host grades N at once), each with a Triton cache of its own (each run compiles as much as the first); its
     output, logs and autograded notebooks kept in out/jobs-N; a row (notebooks an hour, expectations held) and the
@@ -130,12 +133,13 @@ def measure_demo(chapters: list[str], jobs: list[int], machine: str, out: Path, 
         here.mkdir(parents=True, exist_ok=True)
         # What the run was, beside its logs: `phases` read elsewhere (a run cut by a device's limit) reads it back.
         run = {"machine": machine, "label": label, "jobs": n, "chapters": chapters, "date": dt.date.today().isoformat(),
-               **_versions()}  # fmt: skip
+               **_versions(), **({"students": students} if students else {})}  # fmt: skip
         (here / "run.json").write_text(json.dumps(run, indent=1) + "\n")
         env = dict(os.environ, QMATMUL_PROFILE="1", TRITON_CACHE_DIR=str(here / "triton-cache"))
         if n > 1:
             env["QMATMUL_JOBS_PER_GPU"] = str(n)
         cmd = [sys.executable, "-m", "autograder.classroom", "demo", *chapters, "--jobs", str(n)]
+        cmd += ["--students", ",".join(students)] if students else []
         try:
             res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
             output, status = res.stdout + res.stderr, res.returncode
@@ -159,6 +163,7 @@ def measure_demo(chapters: list[str], jobs: list[int], machine: str, out: Path, 
         rows.append({"machine": machine, "mode": "nbgrader", "jobs": n, "gpus": len(parallel.visible_gpus()),
                      "cpus": os.cpu_count(), "notebooks": notebooks, "seconds": seconds,
                      "per_hour": per_hour, "chapters": chapters, "expectations_held": held, "label": label,
+                     **({"students": students} if students else {}),
                      **{k: run[k] for k in ("date", "python", "torch", "triton")},
                      "source": f"tools.parallel_grading demo ({label})"})  # fmt: skip
         store_phases(
@@ -412,6 +417,7 @@ def chapter_seconds(
             r["mode"] != "nbgrader"
             or not r["machine"].startswith(machines)
             or (r.get("expectations_held") is False) == held
+            or r.get("students")  # a run of some demo students (the figures' comparison), not of the class
         ):
             continue
         per = r["seconds"] / r["notebooks"]
@@ -490,7 +496,11 @@ def main(argv=None) -> int:
     parser.add_argument("rest", nargs="*")
     parser.add_argument("--jobs", default="1,2")
     parser.add_argument("--chapters", default="roofline,w8a16")
-    parser.add_argument("--students", default="blank,correct,min_not_max,wrong_axis")
+    parser.add_argument(
+        "--students",
+        help="cpu: the demo students (default blank,correct,min_not_max,wrong_axis); "
+        "demo: only these demo students of each chapter (default all)",
+    )
     parser.add_argument("--machine", default=None)
     parser.add_argument("--out", help="gpu: write the results here; phases: every notebook's phases")
     parser.add_argument(
@@ -514,7 +524,7 @@ def main(argv=None) -> int:
         return 0
     if args.what == "cpu":
         rows = measure_cpu([int(j) for j in args.jobs.split(",")], args.chapters.split(","),
-                           args.students.split(","), args.machine or f"cpu-{os.cpu_count()}-core")  # fmt: skip
+                           (args.students or CPU_STUDENTS).split(","), args.machine or f"cpu-{os.cpu_count()}-core")  # fmt: skip
         _store(rows, args.data or DATA)
         return 0
     if args.what == "gpu":
@@ -540,7 +550,7 @@ def main(argv=None) -> int:
     if args.what == "demo":
         apart = measure_demo(args.rest, [int(j) for j in args.jobs.split(",")], args.machine or "H200",
                              Path(args.out or ROOT / "build" / "throughput"), args.data or DATA, args.timeout,
-                             args.label or DEMO_LABEL)  # fmt: skip
+                             args.label or DEMO_LABEL, args.students.split(",") if args.students else None)  # fmt: skip
         for line in apart:
             print("  more than 2 points apart: " + line)
         return 1 if apart else 0
