@@ -490,7 +490,7 @@ def expectations_met(students: list, rows: list[dict]) -> bool:
 
 def demo_jobs() -> int:
     """How many demo notebooks `make demo` grades at once when JOBS is not given: one a GPU on a CUDA machine
-    (five jobs on one H200 graded slower than one: docs/parallel-grading.md); without a GPU, one a core up to
+    (parallel.jobs_per_gpu says why); without a GPU, one a core up to
     four (two cores graded 1.9 times as many as one), where PostgreSQL is installed for the scratch gradebook."""
     import torch
 
