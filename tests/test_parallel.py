@@ -489,7 +489,7 @@ def test_demo_with_jobs_and_no_database_starts_a_scratch_server(monkeypatch, tmp
         skip_unless_required("PostgreSQL is not installed (`make system-deps` installs it)", REQUIRE)
     seen = {}
 
-    def fake_parallel(selected, dirs, jobs, scheduler):
+    def fake_parallel(selected, dirs, jobs, scheduler, only=None):
         import sqlalchemy as sa
 
         with sa.create_engine(dirs.db_url).connect() as conn:
@@ -629,7 +629,7 @@ def test_an_interrupted_demo_resumes_with_the_notebooks_it_had_not_finished(tmp_
     names = [st.name for st in demo.students(CHAPTER)]
     graded, asked, cut_after = set(), [], 2
 
-    def release(assignment, d):
+    def release(assignment, d, only=None):
         (demo_dir / "release" / assignment).mkdir(parents=True, exist_ok=True)
         for st in demo.students(assignment):
             folder = demo_dir / "submitted" / st.name / assignment
