@@ -3,6 +3,7 @@ side mirrors what a call did, survives crashes and hangs, and reads the learner'
 
 import ast
 import importlib
+import os
 import sys
 
 import nbformat
@@ -810,3 +811,119 @@ def test_on_a_gpu_the_worker_proves_its_own_kernels_and_under_the_interpreter_a_
         finally:
             monkeypatch.undo()
             w.close()
+
+
+BACKGROUND = [
+    ("setup", notebook.QUIET_START),
+    ("learner", (
+        "import subprocess, sys, threading, time\n\n"
+        "def _count(path):\n"
+        "    n = 0\n"
+        "    while True:\n"
+        "        n += 1\n"
+        "        with open(path, 'w') as f:\n"
+        "            f.write(str(n))\n"
+        "        time.sleep(0.005)\n\n"
+        "threading.Thread(target=_count, args=('thread.txt',), daemon=True).start()\n"
+        "_CHILD = ('import time\\nn = 0\\nwhile True:\\n    n += 1\\n    open(\"child.txt\", \"w\").write(str(n))\\n'\n"
+        "          '    time.sleep(0.005)\\n')\n"
+        "subprocess.Popen([sys.executable, '-c', _CHILD], start_new_session=True)\n\n"
+        "def nap(s):\n"
+        "    time.sleep(s)\n"
+        "    return 0\n")),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("sandbox", [False, True], ids=["plain", "sandbox"])
+def test_the_learners_process_runs_only_inside_its_jobs(sandbox, monkeypatch):
+    """qmatmul/grader/freeze.py: a thread and a child process (in a session of its own) that the learner's code
+    starts run while a job runs and make no progress between jobs; stopping the worker kills them. Left running,
+    such code could put GPU work in another notebook's timed window, or keep working after its cell moved on."""
+    import time
+
+    from autograder import classroom
+    from autograder import sandbox as sb
+    from qmatmul.grader import freeze
+
+    wrap, env = (), None
+    if sandbox:
+        if not classroom.sandbox_available():
+            from conftest import skip_unless_required
+
+            skip_unless_required(
+                "bubblewrap with user namespaces is not available here", "QMATMUL_REQUIRE_SANDBOX"
+            )
+        wrap = [str(sb.SCRIPT)]
+        env = {
+            **os.environ,
+            "QMATMUL_SANDBOX_HIDE": ":".join(sb.hidden()),
+            "QMATMUL_SANDBOX_READ": ":".join(sb.shown()),
+        }
+    w = Worker(BACKGROUND, wrap=wrap, env=env, timeout=60)
+
+    def counts():
+        time.sleep(0.05)  # a write under way finishes (or stays stopped)
+        return tuple(
+            (w.scratch / name).read_text() if (w.scratch / name).exists() else ""
+            for name in ("thread.txt", "child.txt")
+        )
+
+    try:
+        RemoteFunction(w, "nap")(0.3)
+        assert all(counts()), "the thread and the child ran while the job did"
+        family = freeze.family(w.proc.pid)
+        assert len(family) >= 2 and all(freeze.state(p) in ("T", "t") for p in family), family
+        before = counts()
+        time.sleep(0.3)
+        assert counts() == before, "between jobs the learner's thread and child process made progress"
+        RemoteFunction(w, "nap")(0.3)
+        assert all(int(b or 0) < int(a or 0) for a, b in zip(counts(), before, strict=True)), (
+            "inside a job they run again"
+        )
+    finally:
+        w.close()
+    time.sleep(0.2)
+    assert all(freeze.state(p) in (None, "Z") for p in family), (
+        "closing the worker killed them, stopped or not"
+    )
+
+
+def test_the_notebooks_kernel_is_stopped_between_its_cells(monkeypatch, tmp_path):
+    """nbhooks.ResilientExecute: the learner's kernel runs each code cell and is stopped between two of them
+    (freeze.py), continued before the next; after the last code cell it runs on to its shutdown. A thread the first
+    cell starts makes no progress while the kernel is stopped."""
+    import time
+
+    from qmatmul.grader import freeze, nbhooks
+
+    calls, seen = [], []
+    stop, cont = freeze.stop, freeze.cont
+
+    def stopping(pid):
+        calls.append("stop")
+        stopped = stop(pid)
+        time.sleep(0.3)
+        seen.append(((tmp_path / "n.txt").read_text(), freeze.state(pid)))
+        time.sleep(0.3)
+        seen.append(((tmp_path / "n.txt").read_text(), freeze.state(pid)))
+        return stopped
+
+    monkeypatch.setattr(freeze, "stop", stopping)
+    monkeypatch.setattr(freeze, "cont", lambda pid, stopped=(): calls.append("cont") or cont(pid, stopped))
+    count = (
+        "import threading, time\n"
+        "def _count(n=0):\n"
+        "    while True:\n"
+        "        n += 1\n"
+        f"        open({str(tmp_path / 'n.txt')!r}, 'w').write(str(n).rjust(9))\n"
+        "        time.sleep(0.005)\n"
+        "threading.Thread(target=_count, daemon=True).start()\n"
+        "time.sleep(0.1)"
+    )
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(count), nbformat.v4.new_markdown_cell("text"),
+                                         nbformat.v4.new_code_cell("x = 1")])  # fmt: skip
+    ex = nbhooks.ResilientExecute(timeout=60)
+    ex.preprocess(nb, {"metadata": {"path": str(tmp_path)}})
+    assert calls == ["cont", "stop", "cont", "cont"], calls
+    (a, state), (b, _) = seen
+    assert state in ("T", "t") and a == b, seen

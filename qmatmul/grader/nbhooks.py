@@ -84,9 +84,16 @@ class ResilientExecute(Execute):
 
     def preprocess_cell(self, cell, resources, index):
         """Each cell the learner's kernel runs may launch kernels: it shares the GPU, never beside a timing. No
-        cell runs for longer than what is left of the notebook's budget; once it is spent, no cell runs."""
+        cell runs for longer than what is left of the notebook's budget; once it is spent, no cell runs. Between
+        two code cells the kernel's processes are stopped (qmatmul/grader/freeze.py), so what the learner's code
+        started in the background runs only inside a cell, while the cell holds the GPU shared; after the last
+        code cell the kernel runs on to its shutdown."""
+        from qmatmul.grader import freeze
         from qmatmul.timing import gpulock
 
+        pid = getattr(getattr(getattr(self, "km", None), "provisioner", None), "pid", None)
+        if pid is not None:
+            freeze.cont(pid)
         left = self._deadline - time.monotonic()
         if cell.cell_type != "code" or left <= 0:
             return cell, resources
@@ -97,6 +104,9 @@ class ResilientExecute(Execute):
                 return super().preprocess_cell(cell, resources, index)
         finally:
             self.timeout = timeout
+            later = any(c.cell_type == "code" for c in self.nb.cells[index + 1 :])
+            if pid is not None and later and time.monotonic() < self._deadline:
+                freeze.stop(pid)
 
 
 def execute_profile(seconds: float, waited: float, t0: float) -> str:

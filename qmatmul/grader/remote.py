@@ -27,7 +27,7 @@ import torch
 
 from qmatmul import checks
 from qmatmul.checks import WORKER_CONTEXTS, WORKER_STATE, CheckFailed, LearnerError, OpRecord, harness
-from qmatmul.grader import kernels, reach, static
+from qmatmul.grader import freeze, kernels, reach, static
 from qmatmul.grader.files import create_new, load_result, read_regular, read_tensor, save_args, write_new
 from qmatmul.grader.results import map_result, torch_dtype, write_back
 from qmatmul.timing import gpulock
@@ -134,6 +134,8 @@ class Worker:
         self._new_folder()
         self.failed_cells: list[str] = []
         self._buf = b""
+        self._stopped: set[int] = set()  # the processes freeze.stop stopped after the last reply
+        self.last_exchange_s = 0.0  # the last job's seconds from sending it to its reply (bench's clock)
 
     # -- process ------------------------------------------------------------------------------------------
     def _new_folder(self) -> None:
@@ -212,14 +214,31 @@ class Worker:
             self.start_failure = f"the process running your notebook's cells died while defining them ({why})"
             raise CheckFailed(self.start_failure) from None
         self.failed_cells = ready.get("failed", [])
+        self._stop_between_jobs()
+
+    def _stop_between_jobs(self) -> None:
+        """Stop the worker's processes until the next job (qmatmul/grader/freeze.py)."""
+        if self.alive():
+            self._stopped = freeze.stop(self.proc.pid)
+
+    def _continue(self) -> None:
+        if self.alive():
+            freeze.cont(self.proc.pid, self._stopped)
+        self._stopped = set()
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
     def stop(self) -> None:
-        """Kill the worker and everything in its process group (a sandbox also takes its PID namespace)."""
+        """Kill the worker, its descendants (stopped ones too: freeze.py) and everything in its process group (a
+        sandbox also takes its PID namespace)."""
         if self.proc is None:
             return
+        for pid in freeze.family(self.proc.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -309,9 +328,14 @@ class Worker:
         job = {**job, "nonce": nonce, "state": dict(WORKER_STATE), "contexts": list(WORKER_CONTEXTS)}
         timeout, budgeted = self._wait(self.timeout if timeout is None else timeout, what)
         try:
+            self._continue()
+            t0 = time.perf_counter()
             self.proc.stdin.write((json.dumps(job) + "\n").encode())
             self.proc.stdin.flush()
-            return self._read(timeout, nonce)
+            reply = self._read(timeout, nonce)
+            self.last_exchange_s = time.perf_counter() - t0
+            self._stop_between_jobs()
+            return reply
         except TimeoutError:
             self.stop()
             budget = " (what was left of the notebook's time budget)" if budgeted else ""
@@ -501,9 +525,8 @@ class Worker:
             raise CheckFailed(checks.learner_error_message(exc, what)) from None
         rtt = []
         for _ in range(5):
-            t0 = time.perf_counter()
             self._exchange({"op": "ping"}, what)
-            rtt.append(time.perf_counter() - t0)
+            rtt.append(self.last_exchange_s)
         times, outs, seeds = {}, {}, {}
         # where the worker keeps the batch (worker.py's bench_prepare)
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -513,9 +536,10 @@ class Worker:
             for _ in range(harness.TIMED_ROUNDS):
                 go_seed = secrets.randbits(31)
                 with window():
-                    t0 = time.perf_counter()
                     done = self._exchange({"op": "bench_go", "mode": mode, "seed": go_seed}, what)
-                    elapsed = time.perf_counter() - t0
+                    elapsed = (
+                        self.last_exchange_s
+                    )  # from sending the go to its answer: no start or stop in it
                 try:
                     self._raise_for(done, name)
                 except LearnerError as exc:
