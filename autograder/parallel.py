@@ -48,8 +48,9 @@ def visible_gpus() -> list[str]:
 def jobs_per_gpu() -> int:
     """Notebooks a GPU grades at once: 1, unless $QMATMUL_JOBS_PER_GPU says more. Every timed window holds the GPU's
     lock alone either way, and eight at a time graded the whole demo class with every expectation held
-    (docs/parallel-grading.md); one is the default because a learner's process keeps running between its jobs, and
-    GPU work it starts on its own would run during the other notebooks' timed windows (course.md, GPUs)."""
+    (docs/parallel-grading.md); one is the default because GPU work a learner's background thread queues just before
+    its process is stopped between jobs (grader/freeze.py) could still run during another notebook's timed window
+    (course.md, the threat model)."""
     raw = os.environ.get(JOBS_PER_GPU_ENV) or "1"
     if not raw.isdigit() or int(raw) < 1:
         raise SystemExit(f"${JOBS_PER_GPU_ENV} takes a whole number of at least 1, got {raw!r}")
@@ -63,9 +64,9 @@ def pool_size(n: int, gpus: list[str]) -> int:
     (docs/grading-h200.md)."""
     cap = len(gpus) * jobs_per_gpu()
     if gpus and n > cap:
-        print(f"Grading {cap} at once, not {n}: this host has {len(gpus)} GPU(s), and a notebook's process could run "
-              "GPU work of its own during another's timed window on a shared GPU; QMATMUL_JOBS_PER_GPU=N allows N a "
-              "GPU (course.md, GPUs).", flush=True)  # fmt: skip
+        print(f"Grading {cap} at once, not {n}: this host has {len(gpus)} GPU(s), and on a shared GPU a submission's "
+              "background work could still reach another's timed window; QMATMUL_JOBS_PER_GPU=N allows N a GPU "
+              "(course.md, the threat model).", flush=True)  # fmt: skip
         return cap
     return n
 

@@ -148,9 +148,9 @@ def test_a_dask_worker_with_more_grader_slots_than_gpus_is_named():
 
 
 def test_a_gpu_host_grades_one_notebook_a_gpu(capsys, monkeypatch):
-    """A pool on a GPU host runs one job a GPU unless QMATMUL_JOBS_PER_GPU allows more: a learner's process keeps
-    running between its jobs, and GPU work it starts on its own would run during another notebook's timed window on a
-    shared GPU (course.md, GPUs). Without GPUs (the interpreter) it runs what it is asked."""
+    """A pool on a GPU host runs one job a GPU unless QMATMUL_JOBS_PER_GPU allows more: on a shared GPU, GPU work a
+    submission's background thread queues just before its process is stopped could still run during another
+    notebook's timed window (course.md, the threat model). Without GPUs (the interpreter) it runs what it is asked."""
     assert parallel.pool_size(4, ["0"]) == 1 and "Grading 1 at once, not 4" in capsys.readouterr().out
     assert parallel.pool_size(8, ["0", "1"]) == 2
     assert parallel.pool_size(2, ["0", "1", "2"]) == 2 and parallel.pool_size(4, []) == 4

@@ -14,7 +14,8 @@ outside it (plain mode defends nothing against a hostile submission: course.md, 
 
 What it cannot stop: GPU work a learner's thread queued after the worker's last synchronize and before the stop
 lands (the worker synchronizes its device before each reply; the stop follows the reply). That is a race of a
-few milliseconds, left open (docs/parallel-grading.md).
+few milliseconds, left open (course.md, the threat model): graders share a GPU only where the instructor
+sets QMATMUL_JOBS_PER_GPU.
 """
 
 from __future__ import annotations
