@@ -101,12 +101,15 @@ class ResilientExecute(Execute):
         self.timeout = max(1, int(min(timeout, left))) if timeout else max(1, int(left))
         try:
             with gpulock.shared():
-                return super().preprocess_cell(cell, resources, index)
+                out = super().preprocess_cell(cell, resources, index)
         finally:
             self.timeout = timeout
-            later = any(c.cell_type == "code" for c in self.nb.cells[index + 1 :])
-            if pid is not None and later and time.monotonic() < self._deadline:
-                freeze.stop(pid)
+        # not after a cell that raised (a timeout, a dead kernel): the kernel is then shut down, and a stopped one
+        # would make its shutdown wait
+        later = any(c.cell_type == "code" for c in self.nb.cells[index + 1 :])
+        if pid is not None and later and time.monotonic() < self._deadline:
+            freeze.stop(pid)
+        return out
 
 
 def execute_profile(seconds: float, waited: float, t0: float) -> str:
