@@ -35,9 +35,8 @@ OVERHEAD_KEPT = 0.25
 # host's and capture gains nothing measurable here: the speed part is not measured.
 MEASURABLE_GAP = 0.2
 PROBES = 3  # fresh inputs replayed before the timing, each checked
-TIMED_ROUNDS = (
-    3  # timed rounds of the learner's replay and the course's two steps: the fastest of each counts
-)
+# Timed rounds of the learner's replay and the course's two steps: the fastest of each counts (_timed_rounds).
+TIMED_ROUNDS = 3
 CAPTURE_HINT = (
     "A CUDA graph records the GPU work of one call and replays it without Python: warm the step up once first (on a "
     "side stream, so kernels compile and memory is allocated outside the capture), copy new inputs into the "

@@ -537,9 +537,8 @@ class Worker:
                 go_seed = secrets.randbits(31)
                 with window():
                     done = self._exchange({"op": "bench_go", "mode": mode, "seed": go_seed}, what)
-                    elapsed = (
-                        self.last_exchange_s
-                    )  # from sending the go to its answer: no start or stop in it
+                # from sending the go to its answer: the continue and stop of the worker's processes stay out
+                elapsed = self.last_exchange_s
                 try:
                     self._raise_for(done, name)
                 except LearnerError as exc:
