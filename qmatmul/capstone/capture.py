@@ -23,7 +23,7 @@ from qmatmul.capstone.stack import (
     stack_inputs,
     steps_checksum,
 )
-from qmatmul.checks import CheckFailed
+from qmatmul.checks import CheckFailed, harness
 
 CAPTURE_MS = (1,)  # the visible check's rows; the hidden one adds M = 16
 HIDDEN_MS = (1, 16)
@@ -35,8 +35,6 @@ OVERHEAD_KEPT = 0.25
 # host's and capture gains nothing measurable here: the speed part is not measured.
 MEASURABLE_GAP = 0.2
 PROBES = 3  # fresh inputs replayed before the timing, each checked
-# Timed rounds of the learner's replay and the course's two steps: the fastest of each counts (_timed_rounds).
-TIMED_ROUNDS = 3
 CAPTURE_HINT = (
     "A CUDA graph records the GPU work of one call and replays it without Python: warm the step up once first (on a "
     "side stream, so kernels compile and memory is allocated outside the capture), copy new inputs into the "
@@ -254,7 +252,8 @@ def _close(got: list, want: list, device: str) -> bool:
 
 
 def _timed_rounds(capture, M: int, layers: list, device: str, trip: float) -> tuple[float, float, float]:
-    """(the learner's replay, the course's eager step, the course's captured step), µs a step: TIMED_ROUNDS rounds of
+    """(the learner's replay, the course's eager step, the course's captured step), µs a step: harness.TIMED_ROUNDS
+    rounds of
     the three, each round one exclusive window, the fastest of each kept. All three loops are host-bound, and the
     host is shared with the other graders: eight notebooks at a time on one H100 (2026-12-06), one round read a
     correct replay at 465 µs against the course's 657 eager and 163 captured, and a replay that runs the step
@@ -262,7 +261,7 @@ def _timed_rounds(capture, M: int, layers: list, device: str, trip: float) -> tu
     loop's time with the least of that; the learner's fastest round is the one whose outputs are checked (each new
     fastest is fetched and compared before the next round overwrites it)."""
     mine = eager = graphed = float("inf")
-    for _ in range(TIMED_ROUNDS):
+    for _ in range(harness.TIMED_ROUNDS):  # the timing protocol's rule, for the same reason
         inputs_seed = checks.fresh_seed()
         with timing.gpulock.exclusive():
             t, said = _clock(capture, "run", inputs_seed, M)

@@ -182,8 +182,10 @@ def time_calls(fn, *, what: str, module: str, N: int, K: int, M: int, out_dtype:
     weights = weight_copies(module, N, K, seed, copies, device)
     t1 = time.perf_counter()
     if checks.is_remote(fn):
-        graph_ms, eager_ms, outs_by_mode, go_seeds = fn.worker.bench(
-            fn.__name__, module=module, N=N, K=K, M=M, calls=calls, copies=copies, seed=seed,
+        from qmatmul.grader import protocol
+
+        graph_ms, eager_ms, outs_by_mode, go_seeds = protocol.bench(
+            fn.worker, fn.__name__, module=module, N=N, K=K, M=M, calls=calls, copies=copies, seed=seed,
             out_dtype=str(out_dtype).removeprefix("torch."), what=what, window=gpulock.exclusive,
         )  # fmt: skip
     else:

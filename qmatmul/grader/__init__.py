@@ -6,6 +6,8 @@ static/   reads the learner's source: own Triton kernel launched? constructs tha
 worker    the untrusted process: runs the learner's cells, answers calls with data
 remote    the trusted side of that process: start it isolated (stated import path, a scratch folder, one time
           budget), call with a timeout, mirror results without following links, kill
+freeze    the worker's and the notebook kernel's processes stopped between their jobs and cells
+protocol  the timing protocol's trusted side: timed goes in the GPU's exclusive window, the counted go checked
 files     the worker's folder, read and written never through a link (arguments out, results back)
 results   a call's results on the trusted side: arguments written back, `out` mapped, RemoteObject
 kernels   "a kernel of your own", proven: launches observed, each compiled by Triton's front end for a GPU

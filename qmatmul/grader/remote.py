@@ -507,13 +507,6 @@ class Worker:
                     "can compile it: define kernels with @triton.jit or @gluon.jit (or triton.jit(fn)) at a cell's top level")  # fmt: skip
         return f"your kernel `{name}` could not be compiled ({reply.get('type', status)}: {reply.get('message', '')[:200]})"
 
-    def bench(self, name: str, **kw):
-        """The timing protocol's trusted side (qmatmul/grader/protocol.py): (graph_ms, eager_ms, outputs by mode,
-        the seed each mode's inputs came from)."""
-        from qmatmul.grader import protocol
-
-        return protocol.bench(self, name, **kw)
-
 
 class RemoteFunction:
     """Stands for a function of the learner's inside the trusted process: calling it runs it in the worker."""
