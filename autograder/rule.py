@@ -41,27 +41,31 @@ BONUS = {
 
 # The error name of a cell the grading machine could not measure: qmatmul.checks.NotMeasured, as trusted.py names it.
 NOT_MEASURED = "NotMeasured"
+# A graded cell without any output: the trusted grader wrote no verdict into it (no evidence either way).
+NO_VERDICT = "NoVerdict"
 # What nbgrader writes at the top of a graded test cell it put back (OverwriteCells.add_missing_cells).
 RESTORED = re.compile(r"This cell \(id:(\w+)\) was missing from the submission")
 
 
 def error_names(cells: Iterable) -> dict[str, str | None]:
-    """grade_id -> the name (ename) of the error output of each graded cell of an autograded notebook, or None when
-    it has none. Only the name: the message may quote the learner's code."""
+    """grade_id -> the name (ename) of the error output of each graded cell of an autograded notebook, None when it
+    has none but has the trusted grader's verdict line (it passed), NO_VERDICT when it has no output at all (its
+    grading did not run). Only the name: the message may quote the learner's code."""
     from qmatmul.grader.notebook import grade_id, is_graded
 
     out = {}
     for cell in cells:
         if is_graded(cell):
-            names = [o.get("ename") for o in cell.get("outputs", []) if o.get("output_type") == "error"]
-            out[grade_id(cell)] = names[0] if names else None
+            outputs = cell.get("outputs", [])
+            names = [o.get("ename") for o in outputs if o.get("output_type") == "error"]
+            out[grade_id(cell)] = names[0] if names else (None if outputs else NO_VERDICT)
     return out
 
 
 def unmeasurable(errors: Iterable[Mapping[str, str | None]]) -> set[str]:
     """The cells (grade ids) that a graded notebook could not measure on the grading machine and that no graded
     notebook passed there. `errors`: for each graded notebook of the chapter, grade_id -> its error's name
-    (error_names; None where the cell ran to its end, which a performance cell does only having measured)."""
+    (error_names; None where the cell passed, which a performance cell does only having measured)."""
     errors = list(errors)
     said = {cell for names in errors for cell, name in names.items() if name == NOT_MEASURED}
     measured = {cell for names in errors for cell, name in names.items() if name is None}

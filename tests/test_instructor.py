@@ -148,6 +148,14 @@ def test_a_cell_one_notebook_passed_is_measurable_for_the_class_whatever_another
     assert rule.unmeasurable(one_busy) == set()
     assert rule.unmeasurable(iter(one_busy)) == set()  # a generator, as the gradebook passes it
     assert rule.unmeasurable([{"test_capture": "CheckFailed"}, {"test_capture": nm}]) == {"test_capture"}
+    # a notebook whose grading wrote no verdict (no output at all) is no evidence that the machine measured
+    cells = [{"cell_type": "code", "source": "", "outputs": outs, "metadata": {"nbgrader": {"grade": True,
+              "grade_id": "test_capture", "points": 2}}} for outs in ([], [{"output_type": "stream", "text": "ok"}])]  # fmt: skip
+    assert [rule.error_names([c]) for c in cells] == [
+        {"test_capture": rule.NO_VERDICT},
+        {"test_capture": None},
+    ]
+    assert rule.unmeasurable([rule.error_names(cells[:1]), {"test_capture": nm}]) == {"test_capture"}
 
 
 def test_the_gradebook_warns_of_a_cell_not_measured_for_some_where_it_measured_others(capsys):
