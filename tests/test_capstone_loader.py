@@ -271,6 +271,160 @@ def test_on_a_gpu_the_solutions_layouts_decode_is_w4a16s_and_replays_in_a_graph(
 
 
 # ----------------------------------------------------------------------------------------------------------
+# MXFP4 and NVFP4 through the course's Gluon fp4 decode on the layouts bonus's repack_fp4
+
+
+def _fp4_kernel_on_the_cpu(x, words, scales, g, N, out=None):
+    """mma_decode.decode_fp4 stood in for by the course's torch model of its decoding (decode_like_kernel_fp4): it
+    reads the words, so words out of place give a wrong product."""
+    from qmatmul.formats import fp4 as fp4_format
+    from qmatmul.kernels import mma_repack
+
+    block = 32 if g is None else 16
+    values = mma_repack.decode_like_kernel_fp4(words, N, block)
+    scale = fp4_format.e8m0_decode(scales) if g is None else fp4_format.e4m3_decode(scales) * g.float()
+    y = (x.float() @ (values * scale.repeat_interleave(block, dim=1)).T).to(x.dtype)
+    return y if out is None else out.copy_(y)
+
+
+FP4_FORMATS = ("mxfp4", "nvfp4")
+
+
+@pytest.fixture
+def fp4_kernel_here(monkeypatch, gpu_here):
+    monkeypatch.setattr(loader.mma_decode, "decode_fp4", _fp4_kernel_on_the_cpu)
+
+
+def _fp4_chapters(tmp_path):
+    for fmt in FP4_FORMATS:
+        shutil.copytree(ROOT / "solutions" / fmt, tmp_path / fmt)
+
+
+def test_the_fp4_decodes_run_the_course_kernel_on_the_bonus_repack(tmp_path, capsys, fp4_kernel_here):
+    """The layouts solution's repack_fp4 is the course's: MXFP4's and NVFP4's decodes become the course's kernel on
+    its words, said so, each format's chapter decode kept for the x the kernel does not take."""
+    _fp4_chapters(tmp_path)
+    shutil.copytree(ROOT / "solutions" / "layouts", tmp_path / "layouts")
+    sets = capstone.load_kernels(tmp_path, formats=FP4_FORMATS, device="cpu")
+    text = capsys.readouterr().out
+    for fmt, label in (("mxfp4", "MXFP4"), ("nvfp4", "NVFP4")):
+        ks = sets[fmt]
+        assert (
+            isinstance(ks.decode, loader.RepackedFp4Decode)
+            and ks.source["decode"] == loader.LAYOUTS_FP4_SOURCE
+        )
+        assert "your repack_fp4 words from" in text and f"is {label}'s decode" in text
+        assert (
+            ks.decode.block == loader.FP4_BLOCKS[fmt] and len(ks.decode.words) == 0
+        )  # the check's weights freed
+        stored = capstone.reference_quantize(
+            fmt, torch.randn(48, 256, generator=torch.Generator().manual_seed(3))
+        )
+        x = torch.randn(2, 256).bfloat16()
+        checks.compare(ks.decode.mma(x, *stored).float(), capstone.reference_matmul(fmt, x, stored), what=fmt,
+                       rtol=4 * checks.tolerance_for(x.dtype))  # fmt: skip
+    assert text.count("other x go to its chapter's kernel") == 2
+
+
+REPACK_FP4_WRONG = """_repack_fp4 = repack_fp4
+
+def repack_fp4(packed, block):  # the lanes in the wrong order
+    return _repack_fp4(packed, block).flip(2).contiguous()
+"""
+
+
+@pytest.mark.parametrize(("cell", "why"), [
+    (("ex4_wrong", REPACK_FP4_WRONG),
+     "`repack_fp4` not used (the bonus fails a quick self-check: your repack_fp4's words differ from the course's"),
+    (("ex4_gone", "del repack_fp4\n"), "no `repack_fp4` in"),
+])  # fmt: skip
+def test_a_wrong_or_missing_repack_fp4_keeps_the_chapters_decode(
+    tmp_path, capsys, fp4_kernel_here, cell, why
+):
+    _fp4_chapters(tmp_path)
+    _with_cells("layouts", tmp_path, cell)
+    sets = capstone.load_kernels(tmp_path, formats=FP4_FORMATS, device="cpu")
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("layouts")]
+    assert len(lines) == 2 and all(ln.startswith(f"layouts: {why}") for ln in lines), lines
+    assert lines[0].endswith("; MXFP4 decodes with its chapter's kernel") and lines[1].endswith("NVFP4 decodes with "
+                                                                                                "its chapter's kernel")  # fmt: skip
+    assert {sets[f].source["decode"] for f in FP4_FORMATS} == {"yours (mxfp4_decode)", "yours (nvfp4_decode)"}
+
+
+def test_without_a_gpu_each_fp4_format_says_why_it_keeps_its_chapters_decode(tmp_path, capsys):
+    _fp4_chapters(tmp_path)
+    shutil.copytree(ROOT / "solutions" / "layouts", tmp_path / "layouts")
+    sets = capstone.load_kernels(tmp_path, formats=("w4a16", *FP4_FORMATS), device="cpu")
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("layouts")]
+    assert lines == ["layouts: needs a CUDA GPU (sm_80+) with Gluon; W4A16 decodes with the reference path",
+                     "layouts: needs a CUDA GPU (sm_80+) with Gluon; MXFP4 decodes with its chapter's kernel",
+                     "layouts: needs a CUDA GPU (sm_80+) with Gluon; NVFP4 decodes with its chapter's kernel"]  # fmt: skip
+    assert not any(isinstance(sets[f].decode, loader.RepackedDecode) for f in sets)
+
+
+def test_x_the_fp4_kernel_cannot_take_goes_to_the_chapters_decode():
+    """The predicate mirrors mma_decode.decode_fp4's rules: bf16 x of 1 to 16 rows, K a multiple of 64, the uint8
+    scale codes of the format's block, NVFP4's float32 global scale, out with unit stride along N."""
+    f = _Fakes()
+    fallback = lambda x, packed, *stored, out=None: f.ran.append(("fallback", None))  # noqa: E731
+    for fmt, block in loader.FP4_BLOCKS.items():
+        dec = loader.RepackedFp4Decode(block, lambda p, b: f.repack(p), fallback, device_type="cpu",
+                                       decode=lambda x, words, scales, g, N, out=None: f.ran.append(("mma", g)))  # fmt: skip
+        w = capstone.reference_quantize(fmt, torch.randn(32, 256))
+        x = torch.randn(16, 256).bfloat16()
+        assert dec.takes(x, *w) and dec.takes(x[:1], *w)
+        dec(x, *w)
+        assert f.ran[-1][0] == "mma" and (f.ran[-1][1] is None) == (fmt == "mxfp4")
+        other = capstone.reference_quantize("nvfp4" if fmt == "mxfp4" else "mxfp4", torch.randn(32, 256))
+        refused = {
+            "fp16 x": (x.half(), w, None),
+            "17 rows": (torch.randn(17, 256).bfloat16(), w, None),
+            "no rows": (x[:0], w, None),
+            "K = 160": (
+                torch.randn(2, 160).bfloat16(),
+                capstone.reference_quantize(fmt, torch.randn(32, 160)),
+                None,
+            ),
+            "the other format's scales": (x, other, None),
+            "out strided along N": (x, w, torch.empty(32, 16, dtype=torch.bfloat16).T),
+        }
+        for what, (xx, ww, out) in refused.items():
+            assert not dec.takes(xx, *ww, out=out), (fmt, what)
+        for what in ("fp16 x", "17 rows", "K = 160"):
+            xx, ww, out = refused[what]
+            dec(xx, *ww, out=out)
+            assert f.ran[-1] == ("fallback", None), (fmt, what)
+        assert not loader.RepackedFp4Decode(block, f.repack, fallback).takes(x, *w)  # the default: CUDA only
+
+
+@GLUON_GPU
+@pytest.mark.parametrize("fmt", FP4_FORMATS)
+def test_on_a_gpu_the_solutions_fp4_decode_is_the_course_kernel_and_replays_in_a_graph(fmt):
+    """The course's solutions as a learner's: the fp4 decode is the Gluon kernel on repack_fp4's words, right at 1 and
+    16 rows, the chapter's decode for fp16 x; repacked once; a CUDA graph captured after the first call replays it."""
+    ks = capstone.load_kernels(ROOT / "solutions", formats=(fmt,), device="cuda", verbose=False)[fmt]
+    assert ks.source["decode"] == loader.LAYOUTS_FP4_SOURCE
+    dec = ks.decode
+    g = torch.Generator(device="cuda").manual_seed(0)
+    stored = ks.quantize(torch.randn(1024, 4096, device="cuda", generator=g) * 0.02)
+    for M, dtype in ((1, torch.bfloat16), (16, torch.bfloat16), (3, torch.float16)):
+        x = torch.randn(M, 4096, device="cuda", generator=g).to(dtype)
+        checks.compare(dec(x, *stored).float(), capstone.reference_matmul(fmt, x, stored), what=f"M = {M} {dtype}",
+                       rtol=4 * checks.tolerance_for(dtype))  # fmt: skip
+    assert len(dec.words) == 1
+    x = torch.randn(1, 4096, device="cuda", generator=g).bfloat16()
+    out = torch.empty(1, 1024, device="cuda", dtype=torch.bfloat16)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        dec(x, *stored, out=out)
+    out.zero_()
+    graph.replay()
+    torch.cuda.synchronize()
+    checks.compare(out.float(), capstone.reference_matmul(fmt, x, stored), what="replayed",
+                   rtol=4 * checks.tolerance_for(torch.bfloat16))  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------------------------
 # The repack cache
 
 

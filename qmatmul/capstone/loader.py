@@ -4,7 +4,9 @@
 checks each quantizer and kernel on a tiny problem, and falls back to the course's reference path (PyTorch:
 dequantize, then matmul) for any that is missing or wrong, saying so. The layouts chapter's Gluon `w4a16_mma_decode`
 replaces W4A16's decode where it passes the same check (on a CUDA GPU of sm_80+ with Gluon; the weight repacked once,
-at load: RepackedDecode), chapter 2's decode taking what that kernel cannot. FP8's `fp8_decode_fused` (the activation
+at load: RepackedDecode), chapter 2's decode taking what that kernel cannot; where its bonus's `repack_fp4` is bit for
+bit the course's, MXFP4's and NVFP4's decodes are the course's Gluon fp4 kernel on its words (RepackedFp4Decode: the
+learner's layout, the course's kernel), their chapters' decodes taking what it cannot. FP8's `fp8_decode_fused` (the activation
 quantized inside the kernel, one launch) is the decode only where the notebook's `fp8_decode` is missing or wrong: on
 the H200 it ran slower than quantizing x once and calling `fp8_decode`.
 """
@@ -58,6 +60,11 @@ FP8_ROWS = ("quantize_fp8_rows", 7)
 # The layouts chapter (../layouts/layouts.ipynb): W4A16's decode in Gluon, on the weight repacked once.
 LAYOUTS_FUNCTIONS = {"repack": ("repack", "1b"), "decode": ("w4a16_mma_decode", 3)}
 LAYOUTS_SOURCE = "yours (w4a16_mma_decode, repacked at load)"
+# Its bonus: MXFP4's and NVFP4's e2m1 codes in the same tiles (repack_fp4), for the course's Gluon fp4 decode
+# (mma_decode.decode_fp4: exercise 3's kernel with each pair decoded as the bonus's fp4_pair), a scale block of 32 or 16.
+LAYOUTS_FP4 = ("repack_fp4", "the bonus")
+LAYOUTS_FP4_SOURCE = "course's Gluon on your repack_fp4"
+FP4_BLOCKS = {"mxfp4": 32, "nvfp4": 16}
 _PART_WORDS = {"quantize": "quantizer", "prefill": "prefill kernel", "decode": "decode kernel"}
 
 
@@ -128,7 +135,7 @@ class RepackedDecode:
         self.repack, self.decode, self.fallback, self.device_type = repack, decode, fallback, device_type
         self.words = WeakIdKeyDictionary()  # packed -> (its version counter when repacked, words)
 
-    def takes(self, x, packed, scales, zeros, out=None) -> bool:
+    def takes(self, x, packed, scales, zeros, *, out=None) -> bool:
         """Whether the kernel takes these operands: the rules of the layouts chapter's `prepare`
         (qmatmul/scaffold/layouts.py; the messages are its own) as one test: bf16 x [M, K] of 1 to 16 rows on this
         device type, groups of GROUP (64 times a power of two) dividing K, which repack needs a multiple of 64;
@@ -151,15 +158,48 @@ class RepackedDecode:
         self.words[packed] = (version, words)
         return words
 
-    def mma(self, x, packed, scales, zeros, out=None):
-        """The layouts kernel alone, whatever x is (the self-check's call)."""
-        return self.decode(x, self.words_of(packed), scales, zeros, GROUP, packed.shape[0], out=out)
-
-    def __call__(self, x, packed, scales, zeros, out=None):
-        words = self.words_of(packed) if self.takes(x, packed, scales, zeros, out) else None
-        if words is None:
-            return self.fallback(x, packed, scales, zeros, out=out)
+    def run(self, x, words, packed, scales, zeros, out=None):
+        """The kernel on the weight's words."""
         return self.decode(x, words, scales, zeros, GROUP, packed.shape[0], out=out)
+
+    def mma(self, x, packed, *stored, out=None):
+        """The kernel alone, whatever x is (the self-check's call)."""
+        return self.run(x, self.words_of(packed), packed, *stored, out=out)
+
+    def __call__(self, x, packed, *stored, out=None):
+        words = self.words_of(packed) if self.takes(x, packed, *stored, out=out) else None
+        if words is None:
+            return self.fallback(x, packed, *stored, out=out)
+        return self.run(x, words, packed, *stored, out=out)
+
+
+class RepackedFp4Decode(RepackedDecode):
+    """MXFP4's (block 32) or NVFP4's (block 16) decode through the course's Gluon fp4 kernel
+    (`mma_decode.decode_fp4`: exercise 3's tiles, each pair decoded as the bonus's fp4_pair) on the words of the
+    learner's `repack_fp4` (the layouts chapter's bonus), called as the chapter's decode(x, packed, scales[, g],
+    out=None); the cache and the fallback as RepackedDecode's."""
+
+    def __init__(self, block: int, repack_fp4: Callable, fallback: Callable, device_type: str = "cuda",
+                 decode: Callable | None = None):  # fmt: skip
+        super().__init__(lambda packed: repack_fp4(packed, block), decode or mma_decode.decode_fp4, fallback,
+                         device_type)  # fmt: skip
+        self.block = block
+
+    def takes(self, x, packed, scales, *g, out=None) -> bool:
+        """The rules of `mma_decode.decode_fp4` as one test: bf16 x [M, K] of 1 to 16 rows on this device type, K a
+        multiple of 64, uint8 scale codes [N, K/block], NVFP4's float32 global scale; every tensor on x's device; out
+        with unit stride along N."""
+        K = x.shape[-1]
+        nv = self.block == 16
+        return (x.dim() == 2 and x.dtype == torch.bfloat16 and 0 < x.shape[0] <= DECODE_MAX_M
+                and x.device.type == self.device_type and K % 64 == 0 and 2 * packed.shape[-1] == K
+                and scales.dtype == torch.uint8 and tuple(scales.shape) == (packed.shape[0], K // self.block)
+                and len(g) == nv and all(t.dtype == torch.float32 and t.numel() == 1 for t in g)
+                and all(t.device == x.device for t in (packed, scales, *g))
+                and (out is None or (out.device == x.device and out.stride(-1) == 1)))  # fmt: skip
+
+    def run(self, x, words, packed, scales, *g, out=None):
+        return self.decode(x, words, scales, g[0] if g else None, packed.shape[0], out=out)
 
 
 def _version(t: torch.Tensor) -> int | None:
@@ -189,10 +229,10 @@ def _load_notebook(nb: Path, shown: str, name: str):
 
 
 def _reason(exc: CheckFailed, exercise) -> str:
-    text = str(exc)
+    text, what = str(exc), exercise if str(exercise).startswith("the ") else f"exercise {exercise}"
     if "not implemented yet" in text:
-        return f"exercise {exercise} unfinished"
-    return f"exercise {exercise} fails a quick self-check: {text.splitlines()[0][:140]}"
+        return f"{what} unfinished"
+    return f"{what} fails a quick self-check: {text.splitlines()[0][:140]}"
 
 
 def _fp8_fused(fn: Callable, quantize_act: Callable, device: str) -> tuple[Callable | None, str]:
@@ -244,23 +284,43 @@ def _layouts_why_not(device: str) -> str:
     return layouts.why_not()
 
 
-def _with_layouts_decode(ks: KernelSet, folder: Path, where: str, device: str, lines: list) -> KernelSet:
+def _layouts_notebook(folder: Path, where: str, device: str) -> tuple:
+    """(the layouts notebook's module, its path as shown), or (None, why not) where this machine cannot run its Gluon
+    or the notebook is missing or does not run."""
+    why = _layouts_why_not(device)
+    if why:
+        return None, why
+    shown = f"{where}/layouts/layouts.ipynb"
+    module, why = _load_notebook(folder / "layouts" / "layouts.ipynb", shown, "layouts")
+    return (module, shown) if module is not None else (None, why)
+
+
+def _before(ks: KernelSet) -> str:
+    return "its chapter's kernel" if ks.source.get("decode", "").startswith("yours") else "the reference path"
+
+
+def _repack_checked(fn: Callable, course: Callable, fmt: str, what: str, *args) -> None:
+    """The learner's repack bit for bit the course's on a small weight (host code: on the CPU); raises CheckFailed."""
+    packed = reference_quantize(fmt, torch.randn(40, 256, generator=checks.generator(7)))[0]
+    got, want = checks.call_learner(fn, packed, *args, what=what), course(packed, *args)
+    if not (isinstance(got, torch.Tensor) and got.dtype == want.dtype and got.shape == want.shape
+            and torch.equal(got, want)):  # fmt: skip
+        raise CheckFailed(f"your {what}'s words differ from the course's (int32 {list(want.shape)})")
+
+
+def _with_layouts_decode(ks: KernelSet, layouts: tuple, device: str, lines: list) -> KernelSet:
     """W4A16's kernel set with the layouts chapter's decode (RepackedDecode, falling back to ks.decode), where this
     machine runs Gluon and the learner's repack and w4a16_mma_decode pass a quick check; else ks, and a line says
     why."""
-    before = "chapter 2's kernel" if ks.source.get("decode", "").startswith("yours") else "the reference path"
+    before = _before(ks).replace("its chapter's", "chapter 2's")
 
     def keep(why: str) -> KernelSet:
         lines.append(f"layouts: {why}; W4A16 decodes with {before}")
         return ks
 
-    why = _layouts_why_not(device)
-    if why:
-        return keep(why)
-    shown = f"{where}/layouts/layouts.ipynb"
-    module, why = _load_notebook(folder / "layouts" / "layouts.ipynb", shown, "layouts")
+    module, shown = layouts
     if module is None:
-        return keep(why)
+        return keep(shown)
     fns = {}
     for key, (name, exercise) in LAYOUTS_FUNCTIONS.items():
         fns[key] = getattr(module, name, None)
@@ -269,11 +329,7 @@ def _with_layouts_decode(ks: KernelSet, folder: Path, where: str, device: str, l
     decode = RepackedDecode(fns["repack"], fns["decode"], ks.decode)
     try:  # the repack bit-exact on the CPU (host code), then the kernel on this GPU at 3 and 16 rows
         exercise = LAYOUTS_FUNCTIONS["repack"][1]
-        packed = reference_quantize("w4a16", torch.randn(40, 256, generator=checks.generator(7)))[0]
-        got, want = checks.call_learner(fns["repack"], packed, what="repack"), mma_repack.repack(packed)
-        if not (isinstance(got, torch.Tensor) and got.dtype == want.dtype and got.shape == want.shape
-                and torch.equal(got, want)):  # fmt: skip
-            raise CheckFailed(f"your repack's words differ from the course's (int32 {list(want.shape)})")
+        _repack_checked(fns["repack"], mma_repack.repack, "w4a16", "repack")
         for M in (3, DECODE_MAX_M):
             exercise = LAYOUTS_FUNCTIONS["decode"][1]
             _self_check("w4a16", "decode", decode.mma, device, M=M)
@@ -284,6 +340,35 @@ def _with_layouts_decode(ks: KernelSet, folder: Path, where: str, device: str, l
     return KernelSet(ks.fmt, ks.quantize, ks.prefill, decode, {**ks.source, "decode": LAYOUTS_SOURCE})
 
 
+def _with_layouts_fp4(ks: KernelSet, layouts: tuple, device: str, lines: list) -> KernelSet:
+    """MXFP4's or NVFP4's kernel set with the course's Gluon fp4 decode on the learner's repack_fp4 words
+    (RepackedFp4Decode, falling back to ks.decode), where this machine runs Gluon and the bonus's repack_fp4 is bit
+    for bit the course's (the kernel then checked on this GPU); else ks, and a line says why."""
+    label, block = LABELS[ks.fmt], FP4_BLOCKS[ks.fmt]
+    name, exercise = LAYOUTS_FP4
+
+    def keep(why: str) -> KernelSet:
+        lines.append(f"layouts: {why}; {label} decodes with {_before(ks)}")
+        return ks
+
+    module, shown = layouts
+    if module is None:
+        return keep(shown)
+    fn = getattr(module, name, None)
+    if fn is None:
+        return keep(f"no `{name}` in {shown} ({exercise})")
+    decode = RepackedFp4Decode(block, fn, ks.decode)
+    try:
+        _repack_checked(fn, mma_repack.repack_fp4, ks.fmt, name, block)
+        for M in (3, DECODE_MAX_M):
+            _self_check(ks.fmt, "decode", decode.mma, device, M=M)
+    except CheckFailed as exc:
+        return keep(f"`{name}` not used ({_reason(exc, exercise)})")
+    lines.append(f"layouts: the course's Gluon fp4 decode on your {name} words from {shown} is {label}'s decode (bf16 "
+                 f"x of at most {DECODE_MAX_M} rows; repacked at load), other x go to {_before(ks)}")  # fmt: skip
+    return KernelSet(ks.fmt, ks.quantize, ks.prefill, decode, {**ks.source, "decode": LAYOUTS_FP4_SOURCE})
+
+
 def load_kernels(folder=None, formats=FORMATS, *, device: str | None = None, verbose: bool = True) -> dict:
     """The learner's own quantizers and kernels from the finished chapter notebooks, where they work.
 
@@ -291,7 +376,9 @@ def load_kernels(folder=None, formats=FORMATS, *, device: str | None = None, ver
     current one, i.e. notebooks/ when this notebook runs in notebooks/capstone/). Each function is checked on
     a small problem; a missing, unfinished or wrong one is replaced by the course's reference path, and a line
     says which and why. FP8's decode is `fp8_decode_fused` only where `fp8_decode` fails and it passes; W4A16's is the
-    layouts chapter's (folder/layouts/layouts.ipynb) where this machine runs it and it passes (RepackedDecode).
+    layouts chapter's (folder/layouts/layouts.ipynb) where this machine runs it and it passes (RepackedDecode), and
+    MXFP4's and NVFP4's the course's Gluon fp4 kernel on the words of that chapter's bonus `repack_fp4` where it is bit
+    for bit the course's (RepackedFp4Decode).
     Returns {format: KernelSet} (register it with use_kernels).
     """
     device = device or default_device()
@@ -346,8 +433,13 @@ def load_kernels(folder=None, formats=FORMATS, *, device: str | None = None, ver
             lines.append(f"{label}: your quantizer, prefill and decode kernels from {shown}")
         lines.extend(f"{label}: {p}; using the reference path" for p in problems.values())
         lines.extend(f"{label}: {n}" for n in notes)
-    if "w4a16" in sets:
-        sets["w4a16"] = _with_layouts_decode(sets["w4a16"], folder, where, device, lines)
+    if any(fmt in sets for fmt in ("w4a16", *FP4_BLOCKS)):
+        layouts = _layouts_notebook(folder, where, device)
+        if "w4a16" in sets:
+            sets["w4a16"] = _with_layouts_decode(sets["w4a16"], layouts, device, lines)
+        for fmt in FP4_BLOCKS:
+            if fmt in sets:
+                sets[fmt] = _with_layouts_fp4(sets[fmt], layouts, device, lines)
     if verbose:
         print("\n".join(lines))
     return sets
