@@ -6,9 +6,9 @@ dequantize, then matmul) for any that is missing or wrong, saying so. The layout
 replaces W4A16's decode where it passes the same check (on a CUDA GPU of sm_80+ with Gluon; the weight repacked once,
 at load: RepackedDecode), chapter 2's decode taking what that kernel cannot; where its bonus's `repack_fp4` is bit for
 bit the course's, MXFP4's and NVFP4's decodes are the course's Gluon fp4 kernel on its words (RepackedFp4Decode: the
-learner's layout, the course's kernel), their chapters' decodes taking what it cannot. FP8's `fp8_decode_fused` (the activation
-quantized inside the kernel, one launch) is the decode only where the notebook's `fp8_decode` is missing or wrong: on
-the H200 it ran slower than quantizing x once and calling `fp8_decode`.
+learner's layout, the course's kernel), their chapters' decodes taking what it cannot. FP8's `fp8_decode_fused` (the
+activation quantized inside the kernel, one launch) is the decode only where the notebook's `fp8_decode` is missing or
+wrong: on the H200 it ran slower than quantizing x once and calling `fp8_decode`.
 """
 
 from __future__ import annotations
