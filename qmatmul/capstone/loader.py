@@ -68,10 +68,14 @@ FP4_BLOCKS = {"mxfp4": 32, "nvfp4": 16}
 _PART_WORDS = {"quantize": "quantizer", "prefill": "prefill kernel", "decode": "decode kernel"}
 
 
+_MODULES: list = []  # the process's one folder of imported notebook code, removed when the process exits
+
+
 def _import_code(code: str, name: str):
-    """Import code as a module from a file (Triton reads kernel source from files)."""
-    folder = Path(tempfile.mkdtemp(prefix="qmatmul-capstone-"))
-    path = folder / f"{name}.py"
+    """Import code as a module from a file (Triton reads kernel source from files) in the process's folder of them."""
+    if not _MODULES:
+        _MODULES.append(tempfile.TemporaryDirectory(prefix="qmatmul-capstone-"))
+    path = Path(_MODULES[0].name) / f"{name}.py"
     path.write_text(code)
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
