@@ -793,6 +793,23 @@ def test_a_parallel_run_whose_figure_moved_more_than_two_points_is_named():
     ]
 
 
+def test_the_figures_compared_are_the_graded_ones(tmp_path):
+    """A bandwidth cell's figures are its graph-replay % of copy; a compute-bound cell's (FP8's prefill) the % of the
+    library's speed it is graded on, not its few % of copy."""
+    decode = ("fp8_decode M=1, N=28672, K=8192: graph replay 60.5 µs = 91% of copy, eager 77.9 µs = 71% of copy\n"
+              "fp8_decode M=16, N=28672, K=8192: graph replay 61.0 µs = 92% of copy, eager 80.0 µs = 70% of copy\n")  # fmt: skip
+    prefill = ("fp8_matmul M=4096, N=8192, K=8192: graph replay 948.0 µs = 4% of copy, eager 1015.3 µs = 4% of copy\n"
+               "✓ fp8_matmul: 45% of torch._scaled_mm's TFLOP/s (threshold 40%)\n")  # fmt: skip
+    cells = [{"cell_type": "code", "metadata": {"nbgrader": {"grade_id": gid}}, "outputs": [{"text": text}]}
+             for gid, text in (("test_decode_bandwidth", decode), ("test_prefill_speed", prefill))]  # fmt: skip
+    (tmp_path / "correct" / "fp8").mkdir(parents=True)
+    (tmp_path / "correct" / "fp8" / "fp8.ipynb").write_text(json.dumps({"cells": cells}))
+    assert parallel_grading.figures(tmp_path) == {
+        "fp8/correct/test_decode_bandwidth": [91, 92],
+        "fp8/correct/test_prefill_speed": [45],
+    }
+
+
 def test_the_demo_tool_reads_the_class_runs_closing_line():
     """`tools.parallel_grading demo` takes notebooks, seconds and the rate from classroom.py's closing line, serial
     or parallel (classroom.rate_line writes both)."""
