@@ -131,9 +131,8 @@ def measure_demo(chapters: list[str], jobs: list[int], machine: str, out: Path, 
     from autograder import classroom, parallel
 
     rows, apart = [], []
-    if (
-        students and label == DEMO_LABEL
-    ):  # the phases of some students are not the class's: said in their label
+    # The phases of some students are not the class's: their label says so.
+    if students and label == DEMO_LABEL:
         label = f"{DEMO_LABEL}, only {', '.join(students)}"
     for n in jobs:
         here = out / f"jobs-{n}"
