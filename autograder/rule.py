@@ -49,8 +49,8 @@ RESTORED = re.compile(r"This cell \(id:(\w+)\) was missing from the submission")
 
 def error_names(cells: Iterable) -> dict[str, str | None]:
     """grade_id -> the name (ename) of the error output of each graded cell of an autograded notebook, None when it
-    has none but has the trusted grader's verdict line (it passed), NO_VERDICT when it has no output at all (its
-    grading did not run). Only the name: the message may quote the learner's code."""
+    has output and no error (it passed: the trusted grader's verdict line), NO_VERDICT when it has no output at all
+    (its grading did not run). Only the name: the message may quote the learner's code."""
     from qmatmul.grader.notebook import grade_id, is_graded
 
     out = {}

@@ -243,15 +243,22 @@ def test_on_a_gpu_the_solutions_layouts_decode_is_w4a16s_and_replays_in_a_graph(
     weight repacked once; a CUDA graph captured after the first call replays it."""
     ks = capstone.load_kernels(ROOT / "solutions", formats=("w4a16",), device="cuda", verbose=False)["w4a16"]
     assert ks.source["decode"] == "yours (w4a16_mma_decode, repacked at load)"
-    dec = ks.decode
+    _right_once_repacked_and_replayed(ks, 17, "w4a16_decode takes at most 16 rows, got M = 17")
+
+
+def _right_once_repacked_and_replayed(ks, rows_refused: int | None = None, refusal: str = "") -> None:
+    """A layouts decode on the GPU: right at 1 and 16 rows of bf16 x and for fp16 x (the chapter's decode), rows_refused
+    rows refused with `refusal`, the weight repacked once; a CUDA graph captured after the first call replays it."""
+    dec, fmt = ks.decode, ks.fmt
     g = torch.Generator(device="cuda").manual_seed(0)
     stored = ks.quantize(torch.randn(1024, 4096, device="cuda", generator=g) * 0.02)
     for M, dtype in ((1, torch.bfloat16), (16, torch.bfloat16), (3, torch.float16)):
         x = torch.randn(M, 4096, device="cuda", generator=g).to(dtype)
-        checks.compare(dec(x, *stored).float(), capstone.reference_matmul("w4a16", x, stored), what=f"M = {M} {dtype}",
+        checks.compare(dec(x, *stored).float(), capstone.reference_matmul(fmt, x, stored), what=f"M = {M} {dtype}",
                        rtol=4 * checks.tolerance_for(dtype))  # fmt: skip
-    with pytest.raises(ValueError, match="w4a16_decode takes at most 16 rows, got M = 17"):
-        dec(torch.randn(17, 4096, device="cuda", generator=g).bfloat16(), *stored)
+    if rows_refused:
+        with pytest.raises(ValueError, match=refusal):
+            dec(torch.randn(rows_refused, 4096, device="cuda", generator=g).bfloat16(), *stored)
     assert len(dec.words) == 1
     x = torch.randn(1, 4096, device="cuda", generator=g).bfloat16()
     out = torch.empty(1, 1024, device="cuda", dtype=torch.bfloat16)
@@ -261,12 +268,8 @@ def test_on_a_gpu_the_solutions_layouts_decode_is_w4a16s_and_replays_in_a_graph(
     out.zero_()
     graph.replay()
     torch.cuda.synchronize()
-    checks.compare(
-        out.float(),
-        capstone.reference_matmul("w4a16", x, stored),
-        what="replayed",
-        rtol=4 * checks.tolerance_for(torch.bfloat16),
-    )
+    checks.compare(out.float(), capstone.reference_matmul(fmt, x, stored), what="replayed",
+                   rtol=4 * checks.tolerance_for(torch.bfloat16))  # fmt: skip
     assert len(dec.words) == 1
 
 
@@ -404,24 +407,7 @@ def test_on_a_gpu_the_solutions_fp4_decode_is_the_course_kernel_and_replays_in_a
     16 rows, the chapter's decode for fp16 x; repacked once; a CUDA graph captured after the first call replays it."""
     ks = capstone.load_kernels(ROOT / "solutions", formats=(fmt,), device="cuda", verbose=False)[fmt]
     assert ks.source["decode"] == loader.LAYOUTS_FP4_SOURCE
-    dec = ks.decode
-    g = torch.Generator(device="cuda").manual_seed(0)
-    stored = ks.quantize(torch.randn(1024, 4096, device="cuda", generator=g) * 0.02)
-    for M, dtype in ((1, torch.bfloat16), (16, torch.bfloat16), (3, torch.float16)):
-        x = torch.randn(M, 4096, device="cuda", generator=g).to(dtype)
-        checks.compare(dec(x, *stored).float(), capstone.reference_matmul(fmt, x, stored), what=f"M = {M} {dtype}",
-                       rtol=4 * checks.tolerance_for(dtype))  # fmt: skip
-    assert len(dec.words) == 1
-    x = torch.randn(1, 4096, device="cuda", generator=g).bfloat16()
-    out = torch.empty(1, 1024, device="cuda", dtype=torch.bfloat16)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        dec(x, *stored, out=out)
-    out.zero_()
-    graph.replay()
-    torch.cuda.synchronize()
-    checks.compare(out.float(), capstone.reference_matmul(fmt, x, stored), what="replayed",
-                   rtol=4 * checks.tolerance_for(torch.bfloat16))  # fmt: skip
+    _right_once_repacked_and_replayed(ks)
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -253,10 +253,9 @@ def _close(got: list, want: list, device: str) -> bool:
 
 def _timed_rounds(capture, M: int, layers: list, device: str, trip: float) -> tuple[float, float, float]:
     """(the learner's replay, the course's eager step, the course's captured step), µs a step: harness.TIMED_ROUNDS
-    rounds of
-    the three, each round one exclusive window, the fastest of each kept. All three loops are host-bound, and the
-    host is shared with the other graders: eight notebooks at a time on one H100 (2026-12-06), one round read a
-    correct replay at 465 µs against the course's 657 eager and 163 captured, and a replay that runs the step
+    rounds of the three, each round one exclusive window, the fastest of each kept. All three loops are host-bound,
+    and the host is shared with the other graders: eight notebooks at a time on one H100 (2026-12-06), one round
+    read a correct replay at 465 µs against the course's 657 eager and 163 captured, and a replay that runs the step
     eagerly at 449 against 621 (a host descheduled mid-loop reads as a slow replay). The fastest round is each
     loop's time with the least of that; the learner's fastest round is the one whose outputs are checked (each new
     fastest is fetched and compared before the next round overwrites it)."""

@@ -61,7 +61,8 @@ FP8_ROWS = ("quantize_fp8_rows", 7)
 LAYOUTS_FUNCTIONS = {"repack": ("repack", "1b"), "decode": ("w4a16_mma_decode", 3)}
 LAYOUTS_SOURCE = "yours (w4a16_mma_decode, repacked at load)"
 # Its bonus: MXFP4's and NVFP4's e2m1 codes in the same tiles (repack_fp4), for the course's Gluon fp4 decode
-# (mma_decode.decode_fp4: exercise 3's kernel with each pair decoded as the bonus's fp4_pair), a scale block of 32 or 16.
+# (mma_decode.decode_fp4: exercise 3's kernel with each pair decoded as the bonus's fp4_pair), a scale block of 32
+# or 16.
 LAYOUTS_FP4 = ("repack_fp4", "the bonus")
 LAYOUTS_FP4_SOURCE = "course's Gluon on your repack_fp4"
 FP4_BLOCKS = {"mxfp4": 32, "nvfp4": 16}
@@ -299,8 +300,21 @@ def _layouts_notebook(folder: Path, where: str, device: str) -> tuple:
     return (module, shown) if module is not None else (None, why)
 
 
-def _before(ks: KernelSet) -> str:
-    return "its chapter's kernel" if ks.source.get("decode", "").startswith("yours") else "the reference path"
+# The layouts decodes' formats: how their lines name each and its own decode (the fallback where it has one).
+LAYOUTS_FALLBACK = {"w4a16": ("W4A16", "chapter 2's kernel"), "mxfp4": ("MXFP4", "its chapter's kernel"),
+                    "nvfp4": ("NVFP4", "its chapter's kernel")}  # fmt: skip
+
+
+def _fallback(ks: KernelSet) -> str:
+    """What decodes the x a layouts kernel does not take: the chapter's kernel, or the reference path."""
+    mine = ks.source.get("decode", "").startswith("yours")
+    return LAYOUTS_FALLBACK[ks.fmt][1] if mine else "the reference path"
+
+
+def _kept(ks: KernelSet, why: str, lines: list) -> KernelSet:
+    """ks unchanged, and the line that says why the layouts kernel is not its decode."""
+    lines.append(f"layouts: {why}; {LAYOUTS_FALLBACK[ks.fmt][0]} decodes with {_fallback(ks)}")
+    return ks
 
 
 def _repack_checked(fn: Callable, course: Callable, fmt: str, what: str, *args) -> None:
@@ -312,24 +326,15 @@ def _repack_checked(fn: Callable, course: Callable, fmt: str, what: str, *args) 
         raise CheckFailed(f"your {what}'s words differ from the course's (int32 {list(want.shape)})")
 
 
-def _with_layouts_decode(ks: KernelSet, layouts: tuple, device: str, lines: list) -> KernelSet:
-    """W4A16's kernel set with the layouts chapter's decode (RepackedDecode, falling back to ks.decode), where this
-    machine runs Gluon and the learner's repack and w4a16_mma_decode pass a quick check; else ks, and a line says
-    why."""
-    before = _before(ks).replace("its chapter's", "chapter 2's")
-
-    def keep(why: str) -> KernelSet:
-        lines.append(f"layouts: {why}; W4A16 decodes with {before}")
-        return ks
-
-    module, shown = layouts
-    if module is None:
-        return keep(shown)
+def _with_layouts_decode(ks: KernelSet, module, shown: str, device: str, lines: list) -> KernelSet:
+    """W4A16's kernel set with the layouts chapter's decode (RepackedDecode, falling back to ks.decode), where the
+    learner's repack and w4a16_mma_decode (in `module`, the notebook shown as `shown`) pass a quick check; else ks,
+    and a line says why."""
     fns = {}
     for key, (name, exercise) in LAYOUTS_FUNCTIONS.items():
         fns[key] = getattr(module, name, None)
         if fns[key] is None:
-            return keep(f"no `{name}` in {shown} (exercise {exercise})")
+            return _kept(ks, f"no `{name}` in {shown} (exercise {exercise})", lines)
     decode = RepackedDecode(fns["repack"], fns["decode"], ks.decode)
     try:  # the repack bit-exact on the CPU (host code), then the kernel on this GPU at 3 and 16 rows
         exercise = LAYOUTS_FUNCTIONS["repack"][1]
@@ -338,38 +343,30 @@ def _with_layouts_decode(ks: KernelSet, layouts: tuple, device: str, lines: list
             exercise = LAYOUTS_FUNCTIONS["decode"][1]
             _self_check("w4a16", "decode", decode.mma, device, M=M)
     except CheckFailed as exc:
-        return keep(f"`w4a16_mma_decode` not used ({_reason(exc, exercise)})")
-    lines.append(f"layouts: your w4a16_mma_decode from {shown} is W4A16's decode (bf16 x of at most "
-                 f"{DECODE_MAX_M} rows; the weight repacked at load by your repack), other x go to {before}")  # fmt: skip
+        return _kept(ks, f"`w4a16_mma_decode` not used ({_reason(exc, exercise)})", lines)
+    lines.append(f"layouts: your w4a16_mma_decode from {shown} is W4A16's decode (bf16 x of at most {DECODE_MAX_M} "
+                 f"rows; the weight repacked at load by your repack), other x go to {_fallback(ks)}")  # fmt: skip
     return KernelSet(ks.fmt, ks.quantize, ks.prefill, decode, {**ks.source, "decode": LAYOUTS_SOURCE})
 
 
-def _with_layouts_fp4(ks: KernelSet, layouts: tuple, device: str, lines: list) -> KernelSet:
+def _with_layouts_fp4(ks: KernelSet, module, shown: str, device: str, lines: list) -> KernelSet:
     """MXFP4's or NVFP4's kernel set with the course's Gluon fp4 decode on the learner's repack_fp4 words
-    (RepackedFp4Decode, falling back to ks.decode), where this machine runs Gluon and the bonus's repack_fp4 is bit
-    for bit the course's (the kernel then checked on this GPU); else ks, and a line says why."""
-    label, block = LABELS[ks.fmt], FP4_BLOCKS[ks.fmt]
+    (RepackedFp4Decode, falling back to ks.decode), where the bonus's repack_fp4 (in `module`) is bit for bit the
+    course's (the kernel then checked on this GPU); else ks, and a line says why."""
     name, exercise = LAYOUTS_FP4
-
-    def keep(why: str) -> KernelSet:
-        lines.append(f"layouts: {why}; {label} decodes with {_before(ks)}")
-        return ks
-
-    module, shown = layouts
-    if module is None:
-        return keep(shown)
     fn = getattr(module, name, None)
     if fn is None:
-        return keep(f"no `{name}` in {shown} ({exercise})")
-    decode = RepackedFp4Decode(block, fn, ks.decode)
+        return _kept(ks, f"no `{name}` in {shown} ({exercise})", lines)
+    decode = RepackedFp4Decode(FP4_BLOCKS[ks.fmt], fn, ks.decode)
     try:
-        _repack_checked(fn, mma_repack.repack_fp4, ks.fmt, name, block)
+        _repack_checked(fn, mma_repack.repack_fp4, ks.fmt, name, decode.block)
         for M in (3, DECODE_MAX_M):
             _self_check(ks.fmt, "decode", decode.mma, device, M=M)
     except CheckFailed as exc:
-        return keep(f"`{name}` not used ({_reason(exc, exercise)})")
-    lines.append(f"layouts: the course's Gluon fp4 decode on your {name} words from {shown} is {label}'s decode (bf16 "
-                 f"x of at most {DECODE_MAX_M} rows; repacked at load), other x go to {_before(ks)}")  # fmt: skip
+        return _kept(ks, f"`{name}` not used ({_reason(exc, exercise)})", lines)
+    lines.append(f"layouts: the course's Gluon fp4 decode on your {name} words from {shown} is {LABELS[ks.fmt]}'s "
+                 f"decode (bf16 x of at most {DECODE_MAX_M} rows; repacked at load), other x go to "
+                 f"{_fallback(ks)}")  # fmt: skip
     return KernelSet(ks.fmt, ks.quantize, ks.prefill, decode, {**ks.source, "decode": LAYOUTS_FP4_SOURCE})
 
 
@@ -437,13 +434,14 @@ def load_kernels(folder=None, formats=FORMATS, *, device: str | None = None, ver
             lines.append(f"{label}: your quantizer, prefill and decode kernels from {shown}")
         lines.extend(f"{label}: {p}; using the reference path" for p in problems.values())
         lines.extend(f"{label}: {n}" for n in notes)
-    if any(fmt in sets for fmt in ("w4a16", *FP4_BLOCKS)):
-        layouts = _layouts_notebook(folder, where, device)
-        if "w4a16" in sets:
-            sets["w4a16"] = _with_layouts_decode(sets["w4a16"], layouts, device, lines)
-        for fmt in FP4_BLOCKS:
-            if fmt in sets:
-                sets[fmt] = _with_layouts_fp4(sets[fmt], layouts, device, lines)
+    taken = [fmt for fmt in LAYOUTS_FALLBACK if fmt in sets]
+    module, shown = _layouts_notebook(folder, where, device) if taken else (None, "")
+    for fmt in taken:  # shown: the notebook's path, or why it cannot be used here
+        if module is None:
+            sets[fmt] = _kept(sets[fmt], shown, lines)
+        else:
+            with_layouts = _with_layouts_decode if fmt == "w4a16" else _with_layouts_fp4
+            sets[fmt] = with_layouts(sets[fmt], module, shown, device, lines)
     if verbose:
         print("\n".join(lines))
     return sets
