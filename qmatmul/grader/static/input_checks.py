@@ -7,7 +7,7 @@ import ast
 from dataclasses import dataclass
 
 from qmatmul.grader.static.sizes import HOST_MODULES, META_METHODS, Sizes
-from qmatmul.grader.static.source import Source, reached_statements
+from qmatmul.grader.static.source import Source, per_source, reached_statements
 from qmatmul.grader.static.syntax import scoped_nodes
 
 __all__ = [
@@ -163,6 +163,7 @@ def _reads(sub: ast.AST, sizes: Sizes, scopes: tuple) -> bool:
     return False
 
 
+@per_source
 def validates(src: Source, name: str) -> bool:
     """Does `name` (a kernel wrapper) check its inputs, with nothing else in the host code it reaches that could
     compare tensors or read their values, and nothing that could catch a check's raise? Then the aten ops of those

@@ -8,7 +8,7 @@ import ast
 
 from qmatmul.grader.static.input_checks import find_input_checks
 from qmatmul.grader.static.sizes import HOST_MODULES, Sizes
-from qmatmul.grader.static.source import Source, added_cell_note, reached_statements
+from qmatmul.grader.static.source import Source, added_cell_note, per_source, reached_statements
 from qmatmul.grader.static.syntax import (
     bound_names,
     global_loads,
@@ -101,6 +101,7 @@ def _added_notes(src: Source, nodes) -> list[str]:
     return [added_cell_note(n, src.added[n]) for n in sorted(missing & set(src.added))]
 
 
+@per_source
 def own_kernel_problems(src: Source, name: str) -> list[str]:
     """Why `name` does not compute in a Triton (or Gluon) kernel of the notebook's own ([] when it does).
 

@@ -5,12 +5,14 @@ notebook binds."""
 from __future__ import annotations
 
 import ast
+import copy
+import functools
 from dataclasses import dataclass, field
 
 from qmatmul.grader.static.escapes import find_escapes
 from qmatmul.grader.static.syntax import as_python, bound_names, global_loads
 
-__all__ = ["Source", "parse", "reached_statements", "added_cell_note"]
+__all__ = ["Source", "parse", "reached_statements", "added_cell_note", "per_source"]
 
 
 @dataclass
@@ -32,6 +34,22 @@ class Source:
     course_stars: list = field(default_factory=list)  # (label, line) of each `from qmatmul... import *`
     # name -> where a cell the grader does not run defines it (notebook.added_definitions), for the messages
     added: dict = field(default_factory=dict)
+    # answers read from these cells, kept by per_source (the grader asks the same at every audited call)
+    memo: dict = field(default_factory=dict, repr=False, compare=False)
+
+
+def per_source(fn):
+    """fn(src, *args) answered once per Source and arguments (a copy each time: callers may add to a list). A
+    Source is not changed once the grader has read the notebook, and each audited call of a wrapper asks again."""
+
+    @functools.wraps(fn)
+    def answer(src: Source, *args):
+        key = (fn.__qualname__, *args)
+        if key not in src.memo:
+            src.memo[key] = fn(src, *args)
+        return copy.copy(src.memo[key])
+
+    return answer
 
 
 # The decorators that make a kernel, as the last part of the dotted path they are read from: `triton.jit`,
