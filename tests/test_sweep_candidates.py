@@ -134,3 +134,29 @@ def test_layer_sweep_launches_reach_the_solution(chapter):
                 rtol=4 * checks.tolerance_for(torch.float16),
             )
     assert facade.decode_config is before
+
+
+@pytest.mark.parametrize("design", ["swap", "fma", "fp8"])
+@pytest.mark.parametrize("M, split", [(1, 1), (1, 4), (5, 2)])
+def test_the_gemv_designs_compute_the_product(design, M, split):
+    """tools/sweep_gemv.py's kernels (the weight first, split K; the CUDA cores at M = 1; FP8 with the weight first)
+    match their format's reference on ragged N and a K its splits do not divide: the GPU's minutes go to timing."""
+    from qmatmul import checks, fp8, w8a16
+    from tools import sweep_gemv
+
+    if design == "fma" and M > 1:
+        pytest.skip("the CUDA-core design takes one row")
+    g = checks.generator(0, "cpu")
+    N, K = 200, 768
+    x = torch.randn(M, K, generator=g).half()
+    out = torch.full((M, N), float("nan"), dtype=torch.float16)
+    cfg = dict(BLOCK_N=16 if design == "fma" else 64, BLOCK_K=256, SPLIT_K=split)
+    if design == "fp8":
+        wq, sw = fp8.timing_weights(N, K, g)
+        sx = x.float().abs().amax(1).clamp_min(1e-12) / 448
+        xq = (x.float() / sx[:, None]).to(fp8.E4M3)
+        y, want = sweep_gemv.launch_fp8(xq, sx, wq, sw, out, cfg), fp8.reference(xq, sx, wq, sw)
+    else:
+        q, s = w8a16.timing_weights(N, K, g)
+        y, want = sweep_gemv.launch(design, x, q, s, out, cfg), w8a16.reference(x, q, s)
+    checks.compare(y.float(), want, what=design, rtol=4 * checks.tolerance_for(torch.float16))

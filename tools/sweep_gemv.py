@@ -1,0 +1,316 @@
+"""Which W8A16 decode kernel design reads a Llama-3-8B block's layers near the copy bandwidth? (CUDA GPU; issue 41)
+
+    python -m tools.sweep_gemv [--ms 1,16] [--designs swap,fma] [--out DIR] [--budget-s 500]
+
+The chapter's decode (`x @ q` with x as tl.dot's first operand: [16, BLOCK_K] x [BLOCK_K, BLOCK_N]) reads 11-54 % of
+copy on the 8B model's 1024- and 4096-column layers whatever its launch (docs/decode-step-h200.md). Two other
+designs are tried here at every layer shape of tools/decode_step.py, graph-timed over rotating weight copies (none
+served from the L2), every output checked against `w8a16.reference` first:
+
+- **swap**: the weight tile first, `acc[BLOCK_N, BLOCK_M] = q [BLOCK_N, BLOCK_K] @ x^T [BLOCK_K, BLOCK_M]` (the tensor
+  cores' wide side on the weight's columns, the 16 padded rows of x on the narrow side), K split over SPLIT_K programs
+  a strip (`splitk.finish` adds the parts in the same launch);
+- **fma**: M = 1 on the CUDA cores: `acc[BLOCK_N, BLOCK_K] += q * x`, summed once after the loop, K split alike.
+
+Also timed: the chapter's solution, the expert split decode, bf16 cuBLAS, and an empty kernel (the launch floor under
+graph replay). Writes gemv.json to --out after every shape (a cut run keeps what it measured).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import time
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+
+from qmatmul.kernels import splitk
+
+
+@triton.jit
+def _swap_kernel(
+    x_ptr, q_ptr, s_ptr, y_ptr, part_ptr, count_ptr, M, N, K,
+    stride_xm, stride_xk, stride_qn, stride_qk, stride_ym, stride_yn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
+    EVEN: tl.constexpr,
+):  # fmt: skip
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    span = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K) * BLOCK_K
+    lo = pid_k * span
+    hi = tl.minimum(lo + span, K)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    for k0 in range(lo, hi, BLOCK_K):
+        k = k0 + offs_k
+        if EVEN:
+            q = tl.load(q_ptr + offs_n[:, None] * stride_qn + k[None, :] * stride_qk)
+            x = tl.load(x_ptr + offs_m[None, :] * stride_xm + k[:, None] * stride_xk,
+                        mask=offs_m[None, :] < M, other=0.0)  # fmt: skip
+        else:
+            q = tl.load(q_ptr + offs_n[:, None] * stride_qn + k[None, :] * stride_qk,
+                        mask=(offs_n[:, None] < N) & (k[None, :] < hi), other=0)  # fmt: skip
+            x = tl.load(x_ptr + offs_m[None, :] * stride_xm + k[:, None] * stride_xk,
+                        mask=(offs_m[None, :] < M) & (k[:, None] < hi), other=0.0)  # fmt: skip
+        acc = tl.dot(q.to(x.dtype), x, acc)
+    n_ok = offs_n < N
+    acc = acc * tl.load(s_ptr + offs_n, mask=n_ok, other=0.0)[:, None]
+    y = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
+    y_mask = (offs_m < M)[:, None] & n_ok[None, :]
+    splitk.finish(tl.trans(acc), y, y_mask, part_ptr, offs_m, offs_n, N, count_ptr, pid_n, pid_k, SPLIT_K)
+
+
+@triton.jit
+def _fma_kernel(
+    x_ptr, q_ptr, s_ptr, y_ptr, part_ptr, count_ptr, M, N, K,
+    stride_xm, stride_xk, stride_qn, stride_qk, stride_ym, stride_yn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
+    EVEN: tl.constexpr,
+):  # fmt: skip
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    span = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K) * BLOCK_K
+    lo = pid_k * span
+    hi = tl.minimum(lo + span, K)
+    offs_m = tl.arange(0, BLOCK_M)  # BLOCK_M = 1: row 0
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+    for k0 in range(lo, hi, BLOCK_K):
+        k = k0 + offs_k
+        if EVEN:
+            q = tl.load(q_ptr + offs_n[:, None] * stride_qn + k[None, :] * stride_qk)
+            x = tl.load(x_ptr + k * stride_xk)
+        else:
+            q = tl.load(q_ptr + offs_n[:, None] * stride_qn + k[None, :] * stride_qk,
+                        mask=(offs_n[:, None] < N) & (k[None, :] < hi), other=0)  # fmt: skip
+            x = tl.load(x_ptr + k * stride_xk, mask=k < hi, other=0.0)
+        acc += q.to(tl.float32) * x.to(tl.float32)[None, :]
+    n_ok = offs_n < N
+    row = tl.sum(acc, axis=1) * tl.load(s_ptr + offs_n, mask=n_ok, other=0.0)
+    y = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
+    y_mask = (offs_m < M)[:, None] & n_ok[None, :]
+    splitk.finish(row[None, :], y, y_mask, part_ptr, offs_m, offs_n, N, count_ptr, pid_n, pid_k, SPLIT_K)
+
+
+@triton.jit
+def _fp8_swap_kernel(
+    x_ptr, sx_ptr, w_ptr, sw_ptr, y_ptr, part_ptr, count_ptr, M, N, K,
+    stride_xm, stride_xk, stride_wn, stride_wk, stride_ym, stride_yn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
+    EVEN: tl.constexpr,
+):  # fmt: skip
+    """FP8's decode (e4m3 codes as uint8, per-row scales sx [M] and sw [N]) with the weight first, as `swap`."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    span = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K) * BLOCK_K
+    lo = pid_k * span
+    hi = tl.minimum(lo + span, K)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    for k0 in range(lo, hi, BLOCK_K):
+        k = k0 + offs_k
+        if EVEN:
+            w = tl.load(w_ptr + offs_n[:, None] * stride_wn + k[None, :] * stride_wk)
+            x = tl.load(x_ptr + offs_m[None, :] * stride_xm + k[:, None] * stride_xk,
+                        mask=offs_m[None, :] < M, other=0)  # fmt: skip
+        else:
+            w = tl.load(w_ptr + offs_n[:, None] * stride_wn + k[None, :] * stride_wk,
+                        mask=(offs_n[:, None] < N) & (k[None, :] < hi), other=0)  # fmt: skip
+            x = tl.load(x_ptr + offs_m[None, :] * stride_xm + k[:, None] * stride_xk,
+                        mask=(offs_m[None, :] < M) & (k[:, None] < hi), other=0)  # fmt: skip
+        acc = tl.dot(w.to(tl.float8e4nv, bitcast=True), x.to(tl.float8e4nv, bitcast=True), acc)
+    n_ok = offs_n < N
+    acc = acc * tl.load(sw_ptr + offs_n, mask=n_ok, other=0.0)[:, None]
+    acc = acc * tl.load(sx_ptr + offs_m, mask=offs_m < M, other=0.0)[None, :]
+    y = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
+    y_mask = (offs_m < M)[:, None] & n_ok[None, :]
+    splitk.finish(tl.trans(acc), y, y_mask, part_ptr, offs_m, offs_n, N, count_ptr, pid_n, pid_k, SPLIT_K)
+
+
+@triton.jit
+def _noop(y_ptr):
+    tl.store(y_ptr, 0.0)
+
+
+KERNELS = {"swap": _swap_kernel, "fma": _fma_kernel}
+
+
+def launch_fp8(xq, sx, wq, sw, out, cand: dict):
+    """FP8's decode with the weight first (`_fp8_swap_kernel`): xq [M, K] and wq [N, K] e4m3, sx [M], sw [N]."""
+    M, K = xq.shape
+    N = wq.shape[0]
+    c = dict(cand)
+    split = c.pop("SPLIT_K")
+    n_blocks = triton.cdiv(N, c["BLOCK_N"])
+    even = N % c["BLOCK_N"] == 0 and K % (c["BLOCK_K"] * split) == 0
+    part, count = splitk.scratch(out.device, split, N, n_blocks, rows=16)
+    x8, w8 = xq.view(torch.uint8), wq.view(torch.uint8)
+    _fp8_swap_kernel[(n_blocks, split)](
+        x8, sx.reshape(-1), w8, sw.reshape(-1), out, part, count, M, N, K,
+        x8.stride(0), x8.stride(1), w8.stride(0), w8.stride(1), out.stride(0), out.stride(1),
+        BLOCK_M=16, SPLIT_K=split, EVEN=even, **c,
+    )  # fmt: skip
+    return out
+
+
+def launch(design: str, x, q, s, out, cand: dict):
+    """One design's decode of x [M, K] by q [N, K] int8 with per-column scales s [N] into out [M, N]."""
+    M, K = x.shape
+    N = q.shape[0]
+    c = dict(cand)
+    split = c.pop("SPLIT_K")
+    rows = 1 if design == "fma" else 16
+    n_blocks = triton.cdiv(N, c["BLOCK_N"])
+    even = N % c["BLOCK_N"] == 0 and K % (c["BLOCK_K"] * split) == 0
+    part, count = splitk.scratch(out.device, split, N, n_blocks, rows=rows)
+    KERNELS[design][(n_blocks, split)](
+        x, q, s, out, part, count, M, N, K,
+        x.stride(0), x.stride(1), q.stride(0), q.stride(1), out.stride(0), out.stride(1),
+        BLOCK_M=rows, SPLIT_K=split, EVEN=even, **c,
+    )  # fmt: skip
+    return out
+
+
+def candidates(design: str) -> list[dict]:
+    """The launches tried: `swap` (W8A16), `fp8` (FP8's swap: a byte an element, so longer K steps), `fma`."""
+    if design in ("swap", "fp8"):
+        ks = (128, 256, 512) if design == "swap" else (256, 512, 1024)
+        return [dict(BLOCK_N=n, BLOCK_K=k, SPLIT_K=sp, num_warps=4, num_stages=3)
+                for n, k, sp in itertools.product((64, 128), ks, (1, 2, 4, 8)) if n * k <= 65536]  # fmt: skip
+    return [dict(BLOCK_N=n, BLOCK_K=k, SPLIT_K=sp, num_warps=8 if n * k >= 16384 else 4, num_stages=3)
+            for n, k, sp in itertools.product((8, 16, 32), (512, 1024), (1, 2, 4, 8)) if n * k <= 16384]  # fmt: skip
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--ms", default="1,16")
+    parser.add_argument("--designs", default="swap,fma")
+    parser.add_argument("--formats", default="w8a16,fp8")
+    parser.add_argument("--shapes", default="")
+    parser.add_argument("--out", default="build/sweep_gemv")
+    parser.add_argument("--budget-s", type=float, default=1e9)
+    args = parser.parse_args(argv)
+
+    from qmatmul import checks, course, environment, fp8, timing, w8a16
+    from qmatmul.kernels import expert
+    from tools.decode_step import BLOCK, FUSED, layer_bytes
+
+    t0 = time.time()
+    env = environment.start()
+    dev = "cuda" if env.has_gpu else "cpu"
+    dtype = env.act_dtype if env.has_gpu else torch.float16
+    # the shortest of work first (a cut run keeps those)
+    shapes = sorted(dict.fromkeys([*BLOCK.values(), *FUSED.values()]), key=lambda s: s[0] * s[1])
+    if args.shapes:
+        shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    sol = {f: course.load_notebook_code(f, name=f"sweep_gemv_{f}") for f in args.formats.split(",")}
+    copy_bw = timing.copy_bandwidth() if env.has_gpu else 1.0
+    result = dict(meta=dict(gpu=env.gpu_name, torch=torch.__version__, triton=triton.__version__,
+                            copy_TBps=copy_bw / 1e12), results=[])  # fmt: skip
+    if env.has_gpu:
+        y0 = torch.zeros(1, device=dev)
+        result["meta"]["noop_us"] = 1e3 * timing.graph_ms([lambda: _noop[(1,)](y0)], target_ms=0.5)
+        print(f"empty kernel under graph replay: {result['meta']['noop_us']:.2f} µs", flush=True)
+    g = checks.generator(0, dev)
+
+    def fp8_x(x):
+        sx = x.float().abs().amax(1).clamp_min(1e-12) / 448.0
+        return (x.float() / sx[:, None]).to(fp8.E4M3), sx
+
+    for fmt in args.formats.split(","):
+        make = w8a16.timing_weights if fmt == "w8a16" else fp8.timing_weights
+        for N, K in shapes:
+            copies = timing.copies_needed(layer_bytes(fmt, 1, N, K)) if env.has_gpu else 1
+            states = [make(N, K, g) for _ in range(copies)]
+            dense = [(torch.randn(N, K, device=dev, generator=g) * 0.02).to(dtype)
+                     for _ in range(2 if env.has_gpu else 1)]  # fmt: skip
+            for M in (int(m) for m in args.ms.split(",")):
+                x = torch.randn(M, K, device=dev, generator=g).to(dtype)
+                outs = [torch.empty(M, N, device=dev, dtype=dtype) for _ in states]
+                if fmt == "w8a16":
+                    want = w8a16.reference(x, *states[0]).float()
+                    tries = [("solution", {}, lambda st, o, x=x: sol["w8a16"].w8a16_decode(x, *st, out=o)),
+                             ("expert split", {}, lambda st, o, x=x: expert.w8a16_decode_split(x, *st, out=o))]  # fmt: skip
+                    for design in args.designs.split(","):
+                        if design == "fma" and M > 1:
+                            continue
+                        tries += [(design, c, lambda st, o, d=design, c=c, x=x: launch(d, x, *st, o, c))
+                                  for c in candidates(design)]  # fmt: skip
+                else:
+                    xq, sx = fp8_x(x)
+                    want = fp8.reference(xq, sx, *states[0]).float()
+                    tries = [
+                        (
+                            "solution",
+                            {},
+                            lambda st, o, xq=xq, sx=sx: sol["fp8"].fp8_decode(xq, sx, *st, out=o),
+                        )
+                    ]
+                    tries += [
+                        ("swap", c, lambda st, o, c=c, xq=xq, sx=sx: launch_fp8(xq, sx, *st, o, c))
+                        for c in candidates("swap")
+                    ]
+                rows = []
+                for name, cand, fn in tries:
+                    if time.time() - t0 > args.budget_s:
+                        break
+                    try:
+                        checks.compare(fn(states[0], outs[0]).float(), want, what="out",
+                                       rtol=4 * checks.tolerance_for(dtype))  # fmt: skip
+                        if not env.has_gpu:
+                            rows.append(dict(design=name, cand=cand, ok=True))
+                            continue
+                        t = timing.graph_ms(
+                            [lambda s=s, o=o, fn=fn: fn(s, o) for s, o in zip(states, outs, strict=True)],
+                            target_ms=0.5,
+                        )
+                    except Exception as exc:  # noqa: BLE001 - a candidate that fails is listed, not timed
+                        rows.append(
+                            dict(
+                                design=name,
+                                cand=cand,
+                                error=(str(exc).splitlines() or [type(exc).__name__])[0][:160],
+                            )
+                        )
+                        continue
+                    nb = layer_bytes(fmt, M, N, K)
+                    rows.append(dict(design=name, cand=cand, us=t * 1e3, copy_frac=nb / (t * 1e-3) / copy_bw))
+                if env.has_gpu:
+                    t = timing.graph_ms(
+                        [lambda w=w, x=x: torch.nn.functional.linear(x, w) for w in dense], target_ms=0.5
+                    )
+                    rows.append(dict(design="bf16 cuBLAS", cand={}, us=t * 1e3,
+                                     copy_frac=layer_bytes("bf16", M, N, K) / (t * 1e-3) / copy_bw))  # fmt: skip
+                rows.sort(key=lambda r: r.get("us", 1e9))
+                result["results"].append(dict(format=fmt, N=N, K=K, M=M, rows=rows))
+                for design in ("solution", "expert split", "bf16 cuBLAS", *args.designs.split(",")):
+                    best = next((r for r in rows if r["design"] == design and "us" in r), None)
+                    if best:
+                        print(f"{fmt} {N}x{K} M={M} {design}: {best['us']:.1f} µs {100 * best['copy_frac']:.0f} % "
+                              f"{best['cand']}", flush=True)  # fmt: skip
+                bad = [r for r in rows if "error" in r]
+                if bad:
+                    print(f"{fmt} {N}x{K} M={M}: {len(bad)} failed, e.g. {bad[0]}", flush=True)
+                (out_dir / "gemv.json").write_text(json.dumps(result) + "\n")
+            del states, dense
+            if env.has_gpu:
+                torch.cuda.empty_cache()
+    print(f"done in {time.time() - t0:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
