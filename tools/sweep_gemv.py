@@ -1,6 +1,6 @@
-"""Which W8A16 decode kernel design reads a Llama-3-8B block's layers near the copy bandwidth? (CUDA GPU; issue 41)
+"""Which W8A16 and FP8 decode kernel designs read a Llama-3-8B block's layers near the copy bandwidth? (CUDA GPU)
 
-    python -m tools.sweep_gemv [--ms 1,16] [--designs swap,fma] [--out DIR] [--budget-s 500]
+    python -m tools.sweep_gemv [--formats w8a16,fp8] [--ms 1,16] [--designs swap,fma] [--out DIR] [--budget-s 500]
 
 The chapter's decode (`x @ q` with x as tl.dot's first operand: [16, BLOCK_K] x [BLOCK_K, BLOCK_N]) reads 11-54 % of
 copy on the 8B model's 1024- and 4096-column layers whatever its launch (docs/decode-step-h200.md). Two other
@@ -10,7 +10,15 @@ served from the L2), every output checked against `w8a16.reference` first:
 - **swap**: the weight tile first, `acc[BLOCK_N, BLOCK_M] = q [BLOCK_N, BLOCK_K] @ x^T [BLOCK_K, BLOCK_M]` (the tensor
   cores' wide side on the weight's columns, the 16 padded rows of x on the narrow side), K split over SPLIT_K programs
   a strip (`splitk.finish` adds the parts in the same launch);
-- **fma**: M = 1 on the CUDA cores: `acc[BLOCK_N, BLOCK_K] += q * x`, summed once after the loop, K split alike.
+- **fma**: M = 1 on the CUDA cores: `acc[BLOCK_N, BLOCK_K] += q * x`, summed once after the loop, K split alike;
+- FP8 (`--formats fp8`): the chapter's decode against **swap** on e4m3 codes (the native fp8 tensor-core product with
+  the weight first; x quantized per row in PyTorch ops before timing).
+
+Compiled for sm_90 here (triton 3.9, tools.sass's reading), the main loops issue per weight a thread handles: swap
+6.3-7.0 instructions (PRMT shuffles of the converted int8 tile into wgmma's register layout; 128-column tiles spill),
+fma 3.3-3.4, the chapter's decode 3.8-4.9 (mma.sync with x first); FP8 swap 0.5-0.7 (QGMMA, no conversion), FP8's
+chapter decode 1.9-3.0 (F2FP to fp16 for mma.sync). An int8 weight's budget at the copy bandwidth is about 8: none is
+bound by its instructions, so the sweep measures what the layers' size leaves: latency and programs.
 
 Also timed: the chapter's solution, the expert split decode, bf16 cuBLAS, and an empty kernel (the launch floor under
 graph replay). Writes gemv.json to --out after every shape (a cut run keeps what it measured).
