@@ -316,8 +316,34 @@ def main(argv=None) -> int:
             del states, dense
             if env.has_gpu:
                 torch.cuda.empty_cache()
+    for line in step_estimates(result["results"]):
+        print(line, flush=True)
     print(f"done in {time.time() - t0:.0f} s", flush=True)
     return 0
+
+
+def step_estimates(results: list[dict]) -> list[str]:
+    """A block's step from its layers alone (the graph-timed step is their sum within a few %: docs/decode-step-h200.md):
+    per format, M, layout and design, the best launch of each layer summed, and × bf16 (cuBLAS, same layers)."""
+    from tools.decode_step import LAYOUTS
+
+    best = {}
+    for r in results:
+        for row in r["rows"]:
+            if "us" in row:
+                key = (r["format"], r["M"], r["N"], r["K"], row["design"])
+                best[key] = min(best.get(key, 1e9), row["us"])
+    lines = []
+    for fmt, M in sorted({(f, m) for f, m, *_ in best}):
+        for name, layout in LAYOUTS.items():
+            designs = {d for f, m, *_, d in best if (f, m) == (fmt, M)}
+            sums = {
+                d: sum(best.get((fmt, M, N, K, d), float("nan")) for N, K in layout.values()) for d in designs
+            }
+            bf16 = sums.get("bf16 cuBLAS", float("nan"))
+            lines.append(f"step {fmt} M={M} {name}: " + ", ".join(
+                f"{d} {us:.0f} µs ({bf16 / us:.2f}x)" for d, us in sorted(sums.items(), key=lambda kv: kv[1])))  # fmt: skip
+    return lines
 
 
 if __name__ == "__main__":
