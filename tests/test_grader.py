@@ -255,6 +255,17 @@ def _problems(code: str, name: str = "f") -> list[str]:
     return static.own_kernel_problems(static.parse([_HOST, ("ex", code, True)]), name)
 
 
+def test_a_sources_answers_are_kept_and_each_caller_gets_its_own_copy():
+    """static.per_source: the reading runs once per Source and name; a caller that adds to the list it got (as
+    RemoteFunction.own_kernel_problems adds the escapes' line) changes nothing the next call is told."""
+    src = static.parse([_HOST, ("ex", _lines("def f(x):", "    return x @ x", indent=""), True)])
+    first = static.own_kernel_problems(src, "f")
+    assert first and len(src.memo) == 1
+    first.append("added by a caller")
+    assert static.own_kernel_problems(src, "f") == first[:-1]
+    assert static.validates(src, "f") is False and len(src.memo) == 2
+
+
 LAUNCH_HELPERS = {  # helpers of the learner's that launch the kernel they are handed
     "a def": _lines("def _launch(kernel, grid, *args, **meta):", "    kernel[grid](*args, **meta)", indent=""),
     "a lambda": _lines("_launch = lambda kernel, grid, *a, **m: kernel[grid](*a, **m)", indent=""),
