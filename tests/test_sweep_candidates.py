@@ -155,7 +155,7 @@ def test_the_gemv_designs_compute_the_product(design, M, split):
         wq, sw = fp8.timing_weights(N, K, g)
         sx = x.float().abs().amax(1).clamp_min(1e-12) / 448
         xq = (x.float() / sx[:, None]).to(fp8.E4M3)
-        y, want = sweep_gemv.launch_fp8(xq, sx, wq, sw, out, cfg), fp8.reference(xq, sx, wq, sw)
+        y, want = sweep_gemv.launch("fp8", xq, wq, sw, out, cfg, sx=sx), fp8.reference(xq, sx, wq, sw)
     else:
         q, s = w8a16.timing_weights(N, K, g)
         y, want = sweep_gemv.launch(design, x, q, s, out, cfg), w8a16.reference(x, q, s)

@@ -41,85 +41,16 @@ from qmatmul.kernels import splitk
 
 @triton.jit
 def _swap_kernel(
-    x_ptr, q_ptr, s_ptr, y_ptr, part_ptr, count_ptr, M, N, K,
-    stride_xm, stride_xk, stride_qn, stride_qk, stride_ym, stride_yn,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-    EVEN: tl.constexpr,
-):  # fmt: skip
-    pid_n = tl.program_id(0)
-    pid_k = tl.program_id(1)
-    span = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K) * BLOCK_K
-    lo = pid_k * span
-    hi = tl.minimum(lo + span, K)
-    offs_m = tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-    for k0 in range(lo, hi, BLOCK_K):
-        k = k0 + offs_k
-        if EVEN:
-            q = tl.load(q_ptr + offs_n[:, None] * stride_qn + k[None, :] * stride_qk)
-            x = tl.load(x_ptr + offs_m[None, :] * stride_xm + k[:, None] * stride_xk,
-                        mask=offs_m[None, :] < M, other=0.0)  # fmt: skip
-        else:
-            q = tl.load(q_ptr + offs_n[:, None] * stride_qn + k[None, :] * stride_qk,
-                        mask=(offs_n[:, None] < N) & (k[None, :] < hi), other=0)  # fmt: skip
-            x = tl.load(x_ptr + offs_m[None, :] * stride_xm + k[:, None] * stride_xk,
-                        mask=(offs_m[None, :] < M) & (k[:, None] < hi), other=0.0)  # fmt: skip
-        acc = tl.dot(q.to(x.dtype), x, acc)
-    n_ok = offs_n < N
-    acc = acc * tl.load(s_ptr + offs_n, mask=n_ok, other=0.0)[:, None]
-    y = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
-    y_mask = (offs_m < M)[:, None] & n_ok[None, :]
-    splitk.finish(tl.trans(acc), y, y_mask, part_ptr, offs_m, offs_n, N, count_ptr, pid_n, pid_k, SPLIT_K)
-
-
-@triton.jit
-def _fma_kernel(
-    x_ptr, q_ptr, s_ptr, y_ptr, part_ptr, count_ptr, M, N, K,
-    stride_xm, stride_xk, stride_qn, stride_qk, stride_ym, stride_yn,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-    EVEN: tl.constexpr,
-):  # fmt: skip
-    pid_n = tl.program_id(0)
-    pid_k = tl.program_id(1)
-    span = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K) * BLOCK_K
-    lo = pid_k * span
-    hi = tl.minimum(lo + span, K)
-    offs_m = tl.arange(0, BLOCK_M)  # BLOCK_M = 1: row 0
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
-    for k0 in range(lo, hi, BLOCK_K):
-        k = k0 + offs_k
-        if EVEN:
-            q = tl.load(q_ptr + offs_n[:, None] * stride_qn + k[None, :] * stride_qk)
-            x = tl.load(x_ptr + k * stride_xk)
-        else:
-            q = tl.load(q_ptr + offs_n[:, None] * stride_qn + k[None, :] * stride_qk,
-                        mask=(offs_n[:, None] < N) & (k[None, :] < hi), other=0)  # fmt: skip
-            x = tl.load(x_ptr + k * stride_xk, mask=k < hi, other=0.0)
-        acc += q.to(tl.float32) * x.to(tl.float32)[None, :]
-    n_ok = offs_n < N
-    row = tl.sum(acc, axis=1) * tl.load(s_ptr + offs_n, mask=n_ok, other=0.0)
-    y = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
-    y_mask = (offs_m < M)[:, None] & n_ok[None, :]
-    splitk.finish(row[None, :], y, y_mask, part_ptr, offs_m, offs_n, N, count_ptr, pid_n, pid_k, SPLIT_K)
-
-
-@triton.jit
-def _fp8_swap_kernel(
-    x_ptr, sx_ptr, w_ptr, sw_ptr, y_ptr, part_ptr, count_ptr, M, N, K,
+    x_ptr, sx_ptr, w_ptr, s_ptr, y_ptr, part_ptr, count_ptr, M, N, K,
     stride_xm, stride_xk, stride_wn, stride_wk, stride_ym, stride_yn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-    EVEN: tl.constexpr,
+    EVEN: tl.constexpr, FP8: tl.constexpr,
 ):  # fmt: skip
-    """FP8's decode (e4m3 codes as uint8, per-row scales sx [M] and sw [N]) with the weight first, as `swap`."""
+    """The weight tile first: acc[BLOCK_N, BLOCK_M] = w @ x^T over program pid_k's slice of K. W8A16: w int8, x 16-bit,
+    scales s [N] (sx unused); FP8: w and x e4m3 codes as uint8 (the native fp8 product), scales s [N] and sx [M]."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
-    span = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K) * BLOCK_K
-    lo = pid_k * span
-    hi = tl.minimum(lo + span, K)
+    lo, hi = splitk.k_slice(K, BLOCK_K, SPLIT_K, pid_k)
     offs_m = tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
@@ -135,13 +66,49 @@ def _fp8_swap_kernel(
                         mask=(offs_n[:, None] < N) & (k[None, :] < hi), other=0)  # fmt: skip
             x = tl.load(x_ptr + offs_m[None, :] * stride_xm + k[:, None] * stride_xk,
                         mask=(offs_m[None, :] < M) & (k[:, None] < hi), other=0)  # fmt: skip
-        acc = tl.dot(w.to(tl.float8e4nv, bitcast=True), x.to(tl.float8e4nv, bitcast=True), acc)
+        if FP8:
+            acc = tl.dot(w.to(tl.float8e4nv, bitcast=True), x.to(tl.float8e4nv, bitcast=True), acc)
+        else:
+            acc = tl.dot(w.to(x.dtype), x, acc)
     n_ok = offs_n < N
-    acc = acc * tl.load(sw_ptr + offs_n, mask=n_ok, other=0.0)[:, None]
-    acc = acc * tl.load(sx_ptr + offs_m, mask=offs_m < M, other=0.0)[None, :]
+    acc = acc * tl.load(s_ptr + offs_n, mask=n_ok, other=0.0)[:, None]
+    if FP8:
+        acc = acc * tl.load(sx_ptr + offs_m, mask=offs_m < M, other=0.0)[None, :]
     y = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
     y_mask = (offs_m < M)[:, None] & n_ok[None, :]
     splitk.finish(tl.trans(acc), y, y_mask, part_ptr, offs_m, offs_n, N, count_ptr, pid_n, pid_k, SPLIT_K)
+
+
+@triton.jit
+def _fma_kernel(
+    x_ptr, sx_ptr, w_ptr, s_ptr, y_ptr, part_ptr, count_ptr, M, N, K,
+    stride_xm, stride_xk, stride_wn, stride_wk, stride_ym, stride_yn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
+    EVEN: tl.constexpr, FP8: tl.constexpr,
+):  # fmt: skip
+    """W8A16 at M = 1 (BLOCK_M = 1) on the CUDA cores: acc[BLOCK_N, BLOCK_K] += w * x, one sum after the loop."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    lo, hi = splitk.k_slice(K, BLOCK_K, SPLIT_K, pid_k)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+    for k0 in range(lo, hi, BLOCK_K):
+        k = k0 + offs_k
+        if EVEN:
+            w = tl.load(w_ptr + offs_n[:, None] * stride_wn + k[None, :] * stride_wk)
+            x = tl.load(x_ptr + k * stride_xk)
+        else:
+            w = tl.load(w_ptr + offs_n[:, None] * stride_wn + k[None, :] * stride_wk,
+                        mask=(offs_n[:, None] < N) & (k[None, :] < hi), other=0)  # fmt: skip
+            x = tl.load(x_ptr + k * stride_xk, mask=k < hi, other=0.0)
+        acc += w.to(tl.float32) * x.to(tl.float32)[None, :]
+    n_ok = offs_n < N
+    row = tl.sum(acc, axis=1) * tl.load(s_ptr + offs_n, mask=n_ok, other=0.0)
+    y = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
+    y_mask = (offs_m < M)[:, None] & n_ok[None, :]
+    splitk.finish(row[None, :], y, y_mask, part_ptr, offs_m, offs_n, N, count_ptr, pid_n, pid_k, SPLIT_K)
 
 
 @triton.jit
@@ -149,41 +116,27 @@ def _noop(y_ptr):
     tl.store(y_ptr, 0.0)
 
 
-KERNELS = {"swap": _swap_kernel, "fma": _fma_kernel}
+KERNELS = {"swap": _swap_kernel, "fma": _fma_kernel, "fp8": _swap_kernel}
 
 
-def launch_fp8(xq, sx, wq, sw, out, cand: dict):
-    """FP8's decode with the weight first (`_fp8_swap_kernel`): xq [M, K] and wq [N, K] e4m3, sx [M], sw [N]."""
-    M, K = xq.shape
-    N = wq.shape[0]
-    c = dict(cand)
-    split = c.pop("SPLIT_K")
-    n_blocks = triton.cdiv(N, c["BLOCK_N"])
-    even = N % c["BLOCK_N"] == 0 and K % (c["BLOCK_K"] * split) == 0
-    part, count = splitk.scratch(out.device, split, N, n_blocks, rows=16)
-    x8, w8 = xq.view(torch.uint8), wq.view(torch.uint8)
-    _fp8_swap_kernel[(n_blocks, split)](
-        x8, sx.reshape(-1), w8, sw.reshape(-1), out, part, count, M, N, K,
-        x8.stride(0), x8.stride(1), w8.stride(0), w8.stride(1), out.stride(0), out.stride(1),
-        BLOCK_M=16, SPLIT_K=split, EVEN=even, **c,
-    )  # fmt: skip
-    return out
-
-
-def launch(design: str, x, q, s, out, cand: dict):
-    """One design's decode of x [M, K] by q [N, K] int8 with per-column scales s [N] into out [M, N]."""
+def launch(design: str, x, w, s, out, cand: dict, sx=None):
+    """One design's decode of x [M, K] by the weight w [N, K] with per-column scales s [N] into out [M, N]: "swap" and
+    "fma" W8A16 (w int8), "fp8" FP8 (x and w e4m3, x's row scales sx [M])."""
     M, K = x.shape
-    N = q.shape[0]
+    N = w.shape[0]
     c = dict(cand)
     split = c.pop("SPLIT_K")
     rows = 1 if design == "fma" else 16
     n_blocks = triton.cdiv(N, c["BLOCK_N"])
     even = N % c["BLOCK_N"] == 0 and K % (c["BLOCK_K"] * split) == 0
     part, count = splitk.scratch(out.device, split, N, n_blocks, rows=rows)
+    fp8 = design == "fp8"
+    if fp8:
+        x, w, sx = x.view(torch.uint8), w.view(torch.uint8), sx.reshape(-1)
     KERNELS[design][(n_blocks, split)](
-        x, q, s, out, part, count, M, N, K,
-        x.stride(0), x.stride(1), q.stride(0), q.stride(1), out.stride(0), out.stride(1),
-        BLOCK_M=rows, SPLIT_K=split, EVEN=even, **c,
+        x, sx if fp8 else s, w, s.reshape(-1), out, part, count, M, N, K,
+        x.stride(0), x.stride(1), w.stride(0), w.stride(1), out.stride(0), out.stride(1),
+        BLOCK_M=rows, SPLIT_K=split, EVEN=even, FP8=fp8, **c,
     )  # fmt: skip
     return out
 
@@ -268,7 +221,7 @@ def main(argv=None) -> int:
                         )
                     ]
                     tries += [
-                        ("swap", c, lambda st, o, c=c, xq=xq, sx=sx: launch_fp8(xq, sx, *st, o, c))
+                        ("swap", c, lambda st, o, c=c, xq=xq, sx=sx: launch("fp8", xq, *st, o, c, sx=sx))
                         for c in candidates("swap")
                     ]
                 rows = []

@@ -161,9 +161,9 @@ def _w4_tc_kernel(
     m_mask = offs_m < M
     offs_w = tl.arange(0, WG)
     offs_k = tl.arange(0, GROUP)
-    k_len = tl.cdiv(K // GROUP, SPLIT_K) * GROUP
+    lo, hi = splitk.k_slice(K, GROUP, SPLIT_K, pid_k)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(pid_k * k_len, tl.minimum(K, (pid_k + 1) * k_len), GROUP):
+    for k0 in range(lo, hi, GROUP):
         words = tl.load(w_ptr + offs_n[:, None] * stride_wn + (k0 // 8 + offs_w)[None, :],
                         mask=n_mask[:, None], other=0)  # fmt: skip
         s = tl.load(s_ptr + offs_n * stride_sn + k0 // GROUP, mask=n_mask, other=0.0)
@@ -314,9 +314,9 @@ def _fp4_decode_kernel(
     offs_k = tl.arange(0, BLOCK_K)
     n_ok = offs_n[:, None] < N
     DT: tl.constexpr = x_ptr.dtype.element_ty
-    k_len = tl.cdiv(K // BLOCK_K, SPLIT_K) * BLOCK_K
+    lo, hi = splitk.k_slice(K, BLOCK_K, SPLIT_K, pid_k)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(pid_k * k_len, tl.minimum(K, (pid_k + 1) * k_len), BLOCK_K):
+    for k0 in range(lo, hi, BLOCK_K):
         x = tl.load(x_ptr + offs_m[:, None] * stride_xm + (k0 + offs_k)[None, :] * stride_xk,
                     mask=offs_m[:, None] < M, other=0.0)  # fmt: skip
         words = tl.load(p_ptr + offs_n[:, None] * stride_pn + (k0 // 8 + offs_j)[None, :], mask=n_ok, other=0)
@@ -398,11 +398,7 @@ def _w8_split_kernel(
     added up by `splitk.finish`."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
-    if SPLIT_K == 1:  # the chapter's loop as it is
-        lo, hi = 0, K
-    else:  # whole K steps, as many in every program (the last one's past K are masked off)
-        span = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K) * BLOCK_K
-        lo, hi = pid_k * span, pid_k * span + span
+    lo, hi = splitk.k_slice(K, BLOCK_K, SPLIT_K, pid_k)  # unsplit: the chapter's loop as it is
     offs_m = tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)

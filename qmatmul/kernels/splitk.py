@@ -1,5 +1,6 @@
-"""Split-K for the decode kernels, in one launch: `scratch` (the workspace and the strips' counters) and `finish` (a
-Triton kernel's epilogue; `qmatmul/kernels/mma_decode.py`'s Gluon `_finish` does the same).
+"""Split-K for the decode kernels, in one launch: `scratch` (the workspace and the strips' counters), `k_slice` (the
+span of K a program sums) and `finish` (a Triton kernel's epilogue; `qmatmul/kernels/mma_decode.py`'s Gluon `_finish`
+does the same).
 
 Each of a column strip's programs stores its float32 partial sums in the workspace and counts itself in the strip's
 counter; the last one to arrive adds the parts in order, writes the output and sets the counter back to 0. So the
@@ -26,6 +27,15 @@ def scratch(device, split: int, N: int, n_blocks: int, rows: int = 16) -> tuple[
         _SCRATCH[key] = (torch.empty(split * rows * N, dtype=torch.float32, device=device),
                          torch.zeros(n_blocks, dtype=torch.int32, device=device))  # fmt: skip
     return _SCRATCH[key]
+
+
+@triton.jit
+def k_slice(K, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, pid_k):
+    """[lo, hi): the span of K that program pid_k of SPLIT_K sums, in whole BLOCK_K steps, as many in every program
+    (the last may have fewer or none), never past K. Unsplit: [0, K)."""
+    span = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K) * BLOCK_K
+    lo = pid_k * span
+    return lo, tl.minimum(lo + span, K)
 
 
 @triton.jit
