@@ -1,6 +1,6 @@
 """Which W8A16 and FP8 decode kernel designs read a Llama-3-8B block's layers near the copy bandwidth? (CUDA GPU)
 
-    python -m tools.sweep_gemv [--formats w8a16,fp8] [--ms 1,16] [--designs swap,fma] [--out DIR] [--budget-s 500]
+    python -m tools.sweep_gemv [--formats w8a16,fp8] [--ms 1,16] [--designs swap,fma,xfirst] [--out DIR] [--budget-s 500]
 
 The chapter's decode (`x @ q` with x as tl.dot's first operand: [16, BLOCK_K] x [BLOCK_K, BLOCK_N]) reads 11-54 % of
 copy on the 8B model's 1024- and 4096-column layers whatever its launch (docs/decode-step-h200.md). Two other
@@ -11,6 +11,8 @@ served from the L2), every output checked against `w8a16.reference` first:
   cores' wide side on the weight's columns, the 16 padded rows of x on the narrow side), K split over SPLIT_K programs
   a strip (`splitk.finish` adds the parts in the same launch);
 - **fma**: M = 1 on the CUDA cores: `acc[BLOCK_N, BLOCK_K] += q * x`, summed once after the loop, K split alike;
+- **xfirst**: the chapter's kernel as it is (x first) with K split 1-8 (the expert split decode's kernel, whose own
+  launch is tuned on the 70B layers only);
 - FP8 (`--formats fp8`): the chapter's decode against **swap** on e4m3 codes (the native fp8 tensor-core product with
   the weight first; x quantized per row in PyTorch ops before timing).
 
@@ -142,7 +144,11 @@ def launch(design: str, x, w, s, out, cand: dict, sx=None):
 
 
 def candidates(design: str) -> list[dict]:
-    """The launches tried: `swap` (W8A16), `fp8` (FP8's swap: a byte an element, so longer K steps), `fma`."""
+    """The launches tried: `swap` (W8A16), `fp8` (FP8's swap: a byte an element, so longer K steps), `fma`, `xfirst`
+    (the chapter's kernel, x first, with K split: the expert split decode's kernel on other launches)."""
+    if design == "xfirst":
+        return [dict(BLOCK_N=n, BLOCK_K=k, SPLIT_K=sp, num_warps=4, num_stages=4)
+                for n, k, sp in itertools.product((32, 64), (256, 512), (1, 2, 4, 8))]  # fmt: skip
     if design in ("swap", "fp8"):
         ks = (128, 256, 512) if design == "swap" else (256, 512, 1024)
         return [dict(BLOCK_N=n, BLOCK_K=k, SPLIT_K=sp, num_warps=4, num_stages=3)
@@ -156,7 +162,7 @@ def main(argv=None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--ms", default="1,16")
-    parser.add_argument("--designs", default="swap,fma")
+    parser.add_argument("--designs", default="swap,fma,xfirst")
     parser.add_argument("--formats", default="w8a16,fp8")
     parser.add_argument("--shapes", default="")
     parser.add_argument("--out", default="build/sweep_gemv")
@@ -207,6 +213,10 @@ def main(argv=None) -> int:
                              ("expert split", {}, lambda st, o, x=x: expert.w8a16_decode_split(x, *st, out=o))]  # fmt: skip
                     for design in args.designs.split(","):
                         if design == "fma" and M > 1:
+                            continue
+                        if design == "xfirst":
+                            tries += [(design, c, lambda st, o, c=c, x=x: expert.w8a16_decode_split(x, *st, out=o, **c))
+                                      for c in candidates(design)]  # fmt: skip
                             continue
                         tries += [(design, c, lambda st, o, d=design, c=c, x=x: launch(d, x, *st, o, c))
                                   for c in candidates(design)]  # fmt: skip
