@@ -160,3 +160,14 @@ def test_the_gemv_designs_compute_the_product(design, M, split):
         q, s = w8a16.timing_weights(N, K, g)
         y, want = sweep_gemv.launch(design, x, q, s, out, cfg), w8a16.reference(x, q, s)
     checks.compare(y.float(), want, what=design, rtol=4 * checks.tolerance_for(torch.float16))
+
+
+def test_the_gemv_table_shows_each_designs_best_launch():
+    """sweep_gemv's table: one line per design and shape, its fastest launch (rows arrive sorted by time)."""
+    from tools import sweep_gemv
+
+    rows = [dict(design="swap", cand=dict(SPLIT_K=4), us=3.2, copy_frac=0.3),
+            dict(design="swap", cand=dict(SPLIT_K=1), us=9.0, copy_frac=0.1),
+            dict(design="fma", cand={}, error="out of resources")]  # fmt: skip
+    lines = sweep_gemv.table([dict(format="w8a16", N=1024, K=4096, M=1, rows=rows)])
+    assert lines[2:] == ["| w8a16 | 1024 × 4096 | 1 | swap | 3.2 | 30 | SPLIT_K=4 |"]

@@ -279,10 +279,24 @@ def main(argv=None) -> int:
             del states, dense
             if env.has_gpu:
                 torch.cuda.empty_cache()
-    for line in step_estimates(result["results"]):
+    for line in [*table(result["results"]), *step_estimates(result["results"])]:
         print(line, flush=True)
     print(f"done in {time.time() - t0:.0f} s", flush=True)
     return 0
+
+
+def table(results: list[dict]) -> list[str]:
+    """Markdown: each layer shape and M, each design's best launch (µs, % of copy, the launch)."""
+    lines = ["| format | N × K | M | design | µs | % of copy | launch |", "|---|---|---|---|---|---|---|"]
+    for r in results:
+        seen = set()
+        for row in r["rows"]:  # sorted by time: the first of a design is its best
+            if "us" in row and row["design"] not in seen:
+                seen.add(row["design"])
+                launch = " ".join(f"{k}={v}" for k, v in row["cand"].items())
+                lines.append(f"| {r['format']} | {r['N']} × {r['K']} | {r['M']} | {row['design']} | {row['us']:.1f} | "
+                             f"{100 * row['copy_frac']:.0f} | {launch} |")  # fmt: skip
+    return lines
 
 
 def step_estimates(results: list[dict]) -> list[str]:
