@@ -22,6 +22,7 @@ from pathlib import Path
 import triton
 import triton.language as tl
 
+from qmatmul.kernels import splitk
 from qmatmul.kernels.expert import (  # the kernels this sweep shares
     block_scales,
     fp4_lanes_tile,
@@ -64,10 +65,10 @@ def w4_join(
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_j = tl.arange(0, BLOCK_K // 2)
     offs_k = tl.arange(0, BLOCK_K)
-    k_len = tl.cdiv(K // BLOCK_K, tl.num_programs(1)) * BLOCK_K
+    lo, hi = splitk.k_slice(K, BLOCK_K, tl.num_programs(1), pid_k)
     n_ok = offs_n < N
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(pid_k * k_len, tl.minimum(K, (pid_k + 1) * k_len), BLOCK_K):
+    for k0 in range(lo, hi, BLOCK_K):
         x = tl.load(x_ptr + offs_m[:, None] * stride_xm + (k0 + offs_k)[None, :] * stride_xk,
                     mask=offs_m[:, None] < M, other=0.0)  # fmt: skip
         p = tl.load(p_ptr + offs_n[:, None] * stride_pn + (k0 // 2 + offs_j)[None, :] * stride_pj,
@@ -124,7 +125,7 @@ def w4_words(
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_j = tl.arange(0, BLOCK_K // 8)  # word columns of one K block
     offs_k = tl.arange(0, BLOCK_K)
-    k_len = tl.cdiv(K // BLOCK_K, tl.num_programs(1)) * BLOCK_K
+    lo, hi = splitk.k_slice(K, BLOCK_K, tl.num_programs(1), pid_k)
     n_ok = offs_n < N
     # bf16 128 + q is 0x4300 | q, fp16 1024 + q is 0x6400 | q: the code lands in the mantissa, no conversion.
     if x_ptr.dtype.element_ty == tl.bfloat16:
@@ -137,7 +138,7 @@ def w4_words(
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(pid_k * k_len, tl.minimum(K, (pid_k + 1) * k_len), BLOCK_K):
+    for k0 in range(lo, hi, BLOCK_K):
         x = tl.load(x_ptr + offs_m[:, None] * stride_xm + (k0 + offs_k)[None, :] * stride_xk,
                     mask=offs_m[:, None] < M, other=0.0)  # fmt: skip
         words = tl.load(p_ptr + offs_n[:, None] * stride_pn + (k0 // 8 + offs_j)[None, :] * stride_pj,
@@ -202,9 +203,9 @@ def fp4_join(
     pid_k = tl.program_id(1)
     offs_m = tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    k_len = tl.cdiv(K // BLOCK_K, tl.num_programs(1)) * BLOCK_K
+    lo, hi = splitk.k_slice(K, BLOCK_K, tl.num_programs(1), pid_k)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(pid_k * k_len, tl.minimum(K, (pid_k + 1) * k_len), BLOCK_K):
+    for k0 in range(lo, hi, BLOCK_K):
         x, w = _fp4_tile(x_ptr, p_ptr, s_ptr, offs_m, offs_n, M, N, k0, stride_xm, stride_xk, stride_pn,
                          stride_pk, stride_sn, stride_sk, BLOCK_N, BLOCK_K, SB, NV)  # fmt: skip
         acc = tl.dot(x, tl.trans(w), acc)
@@ -245,12 +246,12 @@ def fp4_words(
     else:
         SHIFT: tl.constexpr = 9  # at fp16's bits 11-10 and 9
         UNDO: tl.constexpr = 2.0**14
-    k_len = tl.cdiv(K // BLOCK_K, tl.num_programs(1)) * BLOCK_K
+    lo, hi = splitk.k_slice(K, BLOCK_K, tl.num_programs(1), pid_k)
     if SWAP:  # y^T = w x^T: the weights as the MMA's first operand
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(pid_k * k_len, tl.minimum(K, (pid_k + 1) * k_len), BLOCK_K):
+    for k0 in range(lo, hi, BLOCK_K):
         x = tl.load(x_ptr + offs_m[:, None] * stride_xm + (k0 + offs_k)[None, :] * stride_xk,
                     mask=offs_m[:, None] < M, other=0.0)  # fmt: skip
         words = tl.load(p_ptr + offs_n[:, None] * stride_pn + (k0 // 8 + offs_j)[None, :] * stride_pk,

@@ -30,9 +30,9 @@ def scratch(device, split: int, N: int, n_blocks: int, rows: int = 16) -> tuple[
 
 
 @triton.jit
-def k_slice(K, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, pid_k):
+def k_slice(K, BLOCK_K: tl.constexpr, SPLIT_K, pid_k):
     """[lo, hi): the span of K that program pid_k of SPLIT_K sums, in whole BLOCK_K steps, as many in every program
-    (the last may have fewer or none), never past K. Unsplit: [0, K)."""
+    (the last may have fewer or none), never past K. Unsplit: [0, K). SPLIT_K may be a constexpr or tl.num_programs(1)."""
     span = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K) * BLOCK_K
     lo = pid_k * span
     return lo, tl.minimum(lo + span, K)
