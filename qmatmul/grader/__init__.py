@@ -6,6 +6,8 @@ static/   reads the learner's source: own Triton kernel launched? constructs tha
 worker    the untrusted process: runs the learner's cells, answers calls with data
 remote    the trusted side of that process: start it isolated (stated import path, a scratch folder, one time
           budget), call with a timeout, mirror results without following links, kill
+zygote    on a CPU in plain mode, workers forked from an interpreter that has imported torch, triton and IPython
+          (started as a worker is): half a notebook's grading time there was two interpreters' imports
 freeze    the worker's and the notebook kernel's processes stopped between their jobs and cells
 protocol  the timing protocol's trusted side: timed goes in the GPU's exclusive window, the counted go checked
 files     the worker's folder, read and written never through a link (arguments out, results back)

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from qmatmul.checks import WORKER_CONTEXTS, WORKER_STATE, CheckFailed, LearnerError, OpRecord
-from qmatmul.grader import freeze, kernels, reach, static
+from qmatmul.grader import freeze, kernels, reach, static, zygote
 from qmatmul.grader.files import create_new, load_result, read_regular, save_args, write_new
 from qmatmul.grader.results import map_result, torch_dtype, write_back
 from qmatmul.timing import gpulock
@@ -188,11 +188,20 @@ class Worker:
         # An isolated interpreter with its import path stated (import_path), started in a folder of its own: a
         # `qmatmul/` or `torch.py` handed in beside the notebook is never on the path, and whatever the
         # learner's code writes lands in the scratch folder, never where nbgrader writes afterwards.
-        bootstrap = BOOTSTRAP.format(path=import_path(exclude=(self.cwd, self.dir)))
-        cmd = [*self.wrap, sys.executable, "-I", "-u", "-c", bootstrap, str(program_path), str(w)]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
-                                     pass_fds=(w,), cwd=self.scratch, env=env, start_new_session=True,
-                                     preexec_fn=_limits(memory_limit()))  # fmt: skip
+        path = import_path(exclude=(self.cwd, self.dir))
+        memory = memory_limit()
+        # Forked from an interpreter that has imported torch, triton and IPython where one serves (zygote.py: plain
+        # mode on a CPU), else a fresh interpreter: the same path, environment, folder, limits and descriptors.
+        self.proc = None
+        if zygote.usable(self.wrap):
+            self.proc = zygote.spawn(env, path, str(program_path), w, log.fileno(), str(self.scratch), memory,
+                                     _limits(memory))  # fmt: skip
+        if self.proc is None:
+            bootstrap = BOOTSTRAP.format(path=path)
+            cmd = [*self.wrap, sys.executable, "-I", "-u", "-c", bootstrap, str(program_path), str(w)]
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+                                         pass_fds=(w,), cwd=self.scratch, env=env, start_new_session=True,
+                                         preexec_fn=_limits(memory))  # fmt: skip
         os.close(w)
         log.close()
         self.reply_fd, self._buf = r, b""
