@@ -226,11 +226,19 @@ def hopper(kernel: str, **shape) -> Launch:
         # Graph-timed on the H200 (docs/perf-notes.md, eleventh round; sweep 25), % of copy at M = 1 / 16: 8192 x 28672
         # 92 / 92 with 64 x 512, K split 2 (the chapter's solution 88 / 87); 8192 x 8192 75 / 75 with 64 x 256, 4 stages
         # (solution 72 / 72). Where N >= 16384 the solution's 128-column strips already fill the GPU (92 %): no split.
-        if shape["N"] >= 16384:
+        # A Llama-3-8B block's narrower layers, graph-timed on an H100 (tools/sweep_gemv.py "xfirst", 2026-12-07,
+        # docs/sweep-gemv-h100.json), µs at M = 1 against the chapter's solution: 32 columns x 256 of K, 4 stages, K
+        # split 8 at 1024 x 4096 (5.5 against 8.8) and 2 at 4096 x 4096, 6144 x 4096 and 4096 x 14336 (9.7, 12.6,
+        # 24.8 against 10.2, 13.5, 27.5); 14336 x 4096 best unsplit on 64 columns (24.5; split 2: 26.7).
+        N, K = shape["N"], shape["K"]
+        if N >= 16384:
             return Launch.of(BLOCK_N=128, BLOCK_K=256, SPLIT_K=1, num_warps=4, num_stages=3)
-        if shape["K"] >= 16384:
+        if K >= 16384:
             return Launch.of(BLOCK_N=64, BLOCK_K=512, SPLIT_K=2, num_warps=4, num_stages=3)
-        return Launch.of(BLOCK_N=64, BLOCK_K=256, SPLIT_K=2, num_warps=4, num_stages=4)
+        if N <= 6144:
+            split = 8 if N <= 1024 else 2
+            return Launch.of(BLOCK_N=32, BLOCK_K=256, SPLIT_K=split, num_warps=4, num_stages=4)
+        return Launch.of(BLOCK_N=64, BLOCK_K=256, SPLIT_K=2 if N <= 8192 else 1, num_warps=4, num_stages=4)
     if kernel == "mma.w4a16":
         return _mma_w4a16(shape["M"], shape["N"])
     if kernel == "mma.fp4":
