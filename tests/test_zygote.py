@@ -24,6 +24,8 @@ def describe(x):
             target = os.readlink(f"/proc/self/fd/{fd}")
         except OSError:
             continue
+        if "profile_default" in target:  # IPython's history files: open or not as its saving thread goes
+            continue
         target = target.replace(os.environ["QMATMUL_WORKER_DIR"], "WORKER_DIR")
         fds.append(target.split(":")[0] if ":[" in target else target)
     env = {k: v for k, v in os.environ.items() if k not in ("QMATMUL_WORKER_DIR", "QMATMUL_FORK_WORKERS")}

@@ -267,8 +267,9 @@ def main(argv=None) -> int:
                                      copy_frac=layer_bytes("bf16", M, N, K) / (t * 1e-3) / copy_bw))  # fmt: skip
                 rows.sort(key=lambda r: r.get("us", 1e9))
                 result["results"].append(dict(format=fmt, N=N, K=K, M=M, rows=rows))
+                fastest = best_rows(result["results"][-1:])
                 for design in ("solution", "expert split", "bf16 cuBLAS", *args.designs.split(",")):
-                    best = next((r for r in rows if r["design"] == design and "us" in r), None)
+                    best = fastest.get((fmt, M, N, K, design))
                     if best:
                         print(f"{fmt} {N}x{K} M={M} {design}: {best['us']:.1f} µs {100 * best['copy_frac']:.0f} % "
                               f"{best['cand']}", flush=True)  # fmt: skip
@@ -285,17 +286,25 @@ def main(argv=None) -> int:
     return 0
 
 
+def best_rows(results: list[dict]) -> dict:
+    """(format, M, N, K, design) -> that design's fastest timed row at that shape, in the order the designs first
+    appear (the one rule the run's lines, the table and the step estimates read)."""
+    best = {}
+    for r in results:
+        for row in r["rows"]:
+            key = (r["format"], r["M"], r["N"], r["K"], row["design"])
+            if "us" in row and (key not in best or row["us"] < best[key]["us"]):
+                best[key] = row
+    return best
+
+
 def table(results: list[dict]) -> list[str]:
     """Markdown: each layer shape and M, each design's best launch (µs, % of copy, the launch)."""
     lines = ["| format | N × K | M | design | µs | % of copy | launch |", "|---|---|---|---|---|---|---|"]
-    for r in results:
-        seen = set()
-        for row in r["rows"]:  # sorted by time: the first of a design is its best
-            if "us" in row and row["design"] not in seen:
-                seen.add(row["design"])
-                launch = " ".join(f"{k}={v}" for k, v in row["cand"].items())
-                lines.append(f"| {r['format']} | {r['N']} × {r['K']} | {r['M']} | {row['design']} | {row['us']:.1f} | "
-                             f"{100 * row['copy_frac']:.0f} | {launch} |")  # fmt: skip
+    for (fmt, M, N, K, design), row in best_rows(results).items():
+        launch = " ".join(f"{k}={v}" for k, v in row["cand"].items())
+        lines.append(f"| {fmt} | {N} × {K} | {M} | {design} | {row['us']:.1f} | {100 * row['copy_frac']:.0f} | "
+                     f"{launch} |")  # fmt: skip
     return lines
 
 
@@ -304,12 +313,7 @@ def step_estimates(results: list[dict]) -> list[str]:
     per format, M, layout and design, the best launch of each layer summed, and × bf16 (cuBLAS, same layers)."""
     from tools.decode_step import LAYOUTS
 
-    best = {}
-    for r in results:
-        for row in r["rows"]:
-            if "us" in row:
-                key = (r["format"], r["M"], r["N"], r["K"], row["design"])
-                best[key] = min(best.get(key, 1e9), row["us"])
+    best = {key: row["us"] for key, row in best_rows(results).items()}
     lines = []
     for fmt, M in sorted({(f, m) for f, m, *_ in best}):
         for name, layout in LAYOUTS.items():

@@ -192,10 +192,8 @@ class Worker:
         memory = memory_limit()
         # Forked from an interpreter that has imported torch, triton and IPython where one serves (zygote.py: plain
         # mode on a CPU), else a fresh interpreter: the same path, environment, folder, limits and descriptors.
-        self.proc = None
-        if zygote.usable(self.wrap):
-            self.proc = zygote.spawn(env, path, str(program_path), w, log.fileno(), str(self.scratch), memory,
-                                     _limits(memory))  # fmt: skip
+        self.proc = (zygote.spawn(env, path, str(program_path), w, log.fileno(), str(self.scratch), memory,
+                                  _limits(memory)) if zygote.usable(self.wrap) else None)  # fmt: skip
         if self.proc is None:
             bootstrap = BOOTSTRAP.format(path=path)
             cmd = [*self.wrap, sys.executable, "-I", "-u", "-c", bootstrap, str(program_path), str(w)]

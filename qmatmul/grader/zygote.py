@@ -32,7 +32,7 @@ import sys
 import threading
 import time
 
-__all__ = ["ENV", "PRELOAD", "spawn", "Forked", "main", "close_all"]
+__all__ = ["ENV", "PRELOAD", "usable", "spawn", "Forked", "main", "close_all"]
 
 ENV = "QMATMUL_FORK_WORKERS"  # "0": every worker starts as a fresh interpreter
 PRELOAD = (
@@ -83,8 +83,7 @@ class Forked:
 class _Zygote:
     """The trusted side's end of one zygote: its process, its socket, the exit codes it reported."""
 
-    def __init__(self, env: dict, path: list[str], memory: int | None, limits):
-        self.path, self.memory = path, memory
+    def __init__(self, env: dict, path: list[str], limits):
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.lock = threading.Lock()
         self.exits: dict[int, int] = {}
@@ -139,8 +138,6 @@ class _Zygote:
                     raise OSError("the zygote is gone")
                 if "pid" in msg:
                     return int(msg["pid"]), msg["pidfd"]
-                if "error" in msg:
-                    raise OSError(msg["error"])
 
     def exit_code(self, pid: int, pidfd: int) -> int | None:
         with self.lock:
@@ -211,12 +208,12 @@ def spawn(env: dict, path: list[str], program: str, reply_w: int, log_w: int, cw
             while len(_ZYGOTES) >= KEEP:
                 _ZYGOTES.pop(next(iter(_ZYGOTES))).close()
             try:
-                z = _ZYGOTES[key] = _Zygote(own, path, memory, limits)
+                z = _ZYGOTES[key] = _Zygote(own, path, limits)
             except OSError:
                 return None
     r, w = os.pipe()
     try:
-        request = {"program": program, "cwd": cwd, "dir": env.get("QMATMUL_WORKER_DIR", ""), "path": path}
+        request = {"program": program, "cwd": cwd, "dir": env.get("QMATMUL_WORKER_DIR", "")}
         pid, pidfd = z.fork(request, [r, log_w, reply_w])
     except OSError:
         os.close(w)
@@ -294,7 +291,6 @@ def _child(request: dict, fds: list[int], sock, wake: tuple[int, int]) -> None:
         os.close(log_w)
         os.chdir(request["cwd"])
         os.environ["QMATMUL_WORKER_DIR"] = request["dir"]
-        sys.path[:] = request["path"]
         sys.argv = ["-c", request["program"], str(reply_w)]
         from qmatmul.grader import worker
 
