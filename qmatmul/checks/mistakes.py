@@ -13,16 +13,18 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Mistake", "known_mistakes", "lazily"]
+__all__ = ["Mistake", "known_mistakes", "lazily", "matches"]
 
 
 @dataclass
 class Mistake:
-    """A known wrong answer: if the learner's output matches `output`, the report names it."""
+    """A known wrong answer: if the learner's output matches `output`, the report names it. A tuple of outputs stands
+    for a race: each element matches one of them (which program's store landed last differs from element to element
+    on a GPU)."""
 
     name: str
     explanation: str
-    output: torch.Tensor | None
+    output: torch.Tensor | tuple[torch.Tensor, ...] | None
 
 
 def known_mistakes(mistakes: Sequence[Mistake] | Callable[[], Sequence[Mistake]]) -> Sequence[Mistake]:
@@ -33,3 +35,20 @@ def known_mistakes(mistakes: Sequence[Mistake] | Callable[[], Sequence[Mistake]]
 def lazily(make, *args, **kwargs) -> Callable[[], Sequence[Mistake]]:
     """make(*args, **kwargs), called the first time a failed check asks for it (known_mistakes) and then kept."""
     return functools.cache(functools.partial(make, *args, **kwargs))
+
+
+def matches(got: torch.Tensor, output, differ: Callable) -> bool:
+    """Whether got (on the host) is a known mistake's output: every element matches it, or one of a tuple of them.
+    differ(got, candidate): where they differ beyond the check's tolerance (NaN where both are NaN, and equal
+    infinities, match)."""
+    cands = output if isinstance(output, tuple) else (output,)
+    if output is None or any(tuple(c.shape) != tuple(got.shape) for c in cands):
+        return False
+    wrong = torch.ones(got.shape, dtype=torch.bool)
+    for cand in cands:
+        cand = cand.cpu()
+        same_special = (got.double() == cand.double()) | (
+            torch.isnan(got.double()) & torch.isnan(cand.double())
+        )
+        wrong &= differ(got, cand) & ~same_special
+    return not bool(wrong.any())

@@ -43,20 +43,9 @@ def imprecise_fp8_accumulation(device: str) -> bool:
 FORCED_PATH: list = []
 
 
-class use_path:
+def use_path(fp8_dot: bool):
     """Context manager: the configs choose the native fp8 tl.dot (True) or the decode-to-fp16 path (False)."""
-
-    def __init__(self, fp8_dot: bool):
-        self.fp8_dot = fp8_dot
-
-    def __enter__(self):
-        FORCED_PATH.append(self.fp8_dot)
-        # the worker's configs too
-        checks.WORKER_STATE["qmatmul.scaffold.fp8:FORCED_PATH"] = list(FORCED_PATH)
-
-    def __exit__(self, *exc):
-        FORCED_PATH.pop()
-        checks.WORKER_STATE["qmatmul.scaffold.fp8:FORCED_PATH"] = list(FORCED_PATH)
+    return checks.forcing(FORCED_PATH, f"{__name__}:FORCED_PATH", fp8_dot)
 
 
 def _fp8_dot(device: str) -> bool:
