@@ -22,6 +22,7 @@ from qmatmul.checks.w8a16 import (
     random_problem,
     random_weight,
     rounding_probe,
+    split_mistakes,
     timing_inputs,
     timing_weights,
     traffic_feedback,
@@ -43,8 +44,12 @@ from qmatmul.scaffold.w8a16 import (
     decode_config,
     decode_first,
     decoded_gemm,
+    finish,
+    k_slice,
     prefill_config,
     prepare,
+    split_scratch,
+    use_split,
 )
 from qmatmul.teaching.roofline_model import bytes_moved_dense, flops
 from qmatmul.teaching.w8a16 import H200_RECORDED_US, compare_paths, explain_format, predictions
@@ -58,10 +63,11 @@ __all__ = [
     "QMAX", "bytes_moved", "bytes_moved_naive", "bytes_per_weight", "dequantize", "naive", "quantize", "reference",
     "bytes_moved_dense", "flops",
     # what the learner's code may call (qmatmul/scaffold/)
-    "GIVEN", "ACT_DTYPES", "prepare", "prefill_config", "decode_config", "decode_first", "as_16bit", "decoded_gemm",
+    "GIVEN", "ACT_DTYPES", "prepare", "prefill_config", "decode_config", "split_scratch", "decode_first", "as_16bit",
+    "decoded_gemm", "k_slice", "finish", "use_split",
     # the grading (qmatmul/checks/w8a16.py)
     "BANDWIDTH_SHAPE", "BANDWIDTH_MS", "BANDWIDTH_THRESHOLD", "random_weight", "random_problem", "rounding_probe",
-    "check_quantizer", "kernel_mistakes", "check_prefill", "check_decode", "check_decode_bandwidth",
+    "check_quantizer", "kernel_mistakes", "split_mistakes", "check_prefill", "check_decode", "check_decode_bandwidth",
     "timing_weights", "timing_inputs", "traffic_feedback",
     # the teaching cells (qmatmul/teaching/w8a16.py)
     "explain_format", "H200_RECORDED_US", "predictions", "compare_paths",

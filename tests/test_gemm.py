@@ -232,7 +232,7 @@ def test_a_launch_keeps_the_order_it_was_written_in():
 # qmatmul/kernels/configs.py that changes a tile, a warp, a stage or the keys' order fails here.
 CHAPTER_LAUNCHES = [
     (None, "w8a16.decode_config", (16, 28672, 8192, "cpu"),
-     dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=1)),
+     dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=1, SPLIT_K=2)),
     (None, "w4a16.prefill_config", (33, 4096, 4096, 32, "cpu"),
      dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=32, num_warps=4, num_stages=1)),
     (None, "w4a16.decode_config", (16, 28672, 8192, 128, "cpu"),
@@ -254,7 +254,7 @@ CHAPTER_LAUNCHES = [
     ((8, 0), "w8a16.prefill_config", (256, 4096, 4096, "cuda"),
      dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=4, num_stages=3)),
     ((8, 0), "w8a16.decode_config", (16, 28672, 8192, "cuda"),
-     dict(BLOCK_M=16, BLOCK_N=128, BLOCK_K=256, num_warps=4, num_stages=3)),
+     dict(BLOCK_M=16, BLOCK_N=128, BLOCK_K=256, num_warps=4, num_stages=3, SPLIT_K=1)),
     ((8, 0), "fp8.prefill_config", (256, 4096, 4096, "cuda"),
      dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, FP8_DOT=False, num_warps=8, num_stages=3)),
     ((8, 9), "fp8.prefill_config", (256, 4096, 4096, "cuda"),
@@ -267,6 +267,10 @@ CHAPTER_LAUNCHES = [
      dict(BLOCK_M=256, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=3)),
     ((9, 0), "w4a16.prefill_config", (256, 4096, 4096, 128, "cuda"),
      dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3)),
+    ((9, 0), "w8a16.decode_config", (1, 1024, 4096, "cuda"),
+     dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=256, SPLIT_K=8, num_warps=4, num_stages=4)),
+    ((9, 0), "w8a16.decode_config", (16, 28672, 8192, "cuda"),
+     dict(BLOCK_M=16, BLOCK_N=128, BLOCK_K=256, SPLIT_K=1, num_warps=4, num_stages=3)),
     ((9, 0), "w4a16.decode_config", (16, 28672, 8192, 64, "cuda"),
      dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=64, num_warps=4, num_stages=4)),
     ((9, 0), "fp8.prefill_config", (256, 4096, 4096, "cuda"),

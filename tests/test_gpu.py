@@ -74,7 +74,10 @@ def test_split_k_decode_on_ragged_shapes_and_in_a_graph(M, N, K):
     assert not checks.mismatch(out.float().cpu(), w8a16.reference(x, q, s).float().cpu(), tol).any()
 
 
-STORE_MASK = "mask=(offs_m[:, None] < M) & (offs_n[None, :] < N),\n    )\n    ### END SOLUTION"
+STORE_MASK = {  # the output's mask in each chapter's decode solution
+    "w8a16": "y_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)",
+    "mxfp4": "mask=(offs_m[:, None] < M) & (offs_n[None, :] < N),\n    )\n    ### END SOLUTION",
+}
 
 
 @pytest.mark.parametrize("chapter", ["w8a16", "mxfp4"])
@@ -88,8 +91,9 @@ def test_an_unmasked_row_store_is_named_on_the_gpu(chapter):
     from qmatmul import course
 
     src = {c.grade_id: c.source for c in grade_direct.solution_cells(chapter) if c.grade_id}["ex3_decode"]
-    assert STORE_MASK in src
-    mod = course.load_notebook_code(chapter, overrides={"ex3_decode": src.replace(STORE_MASK, STORE_MASK.replace(
+    mask = STORE_MASK[chapter]
+    assert mask in src
+    mod = course.load_notebook_code(chapter, overrides={"ex3_decode": src.replace(mask, mask.replace(
         "(offs_m[:, None] < M) & (offs_n[None, :] < N)", "offs_n[None, :] < N"))}, name=f"unmasked_{chapter}")  # fmt: skip
     with pytest.raises(CheckFailed, match=r"stored past the last row of the output: rows m = .*offs_m < M"):
         importlib.import_module(f"qmatmul.{chapter}").check_decode(getattr(mod, f"{chapter}_decode"))

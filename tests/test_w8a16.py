@@ -143,6 +143,56 @@ def test_kernel_mistakes_are_named(name):
                        mistakes=mistakes)  # fmt: skip
 
 
+def _decode_variant(old: str, new: str, name: str):
+    """The decode solution with one line changed (a known mistake of exercise 3)."""
+    from autograder import grade_direct
+    from qmatmul import course
+
+    src = {c.grade_id: c.source for c in grade_direct.solution_cells("w8a16") if c.grade_id}["ex3_decode"]
+    assert old in src
+    return course.load_notebook_code("w8a16", {"ex3_decode": src.replace(old, new)}, name=f"w8a16_{name}")
+
+
+SPLIT_MISTAKES = {  # name: (the solution's line, the mistake's)
+    "the parts of K not added": (
+        "w8a16.finish(acc * s[None, :], y, y_mask, part_ptr, offs_m, offs_n, N, count_ptr, pid_n, pid_k, SPLIT_K)",
+        "tl.store(y, (acc * s[None, :]).to(y_ptr.dtype.element_ty), mask=y_mask)",
+    ),
+    "every program sums all of K": ("range(lo, hi, BLOCK_K)", "range(0, K, BLOCK_K)"),
+}
+
+
+@pytest.mark.parametrize("name", SPLIT_MISTAKES)
+@pytest.mark.parametrize("hidden", [False, True])
+def test_split_mistakes_are_named_on_every_run(env, name, hidden):
+    """Exercise 3's split mistakes, in the visible and the hidden check, whatever the seed: the case with K forced into
+    three slices that each hold part of K fails them on every device (on a GPU the slice that stores last varies)."""
+    wrong = _decode_variant(*SPLIT_MISTAKES[name], name=name.replace(" ", "_")).w8a16_decode
+    for seed in range(3):
+        with pytest.raises(CheckFailed, match=f"known mistake: {name}"):
+            w8a16.check_decode(wrong, hidden=hidden, seed=seed)
+
+
+def test_decode_is_checked_split_and_unsplit(w8a16_solution, capsys):
+    w8a16.check_decode(w8a16_solution.w8a16_decode, seed=0)
+    out = capsys.readouterr().out
+    assert "K split 3 ways (forced)" in out and "K split 1 way (forced)" in out
+    assert w8a16.decode_config(1, 64, 1000, "cpu")["SPLIT_K"] == 2  # the interpreter's own launch splits too
+
+
+def test_a_race_between_slices_is_named_element_by_element():
+    """On a GPU each strip's y holds whichever slice stored last: a mistake given as a tuple of outputs matches
+    element by element."""
+    g = checks.generator(5)
+    x, q, s = w8a16.random_problem(3, 40, 700, torch.float16, "cpu", g)
+    with w8a16.use_split(3):
+        mistakes = w8a16.split_mistakes(x, q, s)
+    parts = next(m for m in mistakes if m.name == "the parts of K not added").output
+    got = torch.cat([parts[2][:, :20], parts[0][:, 20:]], dim=1).half()  # two strips, two different winners
+    with pytest.raises(CheckFailed, match="known mistake: the parts of K not added"):
+        checks.compare(got, w8a16.reference(x, q, s), what="k", rtol=2**-9, mistakes=mistakes)
+
+
 def test_dropped_k_tail_is_named():
     g = checks.generator(5)
     x, q, s = w8a16.random_problem(9, 40, 70, torch.float16, "cpu", g)

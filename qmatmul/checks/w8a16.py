@@ -6,12 +6,14 @@ qmatmul/checks/harness.py draws by this module's name.
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
 
 from qmatmul import checks
 from qmatmul.checks import CheckFailed, Mistake, common, traffic
 from qmatmul.formats.w8a16 import QMAX, bytes_moved, quantize, reference
+from qmatmul.scaffold.w8a16 import decode_config, use_split
 from qmatmul.teaching import roofline_model
 
 # Decode grading: a weight of 28672 x 8192 int8 (235 MB) is about 4x the H200's L2 and 60x a T4's.
@@ -219,6 +221,37 @@ def kernel_mistakes(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> list[M
     return out
 
 
+def split_mistakes(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> list[Mistake]:
+    """Exercise 3's known mistakes: the kernels' (kernel_mistakes) and, where the decode's launch splits K (the split
+    decode_config gives for this problem: what the check forced, or the device's own), the split's two."""
+    M, K = x.shape
+    N = q.shape[0]
+    cfg = decode_config(M, N, K, x.device.type)
+    split, bk = cfg["SPLIT_K"], cfg["BLOCK_K"]
+    out = kernel_mistakes(x, q, s)
+    if split == 1:
+        return out
+    xf, w = x.float().cpu(), q.float().cpu() * s.float().cpu()[:, None]
+    span = (
+        math.ceil(math.ceil(K / bk) / split) * bk
+    )  # splitk.k_slice's: whole BLOCK_K steps, as many in every slice
+    parts = tuple(xf[:, lo : lo + span] @ w[:, lo : lo + span].T for lo in range(0, split * span, span))
+    return out + [
+        Mistake(
+            "the parts of K not added",
+            f"With SPLIT_K = {split}, each program sums one slice of K, and y holds whichever slice stored last: hand "
+            "the scaled acc to w8a16.finish, which adds the slices' parts (or stores y itself when K is not split).",
+            parts,
+        ),
+        Mistake(
+            "every program sums all of K",
+            f"The output is SPLIT_K = {split} times the product: each program must loop over its own slice of K only, "
+            "range(lo, hi, BLOCK_K) with lo, hi = w8a16.k_slice(K, BLOCK_K, SPLIT_K, pid_k).",
+            sum(parts) * split,
+        ),
+    ]
+
+
 # common.check_kernel(fn, what, cases, **kw) on this chapter's problems, reference and known mistakes
 _check_kernel = functools.partial(
     common.check_kernel, names=("x", "q", "s"), problem=random_problem,
@@ -244,10 +277,12 @@ def check_prefill(fn, *, hidden: bool = False, seed: int | None = None) -> None:
 
 
 def check_decode(fn, *, hidden: bool = False, seed: int | None = None) -> None:
-    """Exercise 3 (correctness): M = 1..16, ragged N and K."""
+    """Exercise 3 (correctness): M = 1..16, ragged N and K, with the device's own launch (its K split, if any), then
+    with K forced into three slices, each holding part of K (on every device: the parts must be added), and unsplit."""
     seed, g, device = common.cell(seed)
     if not hidden:
-        shapes = [(1, 64, 128), (16, 96, 200)]
+        shapes = [(1, 64, 1000), (16, 96, 200)]
+        M3, N3, M1, N1, K1 = 5, 40, 1, 64, 128
     else:
         big = device == "cuda"
         shapes = [
@@ -255,7 +290,23 @@ def check_decode(fn, *, hidden: bool = False, seed: int | None = None) -> None:
              int(torch.randint(40, 3000 if big else 300, (1,), generator=g)))
             for M in (1, int(torch.randint(2, 16, (1,), generator=g)), 16)
         ]  # fmt: skip
-    _check_kernel(fn, "w8a16_decode", shapes, g=g, hidden=hidden, seed=seed)
+        M3, M1 = (int(m) for m in torch.randint(1, 17, (2,), generator=g))
+        N3, N1, K1 = (int(torch.randint(33, 200, (1,), generator=g)) for _ in range(3))
+    check = functools.partial(
+        _check_kernel, fn, "w8a16_decode", g=g, hidden=hidden, seed=seed, mistakes=split_mistakes
+    )
+    check(shapes)
+    # Three slices of whole BLOCK_K steps hold K only if K spans 3 steps of this launch, or 5 to 7, or 9 ...: 3.
+    bk = decode_config(M3, N3, 4096, device)["BLOCK_K"]
+    K3 = 3 * bk - 7 if not hidden else int(torch.randint(2 * bk + 1, 3 * bk + 1, (1,), generator=g))
+    for split, case in ((3, (M3, N3, K3)), (1, (M1, N1, K1))):
+        with use_split(split):
+            check(
+                [case],
+                probe=None,
+                strided_cases=(False,),
+                note=f", K split {split} way{'s' * (split > 1)} (forced)",
+            )
 
 
 def check_decode_bandwidth(fn, *, threshold: float = BANDWIDTH_THRESHOLD, seed: int | None = None) -> None:

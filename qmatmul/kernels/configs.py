@@ -104,7 +104,7 @@ FMA["gemm"] = FMA["gemm.grouped"] = FMA["chapter.tiled"]
 # Hopper's tiles, HOPPER_EVERYWHERE), FP8's decoding e4m3 to fp16 whatever the chapter's path (no fp8 tl.dot there).
 FMA |= {
     "w8a16.tiled": FMA["chapter.tiled"],
-    "w8a16.decode": FMA["chapter.decode"],
+    "w8a16.decode": FMA["chapter.decode"].updated(SPLIT_K=1),  # the K split not measured before Hopper
     "fp8.tiled": FMA["chapter.tiled"].updated(FP8_DOT=False),
     "fp8.decode": FMA["chapter.decode"].updated(FP8_DOT=False),
     # BLOCK_K stays the scale block, so a narrower tile (16 KB, not 64 KB)
@@ -148,7 +148,8 @@ INTERPRETER = {
 # The chapters' kernels take the chapter tiles (W4A16's, FP8's and MXFP4's tl.dot_scaled with a change: `interpreter`).
 INTERPRETER |= {
     "w8a16.tiled": INTERPRETER["chapter.tiled"],
-    "w8a16.decode": INTERPRETER["chapter.decode"],
+    # K split in two, so that the CPU's checks run the split path a GPU takes where N is short
+    "w8a16.decode": INTERPRETER["chapter.decode"].updated(SPLIT_K=2),
     "mxfp4.tiled": INTERPRETER["chapter.tiled"],
     "mxfp4.decode": INTERPRETER["chapter.decode"],
 }
@@ -223,22 +224,7 @@ def hopper(kernel: str, **shape) -> Launch:
         split = 2 if shape["N"] < 16384 else 1
         return Launch.of(BLOCK_M=16, BLOCK_N=64, BLOCK_K=512, num_warps=4, num_stages=3, SPLIT_K=split)
     if kernel == "expert.w8a16_split":
-        # Graph-timed on the H200 (docs/perf-notes.md, eleventh round; sweep 25), % of copy at M = 1 / 16: 8192 x 28672
-        # 92 / 92 with 64 x 512, K split 2 (the chapter's solution 88 / 87); 8192 x 8192 75 / 75 with 64 x 256, 4 stages
-        # (solution 72 / 72). Where N >= 16384 the solution's 128-column strips already fill the GPU (92 %): no split.
-        # A Llama-3-8B block's narrower layers, graph-timed on an H100 (tools/sweep_gemv.py "xfirst", 2026-12-07,
-        # docs/sweep-gemv-h100.json), µs at M = 1 against the chapter's solution: 32 columns x 256 of K, 4 stages, K
-        # split 8 at 1024 x 4096 (5.5 against 8.8) and 2 at 4096 x 4096, 6144 x 4096 and 4096 x 14336 (9.7, 12.6,
-        # 24.8 against 10.2, 13.5, 27.5); 14336 x 4096 best unsplit on 64 columns (24.5; split 2: 26.7).
-        N, K = shape["N"], shape["K"]
-        if N >= 16384:
-            return Launch.of(BLOCK_N=128, BLOCK_K=256, SPLIT_K=1, num_warps=4, num_stages=3)
-        if K >= 16384:
-            return Launch.of(BLOCK_N=64, BLOCK_K=512, SPLIT_K=2, num_warps=4, num_stages=3)
-        if N <= 6144:
-            split = 8 if N <= 1024 else 2
-            return Launch.of(BLOCK_N=32, BLOCK_K=256, SPLIT_K=split, num_warps=4, num_stages=4)
-        return Launch.of(BLOCK_N=64, BLOCK_K=256, SPLIT_K=2 if N <= 8192 else 1, num_warps=4, num_stages=4)
+        return w8a16_split(shape["N"], shape["K"])
     if kernel == "mma.w4a16":
         return _mma_w4a16(shape["M"], shape["N"])
     if kernel == "mma.fp4":
@@ -249,15 +235,10 @@ def hopper(kernel: str, **shape) -> Launch:
         # 15 %; 128 columns with 8 warps: 22 %). The earlier [BLOCK_K/2, BLOCK_N] kernel's best was 25 / 16 %. One
         # group of K a step.
         return Launch.of(BLOCK_M=16, BLOCK_N=32, BLOCK_K=shape["group_size"], num_warps=4, num_stages=4)
-    if kernel == "w8a16.decode" and shape["N"] <= 4096:
-        # Graph-timed on the H200 at a Llama-3-8B block's layers (tools/sweep_layers.py, 2026-12-05), % of copy at
-        # M = 1 / 16: 32 columns and 4 stages, 4096 x 4096 with 256 of K 41 / 42, 4096 x 14336 54 / 54, where the
-        # tensor-core GPUs' 64 x 512 gave 34 and 44 at M = 1 (docs/decode-step-h200.md); 1024 x 4096 stays
-        # latency-bound (32 programs: 11 / 12). The sweep's note named 1024 of K for 4096 x 14336, but this rule gives
-        # 1024 only from K = 16384: the bench's layer row (54 %, docs/bench-h200.json) is 256 of K, as launched here.
-        # Four stages of 1024 hold 192 KB of shared memory: Hopper's 227 KB.
-        long_k = shape["K"] >= 16384
-        return Launch.of(BLOCK_M=16, BLOCK_N=32, BLOCK_K=1024 if long_k else 256, num_warps=4, num_stages=4)
+    if (
+        kernel == "w8a16.decode"
+    ):  # the chapter's kernel is the split decode's: the same launches, all M rows a program
+        return Launch.of(BLOCK_M=16, **w8a16_split(shape["N"], shape["K"]).kwargs())
     if kernel == "mxfp4.dot_scaled":
         # The tl.dot_scaled bonus: the decode tiles for M <= 16 (BLOCK_N = 64 measured best for it on the H200), the
         # prefill tiles of the tensor-core GPUs above.
@@ -291,6 +272,26 @@ def hopper(kernel: str, **shape) -> Launch:
     if kernel in CHAPTER_KERNELS:
         return tensor_cores(kernel, **shape)
     return _held(HOPPER, kernel, "Hopper")
+
+
+def w8a16_split(N: int, K: int) -> Launch:
+    """The W8A16 decode with K split (sm_90): the expert split decode's launch and the chapter's exercise 3's, which
+    is the same kernel (qmatmul/kernels/expert.py `_w8_split_kernel`)."""
+    # Graph-timed on the H200 (docs/perf-notes.md, eleventh round; sweep 25), % of copy at M = 1 / 16: 8192 x 28672
+    # 92 / 92 with 64 x 512, K split 2 (the chapter's solution 88 / 87); 8192 x 8192 75 / 75 with 64 x 256, 4 stages
+    # (solution 72 / 72). Where N >= 16384 the solution's 128-column strips already fill the GPU (92 %): no split.
+    # A Llama-3-8B block's narrower layers, graph-timed on an H100 (tools/sweep_gemv.py "xfirst", 2026-12-07,
+    # docs/sweep-gemv-h100.json), µs at M = 1 against the chapter's solution: 32 columns x 256 of K, 4 stages, K
+    # split 8 at 1024 x 4096 (5.5 against 8.8) and 2 at 4096 x 4096, 6144 x 4096 and 4096 x 14336 (9.7, 12.6,
+    # 24.8 against 10.2, 13.5, 27.5); 14336 x 4096 best unsplit on 64 columns (24.5; split 2: 26.7).
+    if N >= 16384:
+        return Launch.of(BLOCK_N=128, BLOCK_K=256, SPLIT_K=1, num_warps=4, num_stages=3)
+    if K >= 16384:
+        return Launch.of(BLOCK_N=64, BLOCK_K=512, SPLIT_K=2, num_warps=4, num_stages=3)
+    if N <= 6144:
+        split = 8 if N <= 1024 else 2
+        return Launch.of(BLOCK_N=32, BLOCK_K=256, SPLIT_K=split, num_warps=4, num_stages=4)
+    return Launch.of(BLOCK_N=64, BLOCK_K=256, SPLIT_K=2 if N <= 8192 else 1, num_warps=4, num_stages=4)
 
 
 def _mma_w4a16(M: int, N: int) -> Launch:
@@ -376,9 +377,11 @@ def tensor_cores(kernel: str, **shape) -> Launch:
         # Graph-timed on the H200 (docs/perf-notes.md, 2026-12-01), fraction of copy at M = 1 / 16: 28672 x 8192 with
         # 128 columns x 256 of K 94 / 93 (64 x 256: 81 / 83); otherwise 64 x 512: 88 / 87 at 8192 x 28672, 74 / 73 at
         # 8192 x 8192 (64 x 256: 59 / 60; only 128 strips of 64 columns there).
+        # No K split: not measured before Hopper (sm_90 takes `w8a16_split`).
         if N >= 16384:
-            return Launch.of(BLOCK_M=16, BLOCK_N=128, BLOCK_K=256, num_warps=4, num_stages=3)
-        return Launch.of(BLOCK_M=16, BLOCK_N=64, BLOCK_K=512, num_warps=4, num_stages=4 if K >= 16384 else 3)
+            return Launch.of(BLOCK_M=16, BLOCK_N=128, BLOCK_K=256, num_warps=4, num_stages=3, SPLIT_K=1)
+        stages = 4 if K >= 16384 else 3
+        return Launch.of(BLOCK_M=16, BLOCK_N=64, BLOCK_K=512, num_warps=4, num_stages=stages, SPLIT_K=1)
     if kernel == "w4a16.tiled":
         # The best of 8 configurations timed on the H200 at M = 2048, N = K = 8192 (still only 9.5 % of cuBLAS).
         return Launch.of(

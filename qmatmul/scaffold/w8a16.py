@@ -1,20 +1,26 @@
 """Chapter W8A16, what runs in the learner's process: `prepare` (validation and the output), the launch
-configurations of the tiled and the decode kernel, the prefill wrapper's path choice (`decode_first`), and the helpers
-the chapter gives (`QMAX`, `as_16bit`, `decoded_gemm`). `__all__` is the chapter's GIVEN: qmatmul/w8a16.py derives
-it from there.
+configurations of the tiled and the decode kernel (the decode's K split: `decode_config`, `split_scratch`; the
+checks force a split with `use_split`), the prefill wrapper's path choice (`decode_first`), and the helpers the chapter
+gives (`QMAX`, `as_16bit`, `decoded_gemm`, and exercise 3's `k_slice` and `finish`, @triton.jit functions).
+`__all__` is the chapter's GIVEN: qmatmul/w8a16.py derives it from there.
 """
 
 from __future__ import annotations
 
 import torch
 
+from qmatmul import checks
 from qmatmul.formats.w8a16 import QMAX
-from qmatmul.kernels import configs, gemm
+from qmatmul.kernels import configs, gemm, splitk
 from qmatmul.kernels.gemm import as_16bit, decoded_gemm
+from qmatmul.kernels.splitk import finish, k_slice
 from qmatmul.scaffold import validation
 
 # The names of the course package the learner's graded code may use (grader/static/course_use.py, course_problems).
-__all__ = ["prepare", "prefill_config", "decode_config", "QMAX", "decode_first", "as_16bit", "decoded_gemm"]
+__all__ = [
+    "prepare", "prefill_config", "decode_config", "split_scratch", "QMAX", "decode_first", "as_16bit", "decoded_gemm",
+    "k_slice", "finish",
+]  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -50,5 +56,23 @@ def decode_first(x: torch.Tensor, out: torch.Tensor) -> bool:
 
 
 def decode_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
-    """Tile sizes for the decode kernel: all M rows (padded to 16) in one program, a strip of N."""
-    return configs.choose("w8a16.decode", configs.chapter_device(device), M=M, N=N, K=K)
+    """Tile sizes for the decode kernel (all M rows, padded to 16, in one program, a strip of N) and SPLIT_K, the
+    number of slices of K (the grid's second axis): more than 1 where the strips alone are too few to fill the GPU."""
+    cfg = configs.choose("w8a16.decode", configs.chapter_device(device), M=M, N=N, K=K)
+    return cfg | {"SPLIT_K": FORCED_SPLIT[-1]} if FORCED_SPLIT else cfg
+
+
+def split_scratch(device, split: int, N: int, n_strips: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The K split's workspace and counters for `finish` (qmatmul/kernels/splitk.py): float32 room for `split` parts of
+    16 rows of N outputs, and one int32 counter at 0 a strip; made once per device and shape, kept between calls."""
+    return splitk.scratch(device, split, N, n_strips)
+
+
+# The checks force a K split (see use_split), so that a kernel is graded split and unsplit on every device. The worker
+# sets it from checks.WORKER_STATE before every op, under the key "qmatmul.scaffold.w8a16:FORCED_SPLIT".
+FORCED_SPLIT: list = []
+
+
+def use_split(split: int):
+    """Context manager: decode_config returns SPLIT_K = split."""
+    return checks.forcing(FORCED_SPLIT, f"{__name__}:FORCED_SPLIT", split)

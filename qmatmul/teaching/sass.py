@@ -122,13 +122,22 @@ def mma_w4a16_row(M: int = 16) -> dict:
 
 def jit_module(code: str, name: str):
     """The @triton.jit functions (and the constants) of a notebook's code, imported from a file of their own (Triton
-    reads kernel source from files): the notebook's other cells (its setup picks the interpreter on a CPU) left out."""
+    reads kernel source from files), with the course's modules they call (`w8a16.finish`, `fp8.e4m3_bits`): the
+    notebook's other cells (its setup picks the interpreter on a CPU) left out."""
     tree = ast.parse(code)
     body = ast.parse("import triton\nimport triton.language as tl").body
+    kept = []
     for node in tree.body:
         jit = isinstance(node, ast.FunctionDef) and any("jit" in ast.unparse(d) for d in node.decorator_list)
         if jit or (isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)):
-            body.append(node)
+            kept.append(node)
+    used = {n.id for node in kept for n in ast.walk(node) if isinstance(n, ast.Name)}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module == "qmatmul":
+            names = [a for a in node.names if (a.asname or a.name) in used]
+            if names:
+                body.append(ast.ImportFrom(module="qmatmul", names=names, level=0))
+    body += kept
     path = Path(tempfile.mkdtemp(prefix="qmatmul-sass-")) / f"{name}.py"
     path.write_text(ast.unparse(ast.Module(body=body, type_ignores=[])) + "\n")
     spec = importlib.util.spec_from_file_location(path.stem, path)

@@ -96,6 +96,8 @@ def _w8a16_decode_body(
     q_ptr,
     s_ptr,
     y_ptr,
+    part_ptr,
+    count_ptr,
     M,
     N,
     K,
@@ -108,13 +110,16 @@ def _w8a16_decode_body(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    SPLIT_K: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    lo, hi = w8a16.k_slice(K, BLOCK_K, SPLIT_K, pid_k)
     offs_m = tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
+    for k0 in range(lo, hi, BLOCK_K):
         k = k0 + offs_k
         x = tl.load(
             x_ptr + offs_m[:, None] * stride_xm + k[None, :] * stride_xk,
@@ -128,11 +133,9 @@ def _w8a16_decode_body(
         )
         acc = tl.dot(x, q.to(x.dtype), acc)
     s = tl.load(s_ptr + offs_n, mask=offs_n < N, other=0.0)
-    tl.store(
-        y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn,
-        (acc * s[None, :]).to(y_ptr.dtype.element_ty),
-        mask=(offs_m[:, None] < M) & (offs_n[None, :] < N),
-    )
+    y = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
+    y_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    w8a16.finish(acc * s[None, :], y, y_mask, part_ptr, offs_m, offs_n, N, count_ptr, pid_n, pid_k, SPLIT_K)
 
 
 w8a16_decode_kernel = triton.jit(_w8a16_decode_body)
@@ -143,12 +146,15 @@ def w8a16_decode(x, q, s, out=None):
     if M > 16:
         raise ValueError(f"w8a16_decode takes at most 16 rows, got M = {M}: use w8a16_matmul")
     cfg = w8a16.decode_config(M, N, K, x.device.type)
-    grid = (triton.cdiv(N, cfg["BLOCK_N"]),)
+    grid = (triton.cdiv(N, cfg["BLOCK_N"]), cfg["SPLIT_K"])
+    parts, counts = w8a16.split_scratch(x.device, cfg["SPLIT_K"], N, grid[0])
     w8a16_decode_kernel[grid](
         x,
         q,
         s,
         out,
+        parts,
+        counts,
         M,
         N,
         K,

@@ -60,9 +60,10 @@ def w8a16_decode(x, q, s, out=None):
     if M > 16:
         raise ValueError(f"w8a16_decode takes at most 16 rows, got M = {M}: use w8a16_matmul")
     cfg = w8a16.decode_config(M, N, K, x.device.type)
-    grid = (triton.cdiv(N, cfg["BLOCK_N"]),)
+    grid = (triton.cdiv(N, cfg["BLOCK_N"]), cfg["SPLIT_K"])
+    parts, counts = w8a16.split_scratch(x.device, cfg["SPLIT_K"], N, grid[0])
     w8a16_decode_kernel[grid](
-        x, q, s, out, M, N, K,
+        x, q, s, out, parts, counts, M, N, K,
         x.stride(0), x.stride(1), q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         **cfg,
     )
@@ -77,12 +78,15 @@ def w8a16_decode(x, q, s, out=None):
     if M > 16:
         raise ValueError(f"w8a16_decode takes at most 16 rows, got M = {M}: use w8a16_matmul")
     cfg = w8a16.decode_config(M, N, K, x.device.type)
-    grid = (triton.cdiv(N, cfg["BLOCK_N"]),)
+    grid = (triton.cdiv(N, cfg["BLOCK_N"]), cfg["SPLIT_K"])
+    parts, counts = w8a16.split_scratch(x.device, cfg["SPLIT_K"], N, grid[0])
     w8a16_decode_kernel[grid](
         x,
         q,
         s,
         out,
+        parts,
+        counts,
         M,
         N,
         K,
