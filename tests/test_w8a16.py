@@ -162,6 +162,15 @@ SPLIT_MISTAKES = {  # name: (the solution's line, the mistake's)
 }
 
 
+def test_parts_added_into_y_are_explained(env):
+    """W4A16's way of adding the parts (tl.atomic_add into y) on the NaN-filled output the check hands over."""
+    old = SPLIT_MISTAKES["the parts of K not added"][0]
+    new = "tl.atomic_add(y, (acc * s[None, :]).to(y_ptr.dtype.element_ty), mask=y_mask)"
+    wrong = _decode_variant(old, new, name="atomic_into_y").w8a16_decode
+    with pytest.raises(CheckFailed, match=r"(?s)wrote nothing.*adds into it \(tl.atomic_add\)"):
+        w8a16.check_decode(wrong, seed=0)
+
+
 @pytest.mark.parametrize("name", SPLIT_MISTAKES)
 @pytest.mark.parametrize("hidden", [False, True])
 def test_split_mistakes_are_named_on_every_run(env, name, hidden):

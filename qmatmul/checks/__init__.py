@@ -550,6 +550,8 @@ def compare(
     lines = []
     if poisoned and bool(nan.all()):
         headline = f"{what} wrote nothing into the output buffer (every element is still NaN){context}"
+        lines.append("The check fills it with NaN: a kernel that adds into it (tl.atomic_add) instead of storing "
+                     "leaves NaN too.")  # fmt: skip
     elif poisoned and bool(nan.any()):
         headline = f"{what} left {int(nan.sum())} of {total} output elements unwritten{context}"
         if got_c.dim() == 2:
