@@ -99,9 +99,13 @@ from qmatmul.scaffold import fp8 as scaffold_fp8
 from qmatmul.scaffold.fp8 import (
     block_config,
     decode_config,
+    decode_split,
     e4m3_bits,
+    finish,
+    fused_config,
     has_fp8_dot,
     imprecise_fp8_accumulation,
+    k_slice,
     out_dtype,
     prefill_config,
     prepare,
@@ -109,7 +113,9 @@ from qmatmul.scaffold.fp8 import (
     prepare_fused,
     prepare_rows,
     rows_config,
+    split_scratch,
     use_path,
+    use_split,
 )
 from qmatmul.teaching.fp8 import (
     H200_RECORDED_US,
@@ -133,8 +139,9 @@ __all__ = [
     "bytes_moved", "bytes_moved_naive", "bytes_per_weight", "cdiv", "decode_bits", "dequantize", "expand_scales",
     "naive", "normalize_block", "quantize", "reference", "saturate", "scaled_mm", "bytes_moved_dense", "flops",
     # qmatmul/scaffold/fp8.py
-    "block_config", "decode_config", "e4m3_bits", "has_fp8_dot", "imprecise_fp8_accumulation", "out_dtype",
-    "prefill_config", "prepare", "prepare_block", "prepare_fused", "prepare_rows", "rows_config", "use_path",
+    "block_config", "decode_config", "decode_split", "e4m3_bits", "finish", "fused_config", "has_fp8_dot", "imprecise_fp8_accumulation",
+    "k_slice", "out_dtype", "prefill_config", "prepare", "prepare_block", "prepare_fused", "prepare_rows",
+    "rows_config", "split_scratch", "use_path", "use_split",
     # qmatmul/checks/fp8_casts.py
     "NonSaturatingCasts", "check_decoder", "check_quantizer", "check_quantizers", "check_saturate", "pitfall_matrix",
     # qmatmul/checks/fp8_block.py

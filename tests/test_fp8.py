@@ -303,6 +303,43 @@ def test_kernel_mistakes_are_named(name):
                        mistakes=mistakes)  # fmt: skip
 
 
+FP8_SPLIT_MISTAKES = {  # name: (the decode solution's line, the mistake's)
+    "the parts of K not added": (
+        "fp8.finish(acc * sx[:, None] * sw[None, :], y, y_mask, part_ptr, offs_m, offs_n, N, count_ptr, pid_n, pid_k, SPLIT_K)",
+        "tl.store(y, (acc * sx[:, None] * sw[None, :]).to(y_ptr.dtype.element_ty), mask=y_mask)",
+    ),
+    "every program sums all of K": ("range(lo, hi, BLOCK_K)", "range(0, K, BLOCK_K)"),
+}
+
+
+@pytest.mark.parametrize("name", FP8_SPLIT_MISTAKES)
+@pytest.mark.parametrize("hidden", [False, True])
+def test_split_mistakes_are_named_on_every_run(env, name, hidden):
+    """Exercise 4's split mistakes, visible and hidden, whatever the seed (W8A16's exercise 3 has the same)."""
+    from autograder import grade_direct
+    from qmatmul import course
+
+    src = {c.grade_id: c.source for c in grade_direct.solution_cells("fp8") if c.grade_id}["ex4_decode"]
+    old, new = FP8_SPLIT_MISTAKES[name]
+    assert old in src
+    wrong = course.load_notebook_code(
+        "fp8", {"ex4_decode": src.replace(old, new)}, name=f"fp8_{name[:9]}".replace(" ", "_")
+    )
+    for seed in range(2):
+        with pytest.raises(CheckFailed, match=f"known mistake: {name}"):
+            fp8.check_decode(wrong.fp8_decode, hidden=hidden, seed=seed)
+
+
+def test_decode_splits_k_and_the_checks_force_it(fp8_solution, capsys):
+    assert fp8.decode_split(1, 64, 1000, "cpu") == 2 and "SPLIT_K" not in fp8.decode_config(
+        1, 64, 1000, "cpu"
+    )
+    with fp8.use_split(3):
+        assert fp8.decode_split(1, 64, 1000, "cpu") == 3
+    fp8.check_decode(fp8_solution.fp8_decode, seed=0)
+    assert "in 3 and in 1" in capsys.readouterr().out
+
+
 def test_overflowing_mistake_is_named():
     xq, sx, wq, sw = fp8.random_problem(24, 24, 70, "cpu", checks.generator(5))
     mistakes = fp8.kernel_mistakes(xq, sx, wq, sw)

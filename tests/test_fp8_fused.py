@@ -436,7 +436,7 @@ def two_pass_kernel(x_ptr, s_ptr, w_ptr, sw_ptr, y_ptr, M, N, K, sxm, sxk, swn, 
 
 def fp8_decode_fused(x, wq, sw, out=None):
     M, N, K, sw, out = fp8.prepare_fused(x, wq, sw, out)
-    cfg = fp8.decode_config(M, N, K, x.device.type)
+    cfg = fp8.fused_config(M, N, K, x.device.type)
     w8, s = wq.view(torch.uint8), torch.empty(16, dtype=torch.float32, device=x.device)
     for flag in (torch.zeros(1, dtype=torch.int32, device=x.device), torch.ones(1, dtype=torch.int32, device=x.device)):
         two_pass_kernel[(triton.cdiv(N, cfg["BLOCK_N"]),)](
@@ -527,12 +527,12 @@ def test_the_t4_tiles_run_the_solution_correctly(fp8_solution, monkeypatch):
     """The decode launch a T4 takes (BLOCK_K = 32, 128 columns, the portable path), run through the visible check:
     nine K tiles and more, the probes' amax still in the last."""
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (7, 5))
-    real, used = fp8.decode_config, []
+    real, used = fp8.fused_config, []
 
     def as_on_a_t4(M, N, K, device):
         used.append(real(M, N, K, "cuda"))
         return used[-1]
 
-    monkeypatch.setattr(fp8, "decode_config", as_on_a_t4)
+    monkeypatch.setattr(fp8, "fused_config", as_on_a_t4)
     fp8.check_decode_fused(fp8_solution.fp8_decode_fused, seed=0)
     assert used and all(c["BLOCK_K"] == 32 and not c["FP8_DOT"] for c in used)

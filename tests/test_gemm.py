@@ -267,6 +267,10 @@ CHAPTER_LAUNCHES = [
      dict(BLOCK_M=256, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=3)),
     ((9, 0), "w4a16.prefill_config", (256, 4096, 4096, 128, "cuda"),
      dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3)),
+    ((9, 0), "fp8.decode_config", (1, 1024, 4096, "cuda"),  # exercise 4's tiles where K is split 8 ways
+     dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=256, FP8_DOT=True, num_warps=4, num_stages=4)),
+    ((9, 0), "fp8.fused_config", (1, 1024, 4096, "cuda"),  # exercise 6's: unsplit
+     dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=512, FP8_DOT=True, num_warps=4, num_stages=4)),
     ((9, 0), "w8a16.decode_config", (1, 1024, 4096, "cuda"),
      dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=256, SPLIT_K=8, num_warps=4, num_stages=4)),
     ((9, 0), "w8a16.decode_config", (16, 28672, 8192, "cuda"),

@@ -143,6 +143,15 @@ def launch(design: str, x, w, s, out, cand: dict, sx=None):
     return out
 
 
+def fp8_xfirst(sol, cand: dict, xq, sx, state, out):
+    """FP8's exercise 4 solution (x first, K split) launched with `cand` (its fp8 tl.dot path)."""
+    from tools.sweep_layers import launched_with
+
+    cfg = {k: v for k, v in cand.items() if k != "SPLIT_K"}
+    with launched_with("fp8", dict(BLOCK_M=16, FP8_DOT=True, **cfg, split=cand["SPLIT_K"])):
+        return sol.fp8_decode(xq, sx, *state, out=out)
+
+
 def candidates(design: str) -> list[dict]:
     """The launches tried: `swap` (W8A16), `fp8` (FP8's swap: a byte an element, so longer K steps), `fma`, `xfirst`
     (the chapter's kernel, x first, with K split: the expert split decode's kernel on other launches)."""
@@ -234,6 +243,11 @@ def main(argv=None) -> int:
                         ("swap", c, lambda st, o, c=c, xq=xq, sx=sx: launch("fp8", xq, *st, o, c, sx=sx))
                         for c in candidates("swap")
                     ]
+                    if "xfirst" in args.designs.split(
+                        ","
+                    ):  # exercise 4's kernel (x first, K split) on each launch
+                        tries += [("xfirst", c, lambda st, o, c=c, xq=xq, sx=sx: fp8_xfirst(sol["fp8"], c, xq, sx, st, o))
+                                  for c in candidates("xfirst")]  # fmt: skip
                 rows = []
                 for name, cand, fn in tries:
                     if time.time() - t0 > args.budget_s:

@@ -34,8 +34,8 @@ def candidates(chapter: str) -> list[dict]:
     if chapter in ("mxfp4", "nvfp4"):
         return [dict(BLOCK_M=16, BLOCK_N=n, BLOCK_K=k, num_warps=4, num_stages=st)
                 for n, k, st in itertools.product((16, 32, 64), (128, 256, 512), (2, 3, 4))]  # fmt: skip
-    # W8A16's decode unsplit, as swept on 2026-12-05 (its K split: tools/sweep_gemv.py, configs.w8a16_split)
-    extra = {"FP8_DOT": True} if chapter == "fp8" else {"SPLIT_K": 1}
+    # W8A16's and FP8's decodes unsplit, as swept on 2026-12-05 (their K split: tools/sweep_gemv.py)
+    extra = {"FP8_DOT": True, "split": 1} if chapter == "fp8" else {"SPLIT_K": 1}
     return [dict(BLOCK_M=16, BLOCK_N=n, BLOCK_K=k, num_warps=w, num_stages=st, **extra)
             for n, k, w, st in itertools.product((32, 64, 128), (128, 256, 512, 1024), (4, 8), (3, 4))
             if not (w == 8 and n * k < 64 * 512)]  # fmt: skip

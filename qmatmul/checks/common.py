@@ -4,12 +4,13 @@ problems, and the decode bandwidth cell (qmatmul/checks/harness.py times it)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import torch
 
 from qmatmul import checks
-from qmatmul.checks import CheckFailed, harness
+from qmatmul.checks import CheckFailed, Mistake, harness
 from qmatmul.scaffold.validation import device
 from qmatmul.teaching.roofline_model import LAYER_SHAPE
 
@@ -20,7 +21,8 @@ BANDWIDTH_MS = (1, 16)
 
 __all__ = [
     "act_dtypes", "timing_activations", "problem", "PROBE_SCALE", "rounding_probe_weights",
-    "rounding_probe_x", "poisoned_out", "cell", "call_quantizer", "check_kernel", "check_decode_bandwidth",
+    "rounding_probe_x", "poisoned_out", "cell", "call_quantizer", "check_kernel", "split_mistakes",
+    "check_decode_bandwidth",
 ]  # fmt: skip
 
 
@@ -152,6 +154,31 @@ def check_kernel(fn, what: str, cases, *, g: torch.Generator, hidden: bool, seed
     checks.passed(
         f"{what}: {n} {'hidden' if hidden else 'visible'} cases match the reference (seed {seed}){note}"
     )
+
+
+def split_mistakes(partial: Callable, K: int, split: int, block_k: int, chapter: str) -> list:
+    """The K split's known mistakes (W8A16's and FP8's decode) on a problem whose product over K's columns [lo, hi)
+    is partial(lo, hi) (float32, on the host), launched with `split` slices of whole `block_k` steps, as
+    `splitk.k_slice` cuts them: none unsplit."""
+    if split == 1:
+        return []
+    span = math.ceil(math.ceil(K / block_k) / split) * block_k
+    parts = tuple(partial(lo, lo + span) for lo in range(0, split * span, span))
+    return [
+        Mistake(
+            "the parts of K not added",
+            f"With SPLIT_K = {split}, each program sums one slice of K, and y holds whichever slice stored last: hand "
+            f"the scaled acc to {chapter}.finish, which adds the slices' parts (or stores y itself when K is not "
+            "split).",
+            parts,
+        ),
+        Mistake(
+            "every program sums all of K",
+            f"The output is SPLIT_K = {split} times the product: each program must loop over its own slice of K only, "
+            f"range(lo, hi, BLOCK_K) with lo, hi = {chapter}.k_slice(K, BLOCK_K, SPLIT_K, pid_k).",
+            sum(parts) * split,
+        ),
+    ]
 
 
 def check_decode_bandwidth(fn, *, what: str, module: str, shape, Ms, nbytes, threshold: float, seed, hint: str,

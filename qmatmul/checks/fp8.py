@@ -21,7 +21,15 @@ from qmatmul.formats.fp8 import (
     reference,
     scaled_mm,
 )
-from qmatmul.scaffold.fp8 import has_fp8_dot, imprecise_fp8_accumulation, out_dtype, use_path
+from qmatmul.scaffold.fp8 import (
+    decode_config,
+    decode_split,
+    has_fp8_dot,
+    imprecise_fp8_accumulation,
+    out_dtype,
+    use_path,
+    use_split,
+)
 from qmatmul.teaching import recorded
 from qmatmul.teaching.roofline_model import flops
 
@@ -167,7 +175,19 @@ def _run_path(fn, args, fp8_dot: bool, n_passed: int, what: str):
         raise
 
 
-def _check_kernel(fn, what, shapes, device, g) -> int:
+def decode_mistakes(xq, sx, wq, sw, dtype: torch.dtype | None = None, fp8_dot: bool = True) -> list[Mistake]:
+    """Exercise 4's known mistakes: the kernels' and, where its launch on this path splits K (decode_split: what the
+    check forced, or the device's own), the split's (common.split_mistakes)."""
+    (M, K), N = xq.shape, wq.shape[0]
+    with use_path(fp8_dot):
+        split, bk = decode_split(M, N, K, xq.device.type), decode_config(M, N, K, xq.device.type)["BLOCK_K"]
+    deq_x = xq.float().cpu() * sx.float().cpu().reshape(-1)[:, None]
+    deq_w = wq.float().cpu() * sw.float().cpu().reshape(-1)[:, None]
+    partial = lambda lo, hi: deq_x[:, lo:hi] @ deq_w[:, lo:hi].T
+    return kernel_mistakes(xq, sx, wq, sw, dtype=dtype) + common.split_mistakes(partial, K, split, bk, "fp8")
+
+
+def _check_kernel(fn, what, shapes, device, g, mistakes_of=kernel_mistakes) -> int:
     n = 0
     dtype = out_dtype(device)
     for fp8_dot in checked_paths(device):
@@ -182,7 +202,8 @@ def _check_kernel(fn, what, shapes, device, g) -> int:
             ctx = (f" (M={M}, N={N}, K={K}, {path}{', strided xq and out' if strided else ''}"
                    f"{', per-tensor activation scale' if per_tensor else ''})")  # fmt: skip
             y, ops = _run_path(fn, (xq, sx, wq, sw, out), fp8_dot, n, what)
-            mistakes = checks.lazily(kernel_mistakes, xq, sx, wq, sw, dtype=dtype)
+            path_of = {"fp8_dot": fp8_dot} if mistakes_of is decode_mistakes else {}
+            mistakes = checks.lazily(mistakes_of, xq, sx, wq, sw, dtype=dtype, **path_of)
             try:
                 checks.verify_kernel_result(y, ops, what=what, inputs=inputs, before=before, out=out, full=full,
                                             weight_shape=(N, K), dtype=dtype, expected=reference(xq, sx, wq, sw),
@@ -326,10 +347,20 @@ def check_decode(fn, *, hidden: bool = False, seed: int | None = None) -> None:
         shapes += [(M, int(torch.randint(33, 2000 if big else 200, (1,), generator=g)),
                    int(torch.randint(40, 3000 if big else 300, (1,), generator=g)))
                   for M in (1, int(torch.randint(2, 16, (1,), generator=g)), 16)]  # fmt: skip
-    n = _check_kernel(fn, "fp8_decode", shapes, device, g)
+    n = _check_kernel(fn, "fp8_decode", shapes, device, g, decode_mistakes)
     n += _check_rounding(fn, "fp8_decode", device)
-    checks.passed(f"fp8_decode: {n} {'hidden' if hidden else 'visible'} cases match the reference (seed {seed})."
-                  + skipped_path_note(device))  # fmt: skip
+    # K forced into three slices that each hold part of K (the parts must be added on every device), and into one
+    M3, N3 = 5, 40
+    if hidden:
+        M3, N3 = int(torch.randint(1, 17, (1,), generator=g)), int(torch.randint(33, 200, (1,), generator=g))
+    with use_path(checked_paths(device)[0]):
+        bk = decode_config(M3, N3, 4096, device)["BLOCK_K"]
+    K3 = 3 * bk - 7 if not hidden else int(torch.randint(2 * bk + 1, 3 * bk + 1, (1,), generator=g))
+    for split, case in ((3, (M3, N3, K3)), (1, (1, 64, 128))):
+        with use_split(split):
+            n += _check_kernel(fn, "fp8_decode", [case], device, g, decode_mistakes)
+    checks.passed(f"fp8_decode: {n} {'hidden' if hidden else 'visible'} cases match the reference (seed {seed}), K "
+                  "split as this device launches it, in 3 and in 1." + skipped_path_note(device))  # fmt: skip
 
 
 def timing_problem(M, N, K, g):

@@ -26,7 +26,7 @@ from qmatmul.checks.fp8_probes import (
     probe_problem,
 )
 from qmatmul.formats.fp8 import E4M3, E4M3_MAX, quantize, reference, saturate
-from qmatmul.scaffold.fp8 import decode_config
+from qmatmul.scaffold.fp8 import fused_config
 
 WHAT = "fp8_decode_fused"
 RECIPROCAL = "a reciprocal multiplied where x / sx divides (x · (448 / amax), x · (1 / sx) or the like)"
@@ -35,7 +35,7 @@ ZERO_ROW = (
     "max |x| / 448 is 0 for a row of zeros, and 0 / 0 (or 0 · (448 / 0)) is NaN: give such a row sx = 1, "
     "tl.where(amax > 0, tl.div_rn(amax, 448.0), 1.0).",
 )
-# The K steps a learner's kernel may take (decode_config gives 128 in the interpreter, 32 to 1024 on GPUs): each known
+# The K steps a learner's kernel may take (fused_config gives 128 in the interpreter, 32 to 1024 on GPUs): each known
 # mistake that depends on the tiles is modelled for every one of them shorter than K.
 BLOCK_KS = (16, 32, 64, 128, 256, 512, 1024)
 
@@ -244,7 +244,7 @@ def quantization_models(x: torch.Tensor, block_k: int, device: str):
 def block_ks(M: int, N: int, K: int, device: str) -> tuple[int, ...]:
     """BLOCK_KS, the decode launch's own BLOCK_K here first: where two BLOCK_K give one output (the probe's first
     tiles may share their maximum), a mistake is named with the one the learner's wrapper most likely launched."""
-    own = int(decode_config(M, N, K, device)["BLOCK_K"])
+    own = int(fused_config(M, N, K, device)["BLOCK_K"])
     return (own, *(bk for bk in BLOCK_KS if bk != own))
 
 
@@ -556,7 +556,7 @@ def check_decode_fused(fn, *, hidden: bool = False, seed: int | None = None) -> 
         shapes = [(16, 40, 300, {"zero_row": 3, "last_tile_row": 7}), (5, 72, 200, {})]
     else:
         big = device == "cuda"
-        bk = decode_config(16, 128, 4096, device)["BLOCK_K"]
+        bk = fused_config(16, 128, 4096, device)["BLOCK_K"]
 
         def ragged_k():
             k = int(torch.randint(40, 3000 if big else 300, (1,), generator=g))

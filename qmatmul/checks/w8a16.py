@@ -6,7 +6,6 @@ qmatmul/checks/harness.py draws by this module's name.
 from __future__ import annotations
 
 import functools
-import math
 
 import torch
 
@@ -222,34 +221,15 @@ def kernel_mistakes(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> list[M
 
 
 def split_mistakes(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> list[Mistake]:
-    """Exercise 3's known mistakes: the kernels' (kernel_mistakes) and, where the decode's launch splits K (the split
-    decode_config gives for this problem: what the check forced, or the device's own), the split's two."""
+    """Exercise 3's known mistakes: the kernels' (kernel_mistakes) and the K split's (common.split_mistakes), at the
+    split and tiles decode_config gives for this problem (what the check forced, or the device's own)."""
     M, K = x.shape
-    N = q.shape[0]
-    cfg = decode_config(M, N, K, x.device.type)
-    split, bk = cfg["SPLIT_K"], cfg["BLOCK_K"]
-    out = kernel_mistakes(x, q, s)
-    if split == 1:
-        return out
+    cfg = decode_config(M, q.shape[0], K, x.device.type)
     xf, w = x.float().cpu(), q.float().cpu() * s.float().cpu()[:, None]
-    span = (
-        math.ceil(math.ceil(K / bk) / split) * bk
-    )  # splitk.k_slice's: whole BLOCK_K steps, as many in every slice
-    parts = tuple(xf[:, lo : lo + span] @ w[:, lo : lo + span].T for lo in range(0, split * span, span))
-    return out + [
-        Mistake(
-            "the parts of K not added",
-            f"With SPLIT_K = {split}, each program sums one slice of K, and y holds whichever slice stored last: hand "
-            "the scaled acc to w8a16.finish, which adds the slices' parts (or stores y itself when K is not split).",
-            parts,
-        ),
-        Mistake(
-            "every program sums all of K",
-            f"The output is SPLIT_K = {split} times the product: each program must loop over its own slice of K only, "
-            "range(lo, hi, BLOCK_K) with lo, hi = w8a16.k_slice(K, BLOCK_K, SPLIT_K, pid_k).",
-            sum(parts) * split,
-        ),
-    ]
+    partial = lambda lo, hi: xf[:, lo:hi] @ w[:, lo:hi].T
+    return kernel_mistakes(x, q, s) + common.split_mistakes(
+        partial, K, cfg["SPLIT_K"], cfg["BLOCK_K"], "w8a16"
+    )
 
 
 # common.check_kernel(fn, what, cases, **kw) on this chapter's problems, reference and known mistakes

@@ -106,7 +106,7 @@ FMA |= {
     "w8a16.tiled": FMA["chapter.tiled"],
     "w8a16.decode": FMA["chapter.decode"].updated(SPLIT_K=1),  # the K split not measured before Hopper
     "fp8.tiled": FMA["chapter.tiled"].updated(FP8_DOT=False),
-    "fp8.decode": FMA["chapter.decode"].updated(FP8_DOT=False),
+    "fp8.decode": FMA["chapter.decode"].updated(FP8_DOT=False, SPLIT_K=1),
     # BLOCK_K stays the scale block, so a narrower tile (16 KB, not 64 KB)
     "fp8.block": FMA["chapter.tiled"].updated(BLOCK_N=32, BLOCK_K=SCALE_BLOCK, FP8_DOT=False),
     "mxfp4.tiled": FMA["chapter.tiled"],
@@ -166,8 +166,8 @@ def interpreter(kernel: str, **shape) -> Launch:
         return decode.updated(BLOCK_K=shape["group_size"])
     if kernel == "fp8.tiled":  # on the path the chapter chose (the interpreter runs both)
         return tiled.updated(FP8_DOT=shape["fp8_dot"])
-    if kernel == "fp8.decode":
-        return decode.updated(FP8_DOT=shape["fp8_dot"])
+    if kernel == "fp8.decode":  # K split in two, as W8A16's: the CPU's checks run the split path
+        return decode.updated(FP8_DOT=shape["fp8_dot"], SPLIT_K=2)
     if kernel == "fp8.block":  # a scale block a step
         return tiled.updated(BLOCK_K=SCALE_BLOCK, FP8_DOT=shape["fp8_dot"])
     if kernel == "mxfp4.dot_scaled":  # the prefill tiles above 16 rows, the decode tiles up to 16
@@ -235,10 +235,14 @@ def hopper(kernel: str, **shape) -> Launch:
         # 15 %; 128 columns with 8 warps: 22 %). The earlier [BLOCK_K/2, BLOCK_N] kernel's best was 25 / 16 %. One
         # group of K a step.
         return Launch.of(BLOCK_M=16, BLOCK_N=32, BLOCK_K=shape["group_size"], num_warps=4, num_stages=4)
-    if (
-        kernel == "w8a16.decode"
-    ):  # the chapter's kernel is the split decode's: the same launches, all M rows a program
+    if kernel == "w8a16.decode":
+        # the chapter's kernel is the split decode's: the same launches, all M rows a program
         return Launch.of(BLOCK_M=16, **w8a16_split(shape["N"], shape["K"]).kwargs())
+    # FP8's decode at a Llama-3-8B block's layers (not the 70B ones), on the fp8 path; `split` False: exercise 6's
+    # launch (its kernel does not split K)
+    eight_b = shape.get("K", 0) < 16384 and (shape.get("N", 0) <= 6144 or 8192 < shape.get("N", 0) < 16384)
+    if kernel == "fp8.decode" and shape["fp8_dot"] and eight_b and shape.get("split", True):
+        return fp8_split(shape["N"])
     if kernel == "mxfp4.dot_scaled":
         # The tl.dot_scaled bonus: the decode tiles for M <= 16 (BLOCK_N = 64 measured best for it on the H200), the
         # prefill tiles of the tensor-core GPUs above.
@@ -292,6 +296,22 @@ def w8a16_split(N: int, K: int) -> Launch:
         split = 8 if N <= 1024 else 2
         return Launch.of(BLOCK_N=32, BLOCK_K=256, SPLIT_K=split, num_warps=4, num_stages=4)
     return Launch.of(BLOCK_N=64, BLOCK_K=256, SPLIT_K=2 if N <= 8192 else 1, num_warps=4, num_stages=4)
+
+
+def fp8_split(N: int) -> Launch:
+    """FP8's decode (exercise 4) on sm_90's native fp8 path at a Llama-3-8B block's layers (K < 16384, N <= 6144 or
+    8192 < N < 16384); the 70B layers keep `tensor_cores`'s launches, unsplit."""
+    # Graph-timed on an H100 (tools/sweep_gemv.py --formats fp8 --designs xfirst, 2026-12-07,
+    # docs/sweep-gemv-fp8-h100.json), µs at M = 1 against the unsplit 64 x 512 (docs/sweep-gemv-h100.json): K split 8
+    # on 32 columns at 1024 x 4096 (5.4 against 8.8); split 2 up to 6144 columns (4096 x 4096 9.5 against 10.0,
+    # 4096 x 14336 23.9 against 24.4, 6144 x 4096 12.5 against 12.3); 14336 x 4096 unsplit on 64 x 256 (23.8 against
+    # 25.2). 28672 x 4096 stays on 128 columns (43.3; 64 columns split 4: 45.7).
+    if N > 6144:
+        return Launch.of(
+            BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, FP8_DOT=True, num_warps=4, num_stages=4, SPLIT_K=1
+        )
+    return Launch.of(BLOCK_M=16, BLOCK_N=32, BLOCK_K=256, FP8_DOT=True, num_warps=4, num_stages=4,
+                     SPLIT_K=8 if N <= 1024 else 2)  # fmt: skip
 
 
 def _mma_w4a16(M: int, N: int) -> Launch:
@@ -402,15 +422,20 @@ def tensor_cores(kernel: str, **shape) -> Launch:
         # Graph-timed on the H200 (docs/perf-notes.md, 2026-12-01), fraction of copy at M = 1 / 16: 28672 x 8192 with
         # 128 x 256: 93 / 97; 8192 x 28672 with 64 x 1024, 8 warps: 97 / 97 (64 x 512: 90 / 99); 8192 x 8192 with
         # 64 x 512: 81 / 80 (64 x 256: 65 / 64). The fp16 path (no fp8 tensor cores) keeps its earlier tiles.
+        # No K split here: Hopper's own rule splits where N is short (`fp8_split`).
         long_k = K >= 16384
         if not shape["fp8_dot"]:
             return Launch.of(BLOCK_M=16, BLOCK_N=64, BLOCK_K=512 if long_k else 256, FP8_DOT=False, num_warps=4,
-                             num_stages=4 if long_k else 3)  # fmt: skip
+                             num_stages=4 if long_k else 3, SPLIT_K=1)  # fmt: skip
         if N >= 16384:
-            return Launch.of(BLOCK_M=16, BLOCK_N=128, BLOCK_K=256, FP8_DOT=True, num_warps=4, num_stages=3)
+            return Launch.of(BLOCK_M=16, BLOCK_N=128, BLOCK_K=256, FP8_DOT=True, num_warps=4, num_stages=3,
+                             SPLIT_K=1)  # fmt: skip
         if long_k:
-            return Launch.of(BLOCK_M=16, BLOCK_N=64, BLOCK_K=1024, FP8_DOT=True, num_warps=8, num_stages=3)
-        return Launch.of(BLOCK_M=16, BLOCK_N=64, BLOCK_K=512, FP8_DOT=True, num_warps=4, num_stages=4)
+            return Launch.of(BLOCK_M=16, BLOCK_N=64, BLOCK_K=1024, FP8_DOT=True, num_warps=8, num_stages=3,
+                             SPLIT_K=1)  # fmt: skip
+        return Launch.of(
+            BLOCK_M=16, BLOCK_N=64, BLOCK_K=512, FP8_DOT=True, num_warps=4, num_stages=4, SPLIT_K=1
+        )
     if kernel == "fp8.block":  # BLOCK_K is the scale block: one activation and one weight scale a step
         if not shape["fp8_dot"]:
             return Launch.of(

@@ -1,8 +1,8 @@
 """Chapter FP8's scaffolding, run in the learner's process: `prepare`, `prepare_block`, `prepare_fused` and
 `prepare_rows` (validation and the output), the launch configurations of the three kernels (`prefill_config`, `decode_config`,
-`block_config`), the path they choose (the native fp8 tl.dot or e4m3 decoded to fp16; the checks force one with
+`block_config`; the decode's K split `decode_split` and `split_scratch`, forced by the checks with `use_split`), the path they choose (the native fp8 tl.dot or e4m3 decoded to fp16; the checks force one with
 `use_path`), the scale block the chapter gives (`SCALE_BLOCK`), exercise 6's exact e4m3 encoder in registers
-(`e4m3_bits`, a @triton.jit helper) and exercise 7's `prepare_rows` and `rows_config` (the activation quantized once). `__all__` is the chapter's GIVEN (qmatmul/fp8.py derives it)."""
+(`e4m3_bits`, a @triton.jit helper), exercise 4's `k_slice` and `finish` (W8A16's) and exercise 7's `prepare_rows` and `rows_config` (the activation quantized once). `__all__` is the chapter's GIVEN (qmatmul/fp8.py derives it)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,14 @@ import triton.language as tl
 
 from qmatmul import checks
 from qmatmul.formats.fp8 import E4M3, SCALE_BLOCK, cdiv
-from qmatmul.kernels import configs
+from qmatmul.kernels import configs, splitk
+from qmatmul.kernels.splitk import finish, k_slice
 from qmatmul.scaffold import validation
 
 # The names of the course package the learner's graded code may use (grader/static/course_use.py, course_problems).
 __all__ = [
-    "prepare", "prepare_block", "prepare_fused", "prepare_rows", "prefill_config", "decode_config", "block_config",
-    "rows_config", "SCALE_BLOCK", "e4m3_bits",
+    "prepare", "prepare_block", "prepare_fused", "prepare_rows", "prefill_config", "decode_config", "decode_split",
+    "fused_config", "split_scratch", "block_config", "rows_config", "SCALE_BLOCK", "e4m3_bits", "k_slice", "finish",
 ]  # fmt: skip
 
 
@@ -95,10 +96,40 @@ def prefill_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
     return configs.choose("fp8.tiled", configs.chapter_device(device), M=M, N=N, K=K, fp8_dot=fp8_dot)
 
 
-def decode_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
-    """The decode kernel: all M rows (padded to 16) in one program, a strip of BLOCK_N columns."""
+def _decode_launch(M: int, N: int, K: int, device: str, split: bool = True) -> dict:
     fp8_dot = _fp8_dot(device)
-    return configs.choose("fp8.decode", configs.chapter_device(device), M=M, N=N, K=K, fp8_dot=fp8_dot)
+    dev = configs.chapter_device(device)
+    return configs.choose("fp8.decode", dev, M=M, N=N, K=K, fp8_dot=fp8_dot, split=split)
+
+
+def decode_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
+    """Exercise 4's tiles and path: all M rows (padded to 16) in one program, a strip of BLOCK_N columns."""
+    return {k: v for k, v in _decode_launch(M, N, K, device).items() if k != "SPLIT_K"}
+
+
+def fused_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
+    """Exercise 6's tiles and path: exercise 4's launch where K is not split (each program quantizes all of x)."""
+    return {k: v for k, v in _decode_launch(M, N, K, device, split=False).items() if k != "SPLIT_K"}
+
+
+def decode_split(M: int, N: int, K: int, device: str = "cuda") -> int:
+    """Exercise 4's slices of K (the grid's second axis, the kernel's SPLIT_K): more than 1 where the strips of
+    decode_config's tiles are too few to fill the GPU."""
+    return FORCED_SPLIT[-1] if FORCED_SPLIT else _decode_launch(M, N, K, device)["SPLIT_K"]
+
+
+def split_scratch(device, split: int, N: int, n_strips: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The K split's workspace and counters for `finish` (qmatmul/kernels/splitk.py), as W8A16's."""
+    return splitk.scratch(device, split, N, n_strips)
+
+
+# The checks force a K split (see use_split), as FP8's path: the worker sets it from checks.WORKER_STATE.
+FORCED_SPLIT: list = []
+
+
+def use_split(split: int):
+    """Context manager: decode_split returns `split`."""
+    return checks.forcing(FORCED_SPLIT, f"{__name__}:FORCED_SPLIT", split)
 
 
 # ----------------------------------------------------------------------------------------------------------
