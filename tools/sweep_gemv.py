@@ -243,9 +243,8 @@ def main(argv=None) -> int:
                         ("swap", c, lambda st, o, c=c, xq=xq, sx=sx: launch("fp8", xq, *st, o, c, sx=sx))
                         for c in candidates("swap")
                     ]
-                    if "xfirst" in args.designs.split(
-                        ","
-                    ):  # exercise 4's kernel (x first, K split) on each launch
+                    # exercise 4's kernel (x first, K split) on each launch
+                    if "xfirst" in args.designs.split(","):
                         tries += [("xfirst", c, lambda st, o, c=c, xq=xq, sx=sx: fp8_xfirst(sol["fp8"], c, xq, sx, st, o))
                                   for c in candidates("xfirst")]  # fmt: skip
                 rows = []

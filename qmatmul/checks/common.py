@@ -22,7 +22,7 @@ BANDWIDTH_MS = (1, 16)
 __all__ = [
     "act_dtypes", "timing_activations", "problem", "PROBE_SCALE", "rounding_probe_weights",
     "rounding_probe_x", "poisoned_out", "cell", "call_quantizer", "check_kernel", "split_mistakes",
-    "check_decode_bandwidth",
+    "forced_split_cases", "check_decode_bandwidth",
 ]  # fmt: skip
 
 
@@ -179,6 +179,19 @@ def split_mistakes(partial: Callable, K: int, split: int, block_k: int, chapter:
             sum(parts) * split,
         ),
     ]
+
+
+def forced_split_cases(g: torch.Generator, hidden: bool, block_k: Callable) -> list[tuple[int, tuple]]:
+    """The K splits a decode check forces on every device, (split, (M, N, K)): three slices that each hold part of K
+    (K spans three BLOCK_K steps of the launch, block_k(M, N), the last one ragged), and one. Hidden: fresh M, N and K
+    within those bounds."""
+    if not hidden:
+        M3, N3, M1, N1, K1 = 5, 40, 1, 64, 128
+        return [(3, (M3, N3, 3 * block_k(M3, N3) - 7)), (1, (M1, N1, K1))]
+    M3, M1 = (int(m) for m in torch.randint(1, 17, (2,), generator=g))
+    N3, N1, K1 = (int(torch.randint(33, 200, (1,), generator=g)) for _ in range(3))
+    bk = block_k(M3, N3)
+    return [(3, (M3, N3, int(torch.randint(2 * bk + 1, 3 * bk + 1, (1,), generator=g)))), (1, (M1, N1, K1))]
 
 
 def check_decode_bandwidth(fn, *, what: str, module: str, shape, Ms, nbytes, threshold: float, seed, hint: str,

@@ -350,13 +350,10 @@ def check_decode(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     n = _check_kernel(fn, "fp8_decode", shapes, device, g, decode_mistakes)
     n += _check_rounding(fn, "fp8_decode", device)
     # K forced into three slices that each hold part of K (the parts must be added on every device), and into one
-    M3, N3 = 5, 40
-    if hidden:
-        M3, N3 = int(torch.randint(1, 17, (1,), generator=g)), int(torch.randint(33, 200, (1,), generator=g))
     with use_path(checked_paths(device)[0]):
-        bk = decode_config(M3, N3, 4096, device)["BLOCK_K"]
-    K3 = 3 * bk - 7 if not hidden else int(torch.randint(2 * bk + 1, 3 * bk + 1, (1,), generator=g))
-    for split, case in ((3, (M3, N3, K3)), (1, (1, 64, 128))):
+        block_k = lambda M, N: decode_config(M, N, 4096, device)["BLOCK_K"]
+        cases = common.forced_split_cases(g, hidden, block_k)
+    for split, case in cases:
         with use_split(split):
             n += _check_kernel(fn, "fp8_decode", [case], device, g, decode_mistakes)
     checks.passed(f"fp8_decode: {n} {'hidden' if hidden else 'visible'} cases match the reference (seed {seed}), K "

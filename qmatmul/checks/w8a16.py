@@ -262,7 +262,6 @@ def check_decode(fn, *, hidden: bool = False, seed: int | None = None) -> None:
     seed, g, device = common.cell(seed)
     if not hidden:
         shapes = [(1, 64, 1000), (16, 96, 200)]
-        M3, N3, M1, N1, K1 = 5, 40, 1, 64, 128
     else:
         big = device == "cuda"
         shapes = [
@@ -270,16 +269,12 @@ def check_decode(fn, *, hidden: bool = False, seed: int | None = None) -> None:
              int(torch.randint(40, 3000 if big else 300, (1,), generator=g)))
             for M in (1, int(torch.randint(2, 16, (1,), generator=g)), 16)
         ]  # fmt: skip
-        M3, M1 = (int(m) for m in torch.randint(1, 17, (2,), generator=g))
-        N3, N1, K1 = (int(torch.randint(33, 200, (1,), generator=g)) for _ in range(3))
     check = functools.partial(
         _check_kernel, fn, "w8a16_decode", g=g, hidden=hidden, seed=seed, mistakes=split_mistakes
     )
     check(shapes)
-    # Three slices of whole BLOCK_K steps hold K only if K spans 3 steps of this launch, or 5 to 7, or 9 ...: 3.
-    bk = decode_config(M3, N3, 4096, device)["BLOCK_K"]
-    K3 = 3 * bk - 7 if not hidden else int(torch.randint(2 * bk + 1, 3 * bk + 1, (1,), generator=g))
-    for split, case in ((3, (M3, N3, K3)), (1, (M1, N1, K1))):
+    block_k = lambda M, N: decode_config(M, N, 4096, device)["BLOCK_K"]
+    for split, case in common.forced_split_cases(g, hidden, block_k):
         with use_split(split):
             check(
                 [case],

@@ -238,11 +238,12 @@ def hopper(kernel: str, **shape) -> Launch:
     if kernel == "w8a16.decode":
         # the chapter's kernel is the split decode's: the same launches, all M rows a program
         return Launch.of(BLOCK_M=16, **w8a16_split(shape["N"], shape["K"]).kwargs())
-    # FP8's decode at a Llama-3-8B block's layers (not the 70B ones), on the fp8 path; `split` False: exercise 6's
-    # launch (its kernel does not split K)
-    eight_b = shape.get("K", 0) < 16384 and (shape.get("N", 0) <= 6144 or 8192 < shape.get("N", 0) < 16384)
-    if kernel == "fp8.decode" and shape["fp8_dot"] and eight_b and shape.get("split", True):
-        return fp8_split(shape["N"])
+    if kernel == "fp8.decode" and shape["fp8_dot"] and shape.get("split", True):
+        # a Llama-3-8B block's layers (not the 70B ones), on the fp8 path; `split` False: exercise 6's launch (its
+        # kernel does not split K)
+        N, K = shape["N"], shape["K"]
+        if K < 16384 and (N <= 6144 or 8192 < N < 16384):
+            return fp8_split(N)
     if kernel == "mxfp4.dot_scaled":
         # The tl.dot_scaled bonus: the decode tiles for M <= 16 (BLOCK_N = 64 measured best for it on the H200), the
         # prefill tiles of the tensor-core GPUs above.

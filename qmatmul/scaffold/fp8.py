@@ -12,8 +12,9 @@ import triton.language as tl
 
 from qmatmul import checks
 from qmatmul.formats.fp8 import E4M3, SCALE_BLOCK, cdiv
-from qmatmul.kernels import configs, splitk
+from qmatmul.kernels import configs
 from qmatmul.kernels.splitk import finish, k_slice
+from qmatmul.kernels.splitk import scratch as split_scratch  # the workspace and counters `finish` takes
 from qmatmul.scaffold import validation
 
 # The names of the course package the learner's graded code may use (grader/static/course_use.py, course_problems).
@@ -116,11 +117,6 @@ def decode_split(M: int, N: int, K: int, device: str = "cuda") -> int:
     """Exercise 4's slices of K (the grid's second axis, the kernel's SPLIT_K): more than 1 where the strips of
     decode_config's tiles are too few to fill the GPU."""
     return FORCED_SPLIT[-1] if FORCED_SPLIT else _decode_launch(M, N, K, device)["SPLIT_K"]
-
-
-def split_scratch(device, split: int, N: int, n_strips: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The K split's workspace and counters for `finish` (qmatmul/kernels/splitk.py), as W8A16's."""
-    return splitk.scratch(device, split, N, n_strips)
 
 
 # The checks force a K split (see use_split), as FP8's path: the worker sets it from checks.WORKER_STATE.

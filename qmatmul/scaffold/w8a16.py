@@ -11,9 +11,10 @@ import torch
 
 from qmatmul import checks
 from qmatmul.formats.w8a16 import QMAX
-from qmatmul.kernels import configs, gemm, splitk
+from qmatmul.kernels import configs, gemm
 from qmatmul.kernels.gemm import as_16bit, decoded_gemm
 from qmatmul.kernels.splitk import finish, k_slice
+from qmatmul.kernels.splitk import scratch as split_scratch  # the workspace and counters `finish` takes
 from qmatmul.scaffold import validation
 
 # The names of the course package the learner's graded code may use (grader/static/course_use.py, course_problems).
@@ -60,12 +61,6 @@ def decode_config(M: int, N: int, K: int, device: str = "cuda") -> dict:
     number of slices of K (the grid's second axis): more than 1 where the strips alone are too few to fill the GPU."""
     cfg = configs.choose("w8a16.decode", configs.chapter_device(device), M=M, N=N, K=K)
     return cfg | {"SPLIT_K": FORCED_SPLIT[-1]} if FORCED_SPLIT else cfg
-
-
-def split_scratch(device, split: int, N: int, n_strips: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The K split's workspace and counters for `finish` (qmatmul/kernels/splitk.py): float32 room for `split` parts of
-    16 rows of N outputs, and one int32 counter at 0 a strip; made once per device and shape, kept between calls."""
-    return splitk.scratch(device, split, N, n_strips)
 
 
 # The checks force a K split (see use_split), so that a kernel is graded split and unsplit on every device. The worker
