@@ -162,6 +162,7 @@ def main(argv=None) -> int:
         print(f"\n{decode_step.LLAMA_KIND} ({decode_step.STEP_TIMING})")
         chosen = decode_step.runnable_paths(decode_step.load_solutions(), dtype)
         rows += decode_step.step_rows(chosen, (1, 16), 4, dtype, copy_bw)
+        rows += decode_step.trace_rows(chosen, (1,), 4, dtype)  # where each step's time goes (M = 1)
     save(out_dir, meta, rows, sweep)
     print(f"\nwrote {out_dir}/bench.json and bench.md")
     return 0
@@ -266,9 +267,10 @@ def markdown(meta, rows) -> str:
         f"{meta.get('gemlite', '')}",
         "",
     ]
+    from qmatmul.timing.trace import trace_table
     from tools.decode_step import step_table
 
-    return "\n".join(lines + table(rows) + [""] + step_table(rows)) + "\n"
+    return "\n".join(lines + table(rows) + [""] + step_table(rows) + [""] + trace_table(rows)) + "\n"
 
 
 def table(rows) -> list[str]:

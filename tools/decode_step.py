@@ -313,6 +313,37 @@ def step_rows(chosen: list[Path_], ms, blocks: int, dtype, copy_bw: float) -> li
     return rows
 
 
+def trace_rows(chosen: list[Path_], ms, blocks: int, dtype) -> list[dict]:
+    """One row a path, layout and M: where the captured step's time goes (qmatmul/timing/trace.py), each output
+    checked first."""
+    from qmatmul import checks, timing
+    from qmatmul.timing import trace as step_trace
+
+    rows = []
+    g = checks.generator(2, "cuda")
+    for layout_name, layout in LAYOUTS.items():
+        for M in ms:
+            for path in chosen:
+                row = dict(
+                    kind=step_trace.TRACE_KIND, layout=layout_name, label=path.label, M=M, blocks=blocks
+                )
+                why = check(path, layout, M, dtype, g)
+                try:
+                    row |= (
+                        {"error": why}
+                        if why
+                        else step_trace.trace(step_fn(path, layout, blocks, M, dtype, g), blocks)
+                    )
+                except Exception as exc:  # noqa: BLE001 - a path the profiler cannot trace is reported
+                    row["error"] = timing.reason(exc)
+                torch.cuda.empty_cache()
+                rows.append(row)
+                print(f"trace {layout_name:<10} M={M:<3} {path.label[:48]:<48} "
+                      + (row["error"] if "error" in row else f"{row['timed_us']:.1f} µs a block, busy "
+                         f"{row['busy_us']:.1f}, gaps {row['gap_us']:.1f} over {row['ops']} ops"), flush=True)  # fmt: skip
+    return rows
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -323,6 +354,9 @@ def main(argv=None) -> int:
         "--paths", default="", help="only paths whose label contains one of these (comma-separated)"
     )
     parser.add_argument("--layers", action="store_true", help="also time each layer shape alone")
+    parser.add_argument(
+        "--trace", action="store_true", help="also trace each step's replays (qmatmul/timing/trace.py)"
+    )
     parser.add_argument("--out", default="build/decode_step")
     parser.add_argument(
         "--merge", metavar="JSON", help="write a run's decode_step.json into JSON (docs/bench-h200.json)"
@@ -362,10 +396,11 @@ def main(argv=None) -> int:
                     print(f"  layer {r['N']:>6} x {r['K']:<6} M={M:<3} {r['label'][:48]:<48} "
                           + (f"{r['us']:7.1f} µs {100 * r['copy_frac']:5.1f} % of copy" if "us" in r else r["error"]),
                           flush=True)  # fmt: skip
+    traces = trace_rows(chosen, ms, args.blocks, dtype) if args.trace else []
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "decode_step.json").write_text(
-        json.dumps(dict(meta=meta, rows=rows, layers=layers), indent=1) + "\n"
+        json.dumps(dict(meta=meta, rows=rows, layers=layers, traces=traces), indent=1) + "\n"
     )
     print(f"wrote {out / 'decode_step.json'}")
     return 0
@@ -374,9 +409,11 @@ def main(argv=None) -> int:
 def merge(bench: Path, run: dict) -> None:
     """Put a run's step rows and layer rows into the benchmark's data file (docs/bench-h200.json), as
     tools.bench.merge_run does; the run's meta goes under meta["llama3-8b"]."""
+    from qmatmul.timing.trace import TRACE_KIND
     from tools.bench import merge_run
 
-    merge_run(bench, run["rows"] + run["layers"], run["meta"], {LLAMA_KIND, LAYER_KIND}, "llama3-8b")
+    merge_run(bench, run["rows"] + run["layers"] + run.get("traces", []), run["meta"],
+              {LLAMA_KIND, LAYER_KIND, TRACE_KIND}, "llama3-8b")  # fmt: skip
 
 
 def step_table(rows) -> list[str]:

@@ -237,8 +237,14 @@ def llama_layer_table() -> list[str]:
     return decode_step.layer_table(recorded.data()["rows"])
 
 
+def llama_trace_table() -> list[str]:
+    from qmatmul.timing.trace import trace_table
+
+    return trace_table(recorded.data()["rows"])
+
+
 TABLES = {"decode": decode_table, "prefill": prefill_table, "full": full_table, "llama-step": llama_step_table,
-          "llama-layers": llama_layer_table}  # fmt: skip
+          "llama-layers": llama_layer_table, "llama-trace": llama_trace_table}  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------------------
