@@ -24,7 +24,7 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--out", default="build/capstone")
     parser.add_argument(
-        "--skip", default="", help="comma-separated steps to leave out (stack,grade,quality,model)"
+        "--skip", default="", help="comma-separated steps to leave out (stack,trace,grade,quality,model)"
     )
     args = parser.parse_args(argv)
     out = Path(args.out)
@@ -56,6 +56,10 @@ def main(argv=None) -> int:
             f"{k[0]} M={k[1]}": list(v) for k, v in capstone.time_llama_stack(sol.QuantLinear).items()
         }
         save("stack")
+    if "trace" not in skip:
+        print("\n# Where a captured block's time goes", flush=True)
+        report["trace"] = capstone.trace_llama_block(sol.QuantLinear)
+        save("trace")
     if "grade" not in skip:
         from autograder import grade_direct
 

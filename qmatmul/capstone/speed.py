@@ -143,6 +143,83 @@ def time_llama_stack(cls, formats=FORMATS, ms=STACK_MS, blocks: int = 2) -> dict
     return out
 
 
+# The course's traced step (tools/decode_step --trace), what trace_llama_block shows without a GPU: a file of docs/
+# and, in it, the rows of 7 Linears at M = 1 it quotes (16-bit, then W8A16 through the chapter's solution).
+TRACE_RECORD = "decode-step-h100-trace.json"
+TRACE_ROWS = ("bf16 cuBLAS (torch.nn.functional.linear)", "solution w8a16_decode")
+
+
+def trace_llama_block(cls, fmt: str = "w8a16", M: int = 1, blocks: int = 2) -> dict:
+    """Where a captured decode step's time goes: `blocks` Llama-3-8B blocks' seven Linears in 16-bit nn.Linear and
+    in `fmt` through `cls` (your QuantLinear and its registered kernels), each captured once as a CUDA graph and
+    replayed under torch.profiler (qmatmul/timing/trace.py). For each, one block's kernels in order: µs each and the
+    gap before it, the GPU idle between two kernels. GPU only; elsewhere the course's recorded trace.
+    Returns {"16-bit": row, fmt: row}."""
+    if autograding():
+        return {}
+    if not torch.cuda.is_available():
+        _show_recorded_trace()
+        return {}
+    from qmatmul.timing import trace
+
+    g = checks.generator(0, "cuda")
+    dtype = act_dtype("cuda")
+    xs = {K: torch.randn(M, K, device="cuda", dtype=dtype) for K in {k for _, k in stack.LLAMA_BLOCK}}
+    out = {}
+    for name in ("16-bit", fmt):
+        if name == "16-bit":
+            layers = [nn.Linear(K, N, bias=False, device="cuda", dtype=dtype) for _ in range(blocks)
+                      for N, K in stack.LLAMA_BLOCK]  # fmt: skip
+            title = LABELS["16-bit"]
+        else:
+            layers = [m for _ in range(blocks) for m in stack.llama_stack(cls, fmt, "cuda", g)]
+            title = f"{LABELS[fmt]} ({kernel_word(kernels(fmt))})"
+
+        def step(layers=layers):
+            with torch.no_grad():
+                for m in layers:
+                    m(xs[m.in_features])
+
+        out[name] = trace.trace(step, blocks)
+        _print_trace(title, out[name], M)
+        del layers
+        torch.cuda.empty_cache()
+    return out
+
+
+def _print_trace(title: str, row: dict, M: int) -> None:
+    from qmatmul.timing import trace
+
+    print(f"{title}, one block at M = {M}: {row['timed_us']:.1f} µs captured; the GPU busy {row['busy_us']:.1f} µs in "
+          f"{row['ops']} kernels, idle {row['gap_us']:.1f} µs between them ({row['gap_us'] / row['ops']:.1f} µs a "
+          "kernel; under the profiler the step spans "
+          f"{row['span_us']:.1f} µs)")  # fmt: skip
+    for line in trace.kernel_lines(row):
+        print(f"  {line}")
+
+
+def _show_recorded_trace() -> None:
+    """On a machine without a GPU: the course's traced step (docs/TRACE_RECORD), 16-bit and W8A16, 7 Linears, M = 1."""
+    from qmatmul import course
+
+    root = course.repo_root()
+    path = root / "docs" / TRACE_RECORD if root else None
+    if not (path and path.is_file()):
+        print(f"No CUDA GPU here: nothing is traced (the course's trace is docs/{TRACE_RECORD}).")
+        return
+    rec = json.loads(path.read_text())
+    meta = rec["meta"]
+    print(f"No CUDA GPU here; traced on the course's {meta['gpu']} ({meta['date']}, torch {meta['torch']}):")
+    rows = {
+        r["label"]: r
+        for r in rec["traces"]
+        if r["layout"] == "7 Linears" and r["M"] == 1 and "error" not in r
+    }
+    for label in TRACE_ROWS:
+        if label in rows:
+            _print_trace(label, rows[label], 1)
+
+
 def _show_recorded(what: str) -> None:
     """On a machine without a GPU: what the course's H200 measured (docs/capstone-h200.md), as a table. The stack's
     rows are (graph µs, eager µs) per block where the record has them (`step_us`), else eager µs (`stack_us`)."""
