@@ -116,13 +116,6 @@ def paths(sol: dict, dtype, device: str = "cuda", with_skipped: bool = False) ->
                          lambda x, w: w8a16.reference(x, *w)))  # fmt: skip
     out.append(Path_("expert w8a16_decode_split", "w8a16", w8a16.timing_weights,
                      lambda x, w: expert.w8a16_decode_split(x, *w), lambda x, w: w8a16.reference(x, *w)))  # fmt: skip
-    # The same kernel with programmatic dependent launch (sm_90+; an experiment: qmatmul/kernels/expert.py's PDL)
-    if device == "cuda" and torch.cuda.get_device_capability()[0] >= 9:
-        for pdl, how in ((1, "waits at its start"), (2, "its first weight tile loaded before the wait")):
-            out.append(Path_(f"expert w8a16_decode_split, PDL {pdl} ({how})", "w8a16", w8a16.timing_weights,
-                             lambda x, w, pdl=pdl: expert.w8a16_decode_split(
-                                 x, *w, **expert.w8a16_split_config(w[0].shape[0], x.shape[1], "cuda"), PDL=pdl),
-                             lambda x, w: w8a16.reference(x, *w)))  # fmt: skip
     out.append(Path_("torch._weight_int8pack_mm", "w8a16",
                      lambda N, K, g: (lambda q, s: (q, s.to(dtype)))(*w8a16.timing_weights(N, K, g)),
                      lambda x, w: torch._weight_int8pack_mm(x, *w),

@@ -393,12 +393,9 @@ def _w8_split_kernel(
     x_ptr, q_ptr, s_ptr, y_ptr, part_ptr, count_ptr, M, N, K,
     stride_xm, stride_xk, stride_qn, stride_qk, stride_ym, stride_yn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-    PDL: tl.constexpr = 0,
 ):  # fmt: skip
     """The chapter's decode kernel over one of SPLIT_K spans of K (program (n, k)), its sums scaled and then stored or
-    added up by `splitk.finish`. PDL (launched with programmatic dependent launch, sm_90+; an experiment, see
-    qmatmul/timing/trace.py): 1 lets the next kernel launch at once and waits for the previous one before touching
-    memory; 2 also loads its first weight tile (which no kernel writes) before that wait."""
+    added up by `splitk.finish`."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     lo, hi = splitk.k_slice(K, BLOCK_K, SPLIT_K, pid_k)  # unsplit: the chapter's loop as it is
@@ -406,20 +403,6 @@ def _w8_split_kernel(
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    if PDL:
-        tl.extra.cuda.gdc_launch_dependents()
-    if PDL == 2:
-        k = lo + offs_k
-        # the slice's first tile (spans are whole BLOCK_K steps: k < K bounds it as the loop's tiles are bounded)
-        q = tl.load(q_ptr + offs_n[None, :] * stride_qn + k[:, None] * stride_qk,
-                    mask=(offs_n[None, :] < N) & (k[:, None] < K), other=0)  # fmt: skip
-        tl.extra.cuda.gdc_wait()
-        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :] * stride_xk,
-                    mask=(offs_m[:, None] < M) & (k[None, :] < K), other=0.0)  # fmt: skip
-        acc = tl.dot(x, q.to(x.dtype), acc)
-        lo += BLOCK_K
-    elif PDL:
-        tl.extra.cuda.gdc_wait()
     for k0 in range(lo, hi, BLOCK_K):
         k = k0 + offs_k
         x = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :] * stride_xk,
@@ -450,8 +433,6 @@ def w8a16_decode_split(x, q, s, out=None, **cfg):
     cfg = dict(cfg or w8a16_split_config(N, K, x.device.type))
     n_blocks = triton.cdiv(N, cfg["BLOCK_N"])
     split = cfg.pop("SPLIT_K")
-    if cfg.get("PDL"):
-        cfg["launch_pdl"] = True
     return launch_split(
         _w8_split_kernel, n_blocks, split, (x, q, s, out),
         (M, N, K, x.stride(0), x.stride(1), q.stride(0), q.stride(1), out.stride(0), out.stride(1)), BLOCK_M=16, **cfg,
