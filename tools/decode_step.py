@@ -385,8 +385,16 @@ def main(argv=None) -> int:
     print(
         f"{env.gpu_name}: copy {copy_bw / 1e12:.2f} TB/s; {args.blocks} Llama-3-8B blocks a step, µs per block"
     )
-    rows = step_rows(chosen, ms, args.blocks, dtype, copy_bw)
-    layers = []
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows, layers, traces = step_rows(chosen, ms, args.blocks, dtype, copy_bw), [], []
+
+    def save():  # after each part: a run cut by a time limit keeps what it measured
+        (out / "decode_step.json").write_text(
+            json.dumps(dict(meta=meta, rows=rows, layers=layers, traces=traces), indent=1) + "\n"
+        )
+
+    save()
     if args.layers:
         g = checks.generator(1, "cuda")
         for M in ms:
@@ -396,12 +404,10 @@ def main(argv=None) -> int:
                     print(f"  layer {r['N']:>6} x {r['K']:<6} M={M:<3} {r['label'][:48]:<48} "
                           + (f"{r['us']:7.1f} µs {100 * r['copy_frac']:5.1f} % of copy" if "us" in r else r["error"]),
                           flush=True)  # fmt: skip
-    traces = trace_rows(chosen, ms, args.blocks, dtype) if args.trace else []
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "decode_step.json").write_text(
-        json.dumps(dict(meta=meta, rows=rows, layers=layers, traces=traces), indent=1) + "\n"
-    )
+        save()
+    if args.trace:
+        traces = trace_rows(chosen, ms, args.blocks, dtype)
+        save()
     print(f"wrote {out / 'decode_step.json'}")
     return 0
 

@@ -7,7 +7,6 @@ import contextlib
 import json
 
 import torch
-from torch import nn
 
 from qmatmul import checks
 from qmatmul.capstone import stack
@@ -105,11 +104,7 @@ def time_llama_stack(cls, formats=FORMATS, ms=STACK_MS, blocks: int = 2) -> dict
         graph_us, eager_us = timing.step_us(step)
         return graph_us / blocks, eager_us / blocks
 
-    dense = [
-        nn.Linear(K, N, bias=False, device="cuda", dtype=dtype)
-        for _ in range(blocks)
-        for N, K in stack.LLAMA_BLOCK
-    ]
+    dense = [m for _ in range(blocks) for m in stack.dense_block("cuda", dtype)]
     for M in ms:
         out[("16-bit", M)] = run(dense, M)
     floors["16-bit"] = 2 * stack.BLOCK_WEIGHTS
@@ -168,8 +163,7 @@ def trace_llama_block(cls, fmt: str = "w8a16", M: int = 1, blocks: int = 2) -> d
     out = {}
     for name in ("16-bit", fmt):
         if name == "16-bit":
-            layers = [nn.Linear(K, N, bias=False, device="cuda", dtype=dtype) for _ in range(blocks)
-                      for N, K in stack.LLAMA_BLOCK]  # fmt: skip
+            layers = [m for _ in range(blocks) for m in stack.dense_block("cuda", dtype)]
             title = LABELS["16-bit"]
         else:
             layers = [m for _ in range(blocks) for m in stack.llama_stack(cls, fmt, "cuda", g)]

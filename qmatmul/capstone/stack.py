@@ -87,6 +87,12 @@ def steps_checksum(ys: list) -> int:
     return sum(outputs_checksum(y) for y in ys)
 
 
+def dense_block(device, dtype) -> list:
+    """One Llama-3-8B block's Linears in 16 bits, as nn.Linear (cuBLAS; no bias): what every format is timed
+    against."""
+    return [nn.Linear(K, N, bias=False, device=device, dtype=dtype) for N, K in LLAMA_BLOCK]
+
+
 def llama_stack(cls, fmt, device, g, kernel_sets=None):
     """One Llama-3-8B block's Linears as `cls(linear, fmt)` modules (no bias)."""
     layers = []
@@ -251,7 +257,7 @@ def dense_stack_us(M: int, reps: int, device: str) -> float:
     and replayed once, the outputs gathered a layer each and summed, the device synchronized, by the wall clock."""
     dtype = act_dtype(device)
     with torch.no_grad():
-        layers = [nn.Linear(K, N, bias=False, device=device, dtype=dtype) for N, K in LLAMA_BLOCK]
+        layers = dense_block(device, dtype)
         xs = stack_inputs(0, M, device, reps)
 
         def step(x):
