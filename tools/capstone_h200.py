@@ -4,7 +4,7 @@ grader (the stack-speed cell included), the quality table through the kernels, t
 Writes capstone.json, capstone-quality.png and the printed tables into --out (docs/capstone-h200.md records one
 run on the course's H200).
 
-    QMATMUL_MINILM=<model folder> python -m tools.capstone_h200 --out build/capstone
+    QMATMUL_MINILM=<a model folder with model.safetensors, or a .pt state dict> python -m tools.capstone_h200 --out build/capstone
 """
 
 from __future__ import annotations
