@@ -50,3 +50,10 @@ def w8a16_solution(env):
     from qmatmul import course
 
     return course.load_notebook_code("w8a16")
+
+
+def pytest_collection_modifyitems(items):
+    """The slow tests (notebooks and nbgrader end to end, a minute or more each) first, each keeping its order: the
+    two xdist workers then end on the many short tests and finish together, where a slow test handed out last
+    left one worker running it alone."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
