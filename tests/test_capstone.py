@@ -879,3 +879,36 @@ def test_the_recorded_model_times_show_graph_and_eager(monkeypatch, capsys):
     speed._show_recorded("model")
     out = capsys.readouterr().out
     assert "eager median" in out and "5120" in out and "/" not in out.splitlines()[-1]
+
+
+def test_the_step_figure_draws_each_formats_speedup_against_16_bit(monkeypatch):
+    """capstone.speed_figure: each format's speed-up over 16-bit, graph against graph and eager against eager (a
+    naive path and a missing figure left out), the bytes' bound beside it; without a step, the recorded run's
+    (docs/capstone-h200.json); nothing under the autograder."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from qmatmul.capstone import figures, speed
+    from qmatmul.checks import AUTOGRADE_ENV
+
+    step = {("16-bit", 1): (100.0, 200.0), ("w8a16", 1): (50.0, 400.0), ("w8a16 naive", 1): (1000.0, 1000.0),
+            ("fp8", 1): (None, 100.0), ("16-bit", 16): (120.0, 240.0), ("w4a16", 16): (40.0, 480.0)}  # fmt: skip
+    speedups, where = figures.step_speedups(step)
+    assert where == "measured here"
+    assert speedups == {("w8a16", 1): (2.0, 0.5), ("fp8", 1): (None, 2.0), ("w4a16", 16): (3.0, 0.5)}
+    fig = capstone.speed_figure(step)
+    labels = [t.get_text() for ax in fig.axes for t in ax.texts]
+    assert {"2.00x", "0.50x", "-", "3.00x"} <= set(labels), labels
+    assert [ax.get_title() for ax in fig.axes] == ["M = 1", "M = 16"]
+
+    recorded = {"env": "qmatmul 0.1.0\ndevice: NVIDIA H200 (sm_90): kernels", "step_us": {
+        "16-bit M=1": [136.0, 242.0], "w8a16 M=1": [104.0, 1064.0], "w8a16 naive M=1": [1250.0, 1562.0]}}  # fmt: skip
+    monkeypatch.setattr(speed, "_recorded", lambda: recorded)
+    speedups, where = figures.step_speedups({})
+    assert where == "recorded on the course's NVIDIA H200"
+    assert speedups == {("w8a16", 1): (136.0 / 104.0, 242.0 / 1064.0)}
+    assert "NVIDIA H200" in capstone.speed_figure()._suptitle.get_text()
+    monkeypatch.setattr(speed, "_recorded", lambda: {})
+    assert capstone.speed_figure() is None
+    monkeypatch.setenv(AUTOGRADE_ENV, "1")
+    assert capstone.speed_figure(step) is None

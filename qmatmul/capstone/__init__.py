@@ -40,7 +40,7 @@ from qmatmul.capstone.checks import (  # noqa: F401 - the facade's names
     check_quantize_model,
     check_spearman,
 )
-from qmatmul.capstone.figures import quality_figure  # noqa: F401 - the facade's names
+from qmatmul.capstone.figures import quality_figure, speed_figure  # noqa: F401 - the facade's names
 from qmatmul.capstone.formats import (  # noqa: F401 - the facade's names
     FORMATS,
     GROUP,
