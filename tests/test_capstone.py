@@ -912,3 +912,31 @@ def test_the_step_figure_draws_each_formats_speedup_against_16_bit(monkeypatch):
     assert capstone.speed_figure() is None
     monkeypatch.setenv(AUTOGRADE_ENV, "1")
     assert capstone.speed_figure(step) is None
+
+
+def test_every_path_shows_the_recorded_step_of_each_path(monkeypatch, capsys):
+    """capstone.every_path: the recorded step (docs/bench-h200.json, kind `llama3-8b block decode`) of every path
+    in one layout, M = 1 and 16, fastest first: bf16, the solutions, the experts and PyTorch's kernels, each with
+    its × bf16 and share of the byte floor; nothing under the autograder."""
+    from qmatmul.checks import AUTOGRADE_ENV
+
+    rows = capstone.every_path()
+    out = capsys.readouterr().out
+    assert rows and {r["layout"] for r in rows} == {"7 Linears"} and {r["M"] for r in rows} == {1, 16}
+    for word in (
+        "bf16 cuBLAS",
+        "solution w8a16_decode",
+        "expert w4a16 MMA",
+        "tinygemm",
+        "_scaled_mm",
+        "_weight_int8pack_mm",
+    ):
+        assert word in out, word
+    m1 = out.split("M = 1\n")[1].split("M = 16")[0].splitlines()[1:]
+    us = [float(line[68:76]) for line in m1 if line.strip()]
+    assert us == sorted(us) and len(us) == sum(r["M"] == 1 for r in rows)
+    bf16 = next(r for r in rows if r["M"] == 1 and r["label"].startswith("bf16"))
+    assert f"{bf16['us']:.1f}" in out and "1.00x" in out
+    assert {r["layout"] for r in capstone.every_path("fused")} == {"fused"}
+    monkeypatch.setenv(AUTOGRADE_ENV, "1")
+    assert capstone.every_path() == []

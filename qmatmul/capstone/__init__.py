@@ -93,7 +93,12 @@ from qmatmul.capstone.registry import (  # noqa: F401 - the facade's names
     using,
 )
 from qmatmul.capstone.runtime import act_dtype  # noqa: F401 - the facade's names
-from qmatmul.capstone.speed import time_llama_stack, time_model, trace_llama_block  # noqa: F401 - the facade's names
+from qmatmul.capstone.speed import (  # noqa: F401 - the facade's names
+    every_path,
+    time_llama_stack,
+    time_model,
+    trace_llama_block,
+)
 from qmatmul.capstone.stack import (  # noqa: F401 - the facade's names
     LLAMA_BLOCK,
     STACK_MS,

@@ -243,3 +243,34 @@ def _cell(v) -> str:
     if isinstance(v, (list, tuple)):
         return f"{'-' if v[0] is None else f'{v[0]:.0f}'} / {v[1]:.0f}"
     return f"{v:.0f}"
+
+
+def every_path(layout: str = "7 Linears", ms=STACK_MS) -> list[dict]:
+    """The same decode step through every path the course measured, beside yours: bf16 cuBLAS, the chapters'
+    solution kernels (what you wrote), the course's expert kernels and PyTorch's own quantized kernels (tinygemm,
+    _weight_int8pack_mm, _scaled_mm), four Llama-3-8B blocks a step, every output checked before it was timed.
+    Recorded on the course's H200 by `make bench` (tools/decode_step.py; docs/bench-h200.json, kind `llama3-8b
+    block decode`). Per path and M: µs a block captured as a CUDA graph and eager, × bf16 (graph) and the share of
+    the byte floor (the weight bytes at the copy bandwidth over the time). `layout`: "7 Linears" or "fused" (q/k/v
+    and gate/up one Linear each). Prints the table, returns its rows."""
+    if autograding():
+        return []
+    from qmatmul.teaching import recorded
+
+    try:
+        rows = [r for r in recorded.data()["rows"]
+                if r["kind"] == "llama3-8b block decode" and r["layout"] == layout and "us" in r]  # fmt: skip
+        runs = recorded.meta().get("llama3-8b") or [{}]
+    except recorded.MissingFigure as exc:
+        print(exc)
+        return []
+    run = runs[0] if isinstance(runs, list) else runs
+    print(f"Recorded on the course's {run.get('gpu', 'GPU')} ({run.get('date', '')}, torch {run.get('torch', '')}), "
+          f"{layout}: µs per block; x bf16 = bf16's graph time over the path's; floor = the share of the time the "
+          f"weight bytes need at the copy bandwidth.")  # fmt: skip
+    for M in ms:
+        print(f"\nM = {M}\n  {'path':<66}{'graph':>8}{'eager':>8}{'x bf16':>9}{'floor':>7}")
+        for r in sorted((r for r in rows if r["M"] == M), key=lambda r: r["us"]):
+            print(f"  {r['label'][:66]:<66}{r['us']:>8.1f}{r['us_eager']:>8.0f}{r['speedup']:>8.2f}x"
+                  f"{100 * r['floor_us'] / r['us']:>6.0f}%")  # fmt: skip
+    return rows
